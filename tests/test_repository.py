@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -12,7 +14,8 @@ from tests.conftest import REPO_ROOT
 
 @pytest.mark.parametrize("command", [["check", "."], ["format", "--check", "."]])
 def test_ruff(command):
-    ruff = shutil.which("ruff")
+    beside = os.path.join(os.path.dirname(sys.executable), "ruff")
+    ruff = beside if os.path.exists(beside) else shutil.which("ruff")
     assert ruff, "ruff is a test dependency of parl-core; run the README's set-up command"
     result = subprocess.run(
         [ruff, *command], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False

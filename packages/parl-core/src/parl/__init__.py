@@ -20,13 +20,33 @@ if TYPE_CHECKING:  # pragma: no cover - for IDEs and type checkers only
     from parl._agent import Agent
     from parl._algorithm import Algorithm
     from parl._model import Model
+    from parl_remote import (
+        FutureGetRepeatedlyError,
+        RemoteActorDiedError,
+        RemoteAttributeError,
+        RemoteError,
+        RemoteSerializeError,
+        ResourceError,
+        connect,
+        disconnect,
+        remote_class,
+    )
 __all__ = [
     "Agent",
     "Algorithm",
+    "FutureGetRepeatedlyError",
     "Model",
+    "RemoteActorDiedError",
+    "RemoteAttributeError",
+    "RemoteError",
+    "RemoteSerializeError",
+    "ResourceError",
     "__version__",
     "algorithms",
+    "connect",
+    "disconnect",
     "evo",
+    "remote_class",
     "utils",
 ]
 
@@ -39,6 +59,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "algorithms": ("parl.algorithms", None),
     "evo": ("parl.evo", None),
     "connect": ("parl_remote", "connect"),
+    "disconnect": ("parl_remote", "disconnect"),
+    "FutureGetRepeatedlyError": ("parl_remote", "FutureGetRepeatedlyError"),
     "remote_class": ("parl_remote", "remote_class"),
     "RemoteError": ("parl_remote", "RemoteError"),
     "RemoteActorDiedError": ("parl_remote", "RemoteActorDiedError"),

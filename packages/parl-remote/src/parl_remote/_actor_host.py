@@ -1,0 +1,389 @@
+"""An actor process: started warm by a worker, it becomes exactly one actor and then serves it.
+
+Life of the process:
+
+1. The worker starts it with a private socket pair (`--ctl-fd`) and a pipe (`--death-fd`)
+   whose other end only the worker holds. It listens on a free port, says `HostReady`.
+2. The worker `Assign`s it to an actor: it sets the environment (e.g. `CUDA_VISIBLE_DEVICES`),
+   answers `Assigned`, and waits for the client.
+3. The client connects straight here (authenticated with the cluster token) and sends `Init`:
+   the code bundle is unpacked into the actor's working directory, the class and arguments
+   are unpickled and the instance is built.
+4. Calls run in the order they arrive. Synchronous methods run on the event loop itself, so a
+   call costs no thread hop; `async def` methods run as concurrent tasks on the same loop.
+   Liveness never depends on user code returning: the worker watches the process, not the loop.
+
+The process exits when the worker kills it (the actor is freed), when the worker dies (the
+pipe reaches end-of-file; a thread notices even while a long method runs), or when user code
+calls `sys.exit` (the worker is told why first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import inspect
+import io
+import logging
+import os
+import socket
+import sys
+import threading
+import zipfile
+from collections import deque
+from typing import Any
+
+from parl_remote import _serialize as ser
+from parl_remote._config import load_token
+from parl_remote._exceptions import ProtocolError
+from parl_remote._loop import run
+from parl_remote._transport import AsyncConnection, serve_async
+from parl_remote.protocol import messages as m
+from parl_remote.protocol.connection import Connection
+
+__all__ = ["ActorHost", "main"]
+
+logger = logging.getLogger(__name__)
+
+METHOD, GETATTR, SETATTR = 0, 1, 2
+_STATS_EVERY_S = 1.0
+
+
+class ActorHost:
+    """The state of one actor process (see the module docstring)."""
+
+    def __init__(self, ctl_sock: socket.socket, host: str, token: bytes | None) -> None:
+        self.ctl_sock = ctl_sock
+        self.host = host
+        self.token = token
+        self.actor_id: str | None = None
+        self.class_name = "?"
+        self.instance: Any = None
+        self.methods: dict[str, tuple[Any, bool]] = {}
+        self.calls = 0
+        self.errors = 0
+        self.ctl: AsyncConnection | None = None
+        self._backlog: deque = deque()
+        self._gated = False
+        self._async_starting = 0
+        self._tasks: set[asyncio.Task] = set()
+        self._reported = (-1, -1)
+
+    async def serve(self) -> None:
+        """Listen, announce readiness to the worker, and serve until the process is ended."""
+        loop = asyncio.get_running_loop()
+        server = await serve_async(
+            self.host, 0, token=self.token, role="actor", on_message=self._on_message
+        )
+        port = server.sockets[0].getsockname()[1]
+        _, self.ctl = await loop.create_connection(
+            lambda: AsyncConnection(
+                Connection("actor", is_server=False, token=None, trusted=True),
+                self._on_ctl,
+                self._on_ctl_closed,
+            ),
+            sock=self.ctl_sock,
+        )
+        self.ctl.send(m.HostReady(port=port, pid=os.getpid()))
+        loop.call_later(_STATS_EVERY_S, self._report_stats)
+        await asyncio.Event().wait()  # runs until the process is ended
+
+    # -- the worker's channel ------------------------------------------------------------------
+    def _on_ctl(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+        if isinstance(msg, m.Assign) and self.actor_id is None:
+            os.environ.update(msg.env)
+            self.actor_id, self.class_name = msg.actor_id, msg.class_name
+            if msg.workdir:
+                os.makedirs(msg.workdir, exist_ok=True)
+                os.chdir(msg.workdir)
+                sys.path.insert(0, msg.workdir)
+            conn.send(m.Assigned(msg.actor_id))
+        else:
+            raise ProtocolError(
+                f"an actor process does not take {type(msg).__name__} from its worker"
+            )
+
+    def _on_ctl_closed(self, conn: AsyncConnection, exc: Exception | None) -> None:
+        os._exit(1)  # the worker is gone: so is every actor it ran
+
+    def _report_stats(self) -> None:
+        now = (self.calls, self.errors)
+        if self.actor_id is not None and now != self._reported and self.ctl is not None:
+            self._reported = now
+            self.ctl.send(m.ActorStats(self.actor_id, 0.0, 0, calls=self.calls, errors=self.errors))
+        asyncio.get_running_loop().call_later(_STATS_EVERY_S, self._report_stats)
+
+    # -- clients -------------------------------------------------------------------------------
+    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+        if isinstance(msg, m.Call):
+            self._backlog.append((conn, msg, buffers))
+            if len(self._backlog) == 1:
+                self._process()
+        elif isinstance(msg, m.Init):
+            self._init(conn, msg)
+        else:
+            raise ProtocolError(f"an actor process does not take {type(msg).__name__}")
+
+    def _process(self) -> None:
+        """Run queued calls in arrival order, unless a large reply is still being written."""
+        backlog = self._backlog
+        while backlog and not self._gated:
+            if self._async_starting:
+                # An async call arrived earlier and has not started yet: let it start first.
+                asyncio.get_running_loop().call_soon(self._process)
+                return
+            conn, msg, buffers = backlog[0]
+            try:
+                self._call(conn, msg, buffers)
+            finally:
+                backlog.popleft()
+
+    def _init(self, conn: AsyncConnection, msg: m.Init) -> None:
+        if self.actor_id is None or msg.actor_id != self.actor_id:
+            self._send(
+                conn,
+                m.Error(0, "error", "RuntimeError", f"this process is not actor {msg.actor_id}"),
+            )
+            conn.close()
+            return
+        if self.instance is not None:
+            self._send(
+                conn, m.Error(0, "error", "RuntimeError", f"actor {msg.actor_id} is already built")
+            )
+            return
+        try:
+            if msg.bundle:
+                with zipfile.ZipFile(io.BytesIO(msg.bundle)) as bundle:
+                    bundle.extractall(os.getcwd())
+            cls, args, kwargs = ser.loads(msg.payload)
+        except Exception as exc:
+            self._send(
+                conn,
+                m.Error(
+                    0,
+                    "serialize",
+                    type(exc).__name__,
+                    f"the actor process could not load the class {self.class_name} or its "
+                    f"arguments: {type(exc).__name__}: {exc}",
+                    ser.format_remote_traceback(exc),
+                ),
+            )
+            self._report_init(ok=False)
+            return
+        try:
+            self.instance = cls(*args, **kwargs)
+        except SystemExit as exc:
+            self._exit_from_user(exc)
+        except BaseException as exc:
+            self._send(conn, self._error(0, f"{self.class_name}.__init__", exc))
+            self._report_init(ok=False)
+            return
+        self._send(conn, m.Ready(actor_id=self.actor_id, pid=os.getpid()))
+        self._report_init(ok=True)
+
+    def _report_init(self, ok: bool) -> None:
+        if self.ctl is not None and self.actor_id is not None:
+            self.ctl.send(m.ActorInitialized(self.actor_id, ok))
+
+    def _method(self, name: str) -> tuple[Any, bool] | None:
+        entry = self.methods.get(name)
+        if entry is None:
+            static = inspect.getattr_static(type(self.instance), name, None)
+            if not callable(static) and not isinstance(static, staticmethod | classmethod):
+                return None
+            fn = getattr(self.instance, name)
+            entry = (fn, inspect.iscoroutinefunction(fn))
+            self.methods[name] = entry
+        return entry
+
+    def _call(self, conn: AsyncConnection, msg: m.Call, buffers: tuple) -> None:
+        where = f"{self.class_name}.{msg.name}"
+        if self.instance is None:
+            self._send(
+                conn,
+                m.Error(msg.id, "error", "RuntimeError", f"actor {self.actor_id} is not built yet"),
+            )
+            return
+        try:
+            payload = ser.loads(msg.payload, buffers)
+        except Exception as exc:
+            self.errors += 1
+            self._send(
+                conn,
+                m.Error(
+                    msg.id,
+                    "serialize",
+                    type(exc).__name__,
+                    f"the actor could not unpickle the arguments of {where}(): "
+                    f"{type(exc).__name__}: {exc}",
+                    ser.format_remote_traceback(exc),
+                ),
+            )
+            return
+        if msg.kind == METHOD:
+            entry = self._method(msg.name)
+            if entry is None:
+                self._missing(conn, msg)
+                return
+            fn, is_async = entry
+            args, kwargs = payload
+            if is_async:
+                self._start_async(conn, msg.id, where, fn, args, kwargs)
+                return
+            try:
+                result = fn(*args, **kwargs)
+            except SystemExit as exc:
+                self._exit_from_user(exc)
+            except BaseException as exc:
+                self.calls += 1
+                self.errors += 1
+                self._send(conn, self._error(msg.id, where, exc))
+                return
+            self.calls += 1
+            self._reply(conn, msg.id, where, result)
+        elif msg.kind == GETATTR:
+            try:
+                value = getattr(self.instance, msg.name)
+            except AttributeError:
+                self._missing(conn, msg)
+                return
+            except BaseException as exc:
+                self._send(conn, self._error(msg.id, where, exc))
+                return
+            self._reply(conn, msg.id, where, value)
+        elif msg.kind == SETATTR:
+            try:
+                setattr(self.instance, msg.name, payload)
+                self.methods.pop(msg.name, None)
+            except BaseException as exc:
+                self._send(conn, self._error(msg.id, where, exc))
+                return
+            self._reply(conn, msg.id, where, None)
+        else:
+            raise ProtocolError(f"a Call of unknown kind {msg.kind}")
+
+    def _start_async(
+        self, conn: AsyncConnection, call_id: int, where: str, fn: Any, args: Any, kwargs: Any
+    ) -> None:
+        self._async_starting += 1
+
+        async def run_call() -> None:
+            self._async_starting -= 1
+            try:
+                result = await fn(*args, **kwargs)
+            except SystemExit as exc:
+                self._exit_from_user(exc)
+            except BaseException as exc:
+                self.calls += 1
+                self.errors += 1
+                self._send(conn, self._error(call_id, where, exc))
+                return
+            self.calls += 1
+            self._reply(conn, call_id, where, result)
+
+        task = asyncio.get_running_loop().create_task(run_call())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _missing(self, conn: AsyncConnection, msg: m.Call) -> None:
+        self.errors += 1
+        text = f"{self.class_name!r} object has no attribute {msg.name!r}"
+        self._send(conn, m.Error(msg.id, "attribute", "AttributeError", text))
+
+    def _reply(self, conn: AsyncConnection, call_id: int, where: str, value: Any) -> None:
+        try:
+            data, buffers = ser.dumps(value)
+        except Exception as exc:
+            self.errors += 1
+            text = (
+                f"the result of {where}() cannot be pickled: {ser.describe(value)}: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            self._send(conn, m.Error(call_id, "serialize", type(exc).__name__, text))
+            return
+        self._send(conn, m.Result(call_id, data), buffers)
+        if buffers and not conn.closed and conn.transport.get_write_buffer_size():
+            # The reply still points into the result's memory: run nothing that could change it
+            # until the kernel has it all.
+            self._gated = True
+            asyncio.get_running_loop().create_task(self._ungate(conn))
+
+    async def _ungate(self, conn: AsyncConnection) -> None:
+        try:
+            while not conn.closed and conn.transport.get_write_buffer_size():
+                await conn.drain()
+                if conn.transport.get_write_buffer_size():
+                    await asyncio.sleep(0.001)
+        except ConnectionError:
+            pass
+        finally:
+            self._gated = False
+            self._process()
+
+    def _error(self, call_id: int, where: str, exc: BaseException) -> m.Error:
+        return m.Error(
+            call_id,
+            "raised",
+            type(exc).__qualname__,
+            str(exc),
+            ser.format_remote_traceback(exc),
+            ser.dumps_exception(exc),
+        )
+
+    @staticmethod
+    def _send(conn: AsyncConnection, msg: Any, buffers: list | tuple = ()) -> None:
+        with contextlib.suppress(ConnectionError):  # the caller is gone: nobody waits for it
+            conn.send(msg, buffers)
+
+    def _exit_from_user(self, exc: SystemExit) -> None:
+        code = exc.code
+        status = code if isinstance(code, int) else (0 if code is None else 1)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        if self.ctl is not None and self.actor_id is not None:
+            reason = f"the actor called sys.exit({code!r})"
+            try:
+                self.ctl.send(m.ActorExited(self.actor_id, reason, status))
+                sock = self.ctl.transport.get_extra_info("socket")
+                if self.ctl.transport.get_write_buffer_size() and sock is not None:
+                    sock.setblocking(True)
+            except Exception:
+                pass
+        os._exit(status)
+
+
+def _watch_worker(death_fd: int) -> None:
+    """Exit as soon as the worker dies, even while a long method holds the event loop."""
+
+    def watch() -> None:
+        try:
+            while os.read(death_fd, 1):
+                pass
+        except OSError:
+            pass
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parl-worker-watch", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of an actor process (started by a worker, never by hand)."""
+    parser = argparse.ArgumentParser(prog="python -m parl_remote._actor_host")
+    parser.add_argument("--ctl-fd", type=int, required=True)
+    parser.add_argument("--death-fd", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    args = parser.parse_args(argv)
+    # `python -m` put the worker's working directory first on sys.path; the actor's own
+    # directory (with the client's code) goes there once assigned.
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        sys.path.pop(0)
+    _watch_worker(args.death_fd)
+    ctl_sock = socket.socket(fileno=args.ctl_fd)
+    host = ActorHost(ctl_sock, args.host, load_token())
+    run(host.serve())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Code shipping: the user's own modules and `distributed_files`, zipped for actor processes.
+
+A class defined in the user's script (`__main__`) travels by value inside its pickle
+(cloudpickle). Classes and functions of the user's own modules -- anything imported from a
+file that no installed distribution and no standard-library directory provides -- travel by
+reference, so their source files are shipped: each lands at its path relative to the
+`sys.path` entry it was imported from, in the actor's working directory, which is first on the
+actor's `sys.path`. `distributed_files` (globs and folders, recursively, relative to the
+current directory) land at the same relative paths.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import importlib.metadata
+import io
+import os
+import sys
+import sysconfig
+import zipfile
+from collections.abc import Iterable
+
+__all__ = ["Bundle", "expand_patterns", "user_module_files"]
+
+
+@functools.cache
+def _system_dirs() -> tuple[str, ...]:
+    paths = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        with_prefix = sysconfig.get_paths().get(key)
+        if with_prefix:
+            paths.add(os.path.realpath(with_prefix))
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
+        paths.add(os.path.realpath(os.path.join(prefix, "lib")))
+    return tuple(sorted(paths))
+
+
+@functools.cache
+def _installed_top_levels() -> frozenset[str]:
+    """Names provided by installed distributions, editable ones included."""
+    names = set(importlib.metadata.packages_distributions())
+    for finder in sys.meta_path:  # setuptools' editable installs map names to source folders
+        mapping = getattr(finder, "MAPPING", None)
+        if isinstance(mapping, dict) and type(finder).__module__.startswith("__editable__"):
+            names.update(mapping)
+    return frozenset(names)
+
+
+@functools.cache
+def _installed_roots() -> tuple[str, ...]:
+    """Folders that `.pth` files of site-packages put on sys.path (editable installs)."""
+    roots = set()
+    for site_dir in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+        try:
+            names = os.listdir(site_dir)
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith(".pth"):
+                continue
+            try:
+                with open(os.path.join(site_dir, name)) as f:
+                    lines = f.read().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                line = line.strip()
+                if line and not line.startswith(("#", "import ")) and os.path.isdir(line):
+                    roots.add(os.path.realpath(line))
+    return tuple(sorted(roots))
+
+
+@functools.lru_cache(maxsize=8192)
+def _is_user_module(name: str, path: str) -> bool:
+    top = name.partition(".")[0]
+    if top in _installed_top_levels() or top in sys.stdlib_module_names or top == "__main__":
+        return False
+    real = os.path.realpath(path)
+    return not any(real.startswith(d + os.sep) for d in (*_system_dirs(), *_installed_roots()))
+
+
+def _import_root(path: str, name: str) -> str | None:
+    """The sys.path entry a module file was imported from (its top package's parent)."""
+    real = os.path.realpath(path)
+    depth = name.count(".") + (1 if os.path.basename(real) == "__init__.py" else 0)
+    root = os.path.dirname(real)
+    for _ in range(depth):
+        root = os.path.dirname(root)
+    return root
+
+
+def user_module_files() -> dict[str, str]:
+    """Map archive path -> file for every imported module of the user's own code."""
+    files: dict[str, str] = {}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if not path or not path.endswith(".py") or not os.path.isfile(path):
+            continue
+        if not _is_user_module(name, path):
+            continue
+        root = _import_root(path, name)
+        if root is None:
+            continue
+        rel = os.path.relpath(os.path.realpath(path), root)
+        files[rel] = path
+        # Parent packages' __init__.py files make the package importable.
+        parts = rel.split(os.sep)[:-1]
+        for i in range(1, len(parts) + 1):
+            init = os.path.join(root, *parts[:i], "__init__.py")
+            if os.path.isfile(init):
+                files[os.path.join(*parts[:i], "__init__.py")] = init
+    return files
+
+
+def expand_patterns(patterns: Iterable[str], base: str | None = None) -> dict[str, str]:
+    """Map archive path -> file for `distributed_files` patterns; each must match something."""
+    base = os.path.realpath(base or os.getcwd())
+    files: dict[str, str] = {}
+    for pattern in patterns:
+        if os.path.isabs(pattern):
+            raise ValueError(
+                f"distributed_files: {pattern!r} is absolute; give paths relative to the current "
+                f"directory {base} (they land at the same relative paths beside the actor)"
+            )
+        matches = glob.glob(os.path.join(base, pattern), recursive=True)
+        if not matches:
+            raise ValueError(f"distributed_files: {pattern!r} matches no file under {base}")
+        for match in matches:
+            real = os.path.realpath(match)
+            if real != base and not real.startswith(base + os.sep):
+                raise ValueError(f"distributed_files: {pattern!r} reaches outside {base}")
+            if os.path.isdir(real):
+                for dirpath, _, names in os.walk(real):
+                    for fname in names:
+                        full = os.path.join(dirpath, fname)
+                        files[os.path.relpath(full, base)] = full
+            else:
+                files[os.path.relpath(real, base)] = real
+    return files
+
+
+class Bundle:
+    """The zip of code and files each new actor receives; rebuilt when imports change."""
+
+    def __init__(self, distributed_files: Iterable[str] = ()) -> None:
+        self.extra = expand_patterns(distributed_files)
+        self._key: tuple | None = None
+        self._data = b""
+        self._modules_seen = -1
+        self._module_files: dict[str, str] = {}
+
+    def data(self) -> bytes:
+        """The current zip (cached while the set of user modules and their mtimes is unchanged)."""
+        if len(sys.modules) != self._modules_seen:  # something was imported: look again
+            self._modules_seen = len(sys.modules)
+            self._module_files = user_module_files()
+        files = {**self._module_files, **self.extra}
+        key = tuple(sorted((rel, _mtime(path)) for rel, path in files.items()))
+        if key != self._key:
+            self._data = _zip(files) if files else b""
+            self._key = key
+        return self._data
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def _zip(files: dict[str, str]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        for rel, path in sorted(files.items()):
+            z.write(path, rel)
+    return out.getvalue()

@@ -1,0 +1,449 @@
+"""The client runtime of a user process: its link to the master, and `parl.connect`.
+
+One `Client` per process. It runs a small event loop in a daemon thread that holds the
+control connection to the master: registration, heartbeats both ways, actor placement
+requests, the master's news of dead actors, and the actors' output (echoed here with
+`log_to_driver`). Calls to actors do not pass through it: blocking calls use the caller's own
+socket to the actor, awaitable calls the caller's event loop; only future-mode calls ride this
+loop. If the master goes away, existing actors keep working, new ones cannot be created, and
+the client reconnects by itself when a master answers again at the same address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import itertools
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterable
+from concurrent.futures import Future as ConcurrentFuture
+from typing import Any
+
+from parl_remote._bundle import Bundle
+from parl_remote._config import load_token, settings
+from parl_remote._exceptions import (
+    AuthenticationError,
+    ClusterError,
+    NotConnectedError,
+    ProtocolError,
+    ResourceError,
+)
+from parl_remote._loop import new_event_loop
+from parl_remote._transport import AsyncConnection, open_async
+from parl_remote.protocol import messages as m
+
+__all__ = ["Client", "connect", "current_client", "disconnect"]
+
+logger = logging.getLogger(__name__)
+
+_client: Client | None = None
+_client_lock = threading.Lock()
+
+
+def _parse_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"address={address!r} must be HOST:PORT, e.g. 'localhost:8010'")
+    return host or "127.0.0.1", int(port)
+
+
+class Client:
+    """This process's membership in a cluster (see the module docstring)."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        token: bytes | None,
+        distributed_files: Iterable[str] = (),
+        log_to_driver: bool = True,
+        cluster: Any = None,
+    ) -> None:
+        self.address = address
+        self.host, self.port = _parse_address(address)
+        self.token = token
+        self.log_to_driver = log_to_driver
+        self.bundle = Bundle(distributed_files)
+        self.client_id = uuid.uuid4().hex[:12]
+        self.cluster = cluster  # an embedded cluster this client owns, stopped with it
+        self.loop = new_event_loop()
+        self.master: AsyncConnection | None = None
+        self.refs: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        self.fates: dict[str, str] = {}
+        self._ids = itertools.count(1)
+        self._replies: dict[int, asyncio.Future] = {}
+        self._accepted: asyncio.Future | None = None
+        self._last_master_msg = 0.0
+        self._closed = False
+        self._maintainer: ConcurrentFuture | None = None
+        self._thread = threading.Thread(target=self._run_loop, name="parl-client", daemon=True)
+        self._stopped = threading.Event()
+
+    # -- life ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the client's loop and join the cluster; raise a clear error if nobody answers."""
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(self._join(), self.loop)
+        try:
+            future.result(settings.connect_timeout_s + 5)
+        except BaseException:
+            self.close()
+            raise
+        self._maintainer = asyncio.run_coroutine_threadsafe(self._maintain(), self.loop)
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            self._stopped.set()
+
+    def close(self) -> None:
+        """Leave the cluster: the master frees this client's actors; stop an owned cluster."""
+        if self._closed:
+            return
+        self._closed = True
+        for ref in list(self.refs.values()):
+            ref.close_connections()
+        if self._thread.is_alive():
+
+            async def stop() -> None:
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                if self.master is not None:
+                    self.master.close()
+                await asyncio.sleep(0.01)  # let the transport close
+                self.loop.stop()
+
+            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(stop()))
+            self._stopped.wait(5)
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+    @property
+    def connected(self) -> bool:
+        """Whether the master link is up right now."""
+        return self.master is not None and not self.master.closed
+
+    # -- the master link (runs on the client's loop) ----------------------------------------
+    async def _join(self) -> None:
+        try:
+            conn = await open_async(
+                self.host,
+                self.port,
+                token=self.token,
+                role="client",
+                on_message=self._on_master,
+                on_close=self._on_master_closed,
+                expect="master",
+            )
+        except AuthenticationError:
+            raise
+        except (OSError, TimeoutError) as exc:
+            raise NotConnectedError(
+                f"no PARL master answers at {self.address} ({exc or type(exc).__name__}); "
+                "start one with "
+                f"`xparl start --port {self.port}`, or call parl.connect() without an address "
+                "for a "
+                "local cluster"
+            ) from None
+        self._accepted = self.loop.create_future()
+        conn.send(
+            m.RegisterClient(
+                self.client_id,
+                socket.gethostname(),
+                os.getpid(),
+                self.log_to_driver,
+                actors=list(self.refs.keys()),
+            )
+        )
+        try:
+            await asyncio.wait_for(self._accepted, settings.connect_timeout_s)
+        except BaseException:
+            conn.close()
+            raise
+        self._last_master_msg = time.monotonic()
+        self.master = conn
+
+    async def _maintain(self) -> None:
+        """Heartbeat; notice a silent or lost master; reconnect when it answers again."""
+        warned = False
+        while not self._closed:
+            conn = self.master
+            if conn is not None and not conn.closed:
+                if time.monotonic() - self._last_master_msg > settings.heartbeat_timeout_s:
+                    logger.warning("no word from the PARL master at %s; reconnecting", self.address)
+                    conn.close()
+                    continue
+                with contextlib.suppress(ConnectionError):
+                    conn.send(m.Ping())
+                await asyncio.sleep(settings.heartbeat_s)
+                continue
+            self.master = None
+            if not warned:
+                logger.warning(
+                    "lost the PARL master at %s; existing actors keep working, new ones wait "
+                    "until it is back",
+                    self.address,
+                )
+                warned = True
+            try:
+                await self._join()
+                logger.warning("reconnected to the PARL master at %s", self.address)
+                warned = False
+            except (NotConnectedError, ClusterError, ProtocolError, OSError, TimeoutError):
+                await asyncio.sleep(min(1.0, settings.heartbeat_s))
+
+    def _on_master(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+        self._last_master_msg = time.monotonic()
+        if isinstance(msg, m.Ping):
+            return
+        if isinstance(msg, m.Accepted):
+            if self._accepted is not None and not self._accepted.done():
+                self._accepted.set_result(msg)
+        elif isinstance(msg, m.ActorDied):
+            self.fates[msg.actor_id] = msg.reason
+            ref = self.refs.get(msg.actor_id)
+            if ref is not None:
+                ref.mark_dead(msg.reason)
+        elif isinstance(msg, m.LogLines):
+            self._echo(msg.lines)
+        elif isinstance(
+            msg, m.ActorAssigned | m.CreateFailed | m.ActorState | m.StatusReply | m.Ack
+        ):
+            waiter = self._replies.pop(msg.request_id, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(msg)
+        else:
+            raise ProtocolError(f"a client does not take {type(msg).__name__} from the master")
+
+    def _on_master_closed(self, conn: AsyncConnection, exc: Exception | None) -> None:
+        if self.master is conn:
+            self.master = None
+        for waiter in self._replies.values():
+            if not waiter.done():
+                waiter.set_exception(
+                    ClusterError(f"the connection to the PARL master at {self.address} was lost")
+                )
+        self._replies.clear()
+
+    def _echo(self, lines: list) -> None:
+        for actor_id, stream, line in lines:
+            ref = self.refs.get(actor_id)
+            name = ref.class_name if ref is not None else "actor"
+            out = sys.stderr if stream == "stderr" else sys.stdout
+            with contextlib.suppress(Exception):
+                print(f"({name} {actor_id}) {line}", file=out, flush=True)
+
+    async def _request(self, msg_for_id: Any, timeout: float) -> Any:
+        conn = self.master
+        if conn is None or conn.closed:
+            raise ClusterError(
+                f"the PARL master at {self.address} is unreachable (it stopped, or the network is "
+                "down); actors already created keep working, and new ones can be created once it "
+                "is back (the client reconnects by itself)"
+            )
+        request_id = next(self._ids)
+        waiter = self.loop.create_future()
+        self._replies[request_id] = waiter
+        try:
+            conn.send(msg_for_id(request_id))
+            return await asyncio.wait_for(waiter, timeout)
+        finally:
+            self._replies.pop(request_id, None)
+
+    # -- API used by actor handles (any thread) ---------------------------------------------
+    async def _create(
+        self, class_name: str, n_gpu: int, max_memory_mb: float, wait_s: float
+    ) -> m.ActorAssigned:
+        reply = await self._request(
+            lambda rid: m.CreateActor(rid, class_name, n_gpu, max_memory_mb, wait_s),
+            wait_s + settings.connect_timeout_s + 5,
+        )
+        if isinstance(reply, m.CreateFailed):
+            if reply.kind == "resource":
+                raise ResourceError(reply.reason)
+            raise ClusterError(f"could not create {class_name}: {reply.reason}")
+        return reply
+
+    def create_actor(
+        self, class_name: str, n_gpu: int, max_memory_mb: float, wait_s: float
+    ) -> m.ActorAssigned:
+        """Ask the master for a process for a new actor (blocking)."""
+        self._check_open()
+        return asyncio.run_coroutine_threadsafe(
+            self._create(class_name, n_gpu, max_memory_mb, wait_s), self.loop
+        ).result()
+
+    async def acreate_actor(
+        self, class_name: str, n_gpu: int, max_memory_mb: float, wait_s: float
+    ) -> m.ActorAssigned:
+        """Ask the master for a process for a new actor (from any event loop)."""
+        self._check_open()
+        coro = self._create(class_name, n_gpu, max_memory_mb, wait_s)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def release(self, actor_id: str) -> None:
+        """Free an actor (thread-safe, callable from finalizers; never blocks)."""
+        if self._closed or self.loop.is_closed():
+            return
+
+        def send() -> None:
+            if self.master is not None:
+                with contextlib.suppress(ConnectionError):
+                    self.master.send(m.ReleaseActor(actor_id))
+
+        with contextlib.suppress(RuntimeError):  # the loop is already stopping
+            self.loop.call_soon_threadsafe(send)
+
+    async def _fate(self, actor_id: str, wait: float) -> str:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if actor_id in self.fates:
+                return self.fates[actor_id]
+            try:
+                reply = await self._request(
+                    lambda rid: m.QueryActor(rid, actor_id), max(deadline - time.monotonic(), 0.01)
+                )
+            except (ClusterError, TimeoutError):
+                break
+            if reply.state == "dead" and reply.reason:
+                return reply.reason
+            await asyncio.sleep(0.05)
+        return self.fates.get(
+            actor_id, "its process closed the connection (the master could not say why)"
+        )
+
+    def fate(self, actor_id: str, wait: float = 2.0) -> str:
+        """Why an actor died (asking the master, waiting at most `wait` seconds for the news)."""
+        if actor_id in self.fates:
+            return self.fates[actor_id]
+        if self._closed or not self._thread.is_alive():
+            return "this client is closed"
+        future: ConcurrentFuture = asyncio.run_coroutine_threadsafe(
+            self._fate(actor_id, wait), self.loop
+        )
+        try:
+            return future.result(wait + 1)
+        except Exception:
+            return "its process closed the connection"
+
+    async def afate(self, actor_id: str, wait: float = 2.0) -> str:
+        """`fate` from any event loop."""
+        if actor_id in self.fates:
+            return self.fates[actor_id]
+        if self._closed:
+            return "this client is closed"
+        return await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(self._fate(actor_id, wait), self.loop)
+        )
+
+    def status(self, timeout: float = 10.0) -> dict[str, Any]:
+        """The cluster's state, as `xparl status` shows it."""
+        self._check_open()
+        coro = self._request(lambda rid: m.StatusRequest(rid), timeout)
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout + 1).status
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NotConnectedError("this PARL client is closed; call parl.connect(...) again")
+
+
+def current_client() -> Client:
+    """The client of this process, or NotConnectedError saying to call `parl.connect`."""
+    client = _client
+    if client is None or client._closed:
+        raise NotConnectedError(
+            "not connected to a PARL cluster: call parl.connect('HOST:PORT') (or parl.connect() "
+            "for a local cluster) before creating remote actors"
+        )
+    return client
+
+
+def connect(
+    address: str | None = None,
+    *,
+    distributed_files: Iterable[str] = (),
+    log_to_driver: bool = True,
+    cpu_num: int | None = None,
+) -> Client:
+    """Join a PARL cluster, or start a local one.
+
+    Args:
+        address: the master, "HOST:PORT" (as printed by `xparl start`). Without it, a local
+            cluster (a master and a worker with `cpu_num` slots, all cores by default) starts,
+            owned by this process and stopped when it exits.
+        distributed_files: files every actor needs beside it (globs and folders, relative to
+            the current directory); each pattern must match something. Your own modules are
+            shipped without listing them.
+        log_to_driver: also print what actors print here, prefixed with the actor's id.
+        cpu_num: CPU slots of the local cluster (only without `address`).
+
+    Raises:
+        NotConnectedError: no master answers at `address`.
+        AuthenticationError: the master refused our cluster token.
+        ValueError: a bad address, or a `distributed_files` pattern that matches nothing.
+    """
+    global _client
+    with _client_lock:
+        if _client is not None and not _client._closed:
+            if address is None or _parse_address(address) == (_client.host, _client.port):
+                return _client
+            raise ClusterError(
+                f"already connected to {_client.address}; call parl.disconnect() before "
+                f"connecting to {address}"
+            )
+        files = list(distributed_files)
+        cluster = None
+        if address is None:
+            from parl_remote._cluster import EmbeddedCluster
+
+            cluster = EmbeddedCluster.start(cpu_num=cpu_num)
+            address, token = cluster.address, cluster.token
+            logger.info("started a local PARL cluster at %s (%s)", address, cluster.describe())
+        else:
+            if cpu_num is not None:
+                raise ValueError("cpu_num sets the size of a local cluster; it needs address=None")
+            _parse_address(address)
+            token = load_token()
+            if token is None:
+                raise AuthenticationError(
+                    "no cluster token: set PARL_CLUSTER_TOKEN to the token of the cluster at "
+                    f"{address} (on the master's machine: the file that `xparl start` created)"
+                )
+        try:
+            client = Client(
+                address,
+                token=token,
+                distributed_files=files,
+                log_to_driver=log_to_driver,
+                cluster=cluster,
+            )
+            client.start()
+        except BaseException:
+            if cluster is not None:
+                cluster.stop()
+            raise
+        _client = client
+        atexit.register(client.close)
+        return client
+
+
+def disconnect() -> None:
+    """Leave the cluster: every actor of this process is freed (a local cluster stops)."""
+    global _client
+    with _client_lock:
+        client, _client = _client, None
+    if client is not None:
+        client.close()

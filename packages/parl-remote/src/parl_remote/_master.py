@@ -1,0 +1,558 @@
+"""The master: the cluster's control plane, and its one source of truth.
+
+Workers register their slots with it; clients ask it for actors. It places each actor on a
+worker with a free slot (and the GPUs asked for), hands the client the actor's address, and from
+then on stays off the call path: calls go straight from client to actor. It watches heartbeats
+both ways, frees the actors of clients that disappear, tells clients when their actors die and
+why, keeps each actor's recent output, and answers `xparl status` (and serves the dashboard,
+when installed) from the same registry.
+
+A master killed without `xparl stop` can be started again on the same port: workers
+re-register with the actors they kept, clients reconnect, and the registry is rebuilt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from parl_remote._config import load_token, settings
+from parl_remote._exceptions import ProtocolError
+from parl_remote._loop import run
+from parl_remote._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
+from parl_remote._transport import AsyncConnection, serve_async
+from parl_remote._util import owner_alive, write_json_atomic
+from parl_remote.protocol import messages as m
+
+__all__ = ["Master", "main"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _Request:
+    """A client's request for an actor, waiting for a slot."""
+
+    conn: AsyncConnection
+    client: ClientInfo
+    msg: m.CreateActor
+    deadline: float
+    timer: asyncio.TimerHandle | None = None
+
+
+class Master:
+    """The master process's state; `run()` serves until `xparl stop` (or its owner exits)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        token: bytes | None,
+        owner_pid: int | None = None,
+        ready_file: str | None = None,
+        monitor_port: int | None = None,
+    ) -> None:
+        self.host, self.port = host, port
+        self.token = token
+        self.owner_pid = owner_pid
+        self.ready_file = ready_file
+        self.monitor_port = monitor_port
+        self.registry = Registry(uuid.uuid4().hex[:12], settings.log_lines_per_actor)
+        self.pending: deque[_Request] = deque()
+        self.starting: dict[str, _Request] = {}
+        self._adopted: dict[str, float] = {}  # actor id -> when its client must be back
+        self._done: asyncio.Future | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self.dashboard_url: str | None = None
+
+    # -- life ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Serve until stopped."""
+        loop = asyncio.get_running_loop()
+        self._done = loop.create_future()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop, f"received {signal.Signals(sig).name}")
+        self._server = await serve_async(
+            self.host,
+            self.port,
+            token=self.token,
+            role="master",
+            on_message=self._on_message,
+            on_close=self._on_close,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.registry.master_info = {"host": self.host, "port": self.port, "pid": os.getpid()}
+        self._spawn(self._liveness())
+        if self.owner_pid:
+            self._spawn(self._watch_owner())
+        logger.info("master listening on %s:%d", self.host, self.port)
+        if self.ready_file:
+            write_json_atomic(
+                self.ready_file,
+                {
+                    "port": self.port,
+                    "pid": os.getpid(),
+                    "host": self.host,
+                    "dashboard": self.dashboard_url,
+                },
+            )
+        try:
+            await self._done
+        finally:
+            self._server.close()
+            for worker in list(self.registry.workers.values()):
+                with contextlib.suppress(ConnectionError):
+                    worker.conn.send(m.ShutdownWorker("the master stopped"))
+            await asyncio.sleep(0.05)  # let the shutdown messages out
+
+    def stop(self, reason: str) -> None:
+        """Stop serving (workers are told to stop only by `xparl stop`, see ShutdownCluster)."""
+        logger.info("master stopping: %s", reason)
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _watch_owner(self) -> None:
+        while True:
+            if not owner_alive(self.owner_pid):
+                self.stop(f"its owner process {self.owner_pid} exited")
+                return
+            await asyncio.sleep(0.5)
+
+    async def _liveness(self) -> None:
+        """Ping everyone; drop workers and clients that have been silent too long."""
+        while True:
+            await asyncio.sleep(settings.heartbeat_s)
+            now = time.monotonic()
+            for worker in list(self.registry.workers.values()):
+                silent = now - worker.last_seen
+                if silent > settings.heartbeat_timeout_s:
+                    self._drop_worker(
+                        worker,
+                        f"its worker {worker.hostname} stopped responding (silent for "
+                        f"{silent:.0f} s)",
+                    )
+                else:
+                    self._send(worker.conn, m.Ping())
+            for client in list(self.registry.clients.values()):
+                silent = now - client.last_seen
+                if silent > settings.heartbeat_timeout_s:
+                    self._drop_client(
+                        client, f"its client stopped responding (silent for {silent:.0f} s)"
+                    )
+                else:
+                    self._send(client.conn, m.Ping())
+            for actor_id, deadline in list(self._adopted.items()):
+                actor = self.registry.actors.get(actor_id)
+                if actor is None or actor.client_id in self.registry.clients:
+                    del self._adopted[actor_id]
+                elif now > deadline:
+                    del self._adopted[actor_id]
+                    self._release(actor, "its client did not come back after the master restarted")
+
+    @staticmethod
+    def _send(conn: AsyncConnection | None, msg: Any) -> None:
+        if conn is not None:
+            with contextlib.suppress(ConnectionError):
+                conn.send(msg)
+
+    # -- dispatch --------------------------------------------------------------------------
+    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+        peer = conn.context
+        if peer is not None:
+            peer.last_seen = time.monotonic()
+        handler = self._handlers.get(type(msg))
+        if handler is None:
+            raise ProtocolError(f"the master does not take {type(msg).__name__}")
+        handler(self, conn, peer, msg)
+
+    def _on_close(self, conn: AsyncConnection, exc: Exception | None) -> None:
+        peer = conn.context
+        if isinstance(peer, ClientInfo) and self.registry.clients.get(peer.client_id) is peer:
+            self._drop_client(peer, "its client disconnected")
+        elif isinstance(peer, WorkerInfo) and self.registry.workers.get(peer.worker_id) is peer:
+            self._drop_worker(peer, f"its worker {peer.hostname} disconnected")
+
+    def _require(self, peer: Any, kind: type, msg: Any) -> None:
+        if not isinstance(peer, kind):
+            raise ProtocolError(
+                f"{type(msg).__name__} from a connection that is not a registered {kind.__name__}"
+            )
+
+    # -- clients ---------------------------------------------------------------------------
+    def _register_client(self, conn: AsyncConnection, peer: Any, msg: m.RegisterClient) -> None:
+        if peer is not None:
+            raise ProtocolError("a connection registered twice")
+        old = self.registry.clients.get(msg.client_id)
+        if old is not None and old.conn is not None:
+            old.conn.context = None
+            old.conn.close()
+        client = ClientInfo(msg.client_id, msg.hostname, msg.pid, msg.log_to_driver, conn=conn)
+        if old is not None:
+            client.actors = old.actors
+        for actor in self.registry.actors.values():
+            if actor.client_id == client.client_id:
+                client.actors.add(actor.actor_id)
+        conn.context = client
+        self.registry.clients[client.client_id] = client
+        conn.send(m.Accepted(self.registry.cluster_id, settings.heartbeat_s))
+        logger.info(
+            "client %s (%s pid %d) connected", client.client_id, client.hostname, client.pid
+        )
+        self.registry.changed()
+
+    def _drop_client(self, client: ClientInfo, reason: str) -> None:
+        self.registry.clients.pop(client.client_id, None)
+        if client.conn is not None:
+            client.conn.context = None
+            client.conn.close()
+        for request in [r for r in self.pending if r.client is client]:
+            self.pending.remove(request)
+            if request.timer is not None:
+                request.timer.cancel()
+        for actor_id in list(client.actors):
+            actor = self.registry.actors.get(actor_id)
+            if actor is not None:
+                self._release(actor, reason)
+        logger.info("client %s gone: %s", client.client_id, reason)
+        self.registry.changed()
+
+    def _create_actor(self, conn: AsyncConnection, peer: Any, msg: m.CreateActor) -> None:
+        self._require(peer, ClientInfo, msg)
+        request = _Request(conn, peer, msg, time.monotonic() + msg.wait_s)
+        if not self._try_place(request):
+            self.pending.append(request)
+            request.timer = asyncio.get_running_loop().call_later(
+                max(msg.wait_s, 0.0), self._expire, request
+            )
+
+    def _expire(self, request: _Request) -> None:
+        if request not in self.pending:
+            return
+        self.pending.remove(request)
+        totals = self.registry.snapshot()["totals"]
+        if request.msg.n_gpu and not any(
+            len(w.gpus) >= request.msg.n_gpu for w in self.registry.workers.values()
+        ):
+            why = (
+                f"no worker offers {request.msg.n_gpu} GPUs "
+                "(start workers with `xparl connect --gpu ...`)"
+            )
+        else:
+            why = (
+                f"the cluster has {totals['cpu_total']} CPU slots on {totals['workers']} workers, "
+                f"{totals['cpu_used']} in use"
+            )
+        reason = (
+            "no free CPU "
+            f"slot{' with ' + str(request.msg.n_gpu) + ' GPUs' if request.msg.n_gpu else ''} "
+            f"for {request.msg.class_name} within {request.msg.wait_s:g} s: {why}. Free actors "
+            "(`del actor`), add workers (`xparl connect`), or wait longer (PARL_RESOURCE_WAIT_S)"
+        )
+        self._send(request.conn, m.CreateFailed(request.msg.request_id, "resource", reason))
+
+    def _try_place(self, request: _Request) -> bool:
+        n_gpu = request.msg.n_gpu
+        candidates = [
+            w
+            for w in self.registry.workers.values()
+            if w.vacant > 0 and len(w.free_gpus) >= n_gpu and w.conn is not None
+        ]
+        if not candidates:
+            return False
+        worker = max(candidates, key=lambda w: (w.vacant, -len(w.free_gpus) if not n_gpu else 0))
+        actor = ActorInfo(
+            actor_id=uuid.uuid4().hex[:12],
+            class_name=request.msg.class_name,
+            client_id=request.client.client_id,
+            worker_id=worker.worker_id,
+            host=worker.host,
+            gpus=worker.free_gpus[:n_gpu],
+            max_memory_mb=request.msg.max_memory_mb,
+        )
+        del worker.free_gpus[:n_gpu]
+        worker.actors.add(actor.actor_id)
+        request.client.actors.add(actor.actor_id)
+        self.registry.actors[actor.actor_id] = actor
+        self.starting[actor.actor_id] = request
+        self._send(
+            worker.conn,
+            m.StartActor(
+                actor.actor_id, actor.client_id, actor.class_name, actor.gpus, actor.max_memory_mb
+            ),
+        )
+        self.registry.changed()
+        return True
+
+    def _place_pending(self) -> None:
+        for request in list(self.pending):
+            if self._try_place(request):
+                self.pending.remove(request)
+                if request.timer is not None:
+                    request.timer.cancel()
+
+    def _release_actor(self, conn: AsyncConnection, peer: Any, msg: m.ReleaseActor) -> None:
+        self._require(peer, ClientInfo, msg)
+        actor = self.registry.actors.get(msg.actor_id)
+        if actor is not None and actor.client_id == peer.client_id:
+            self._release(actor, "released by its client")
+
+    def _release(self, actor: ActorInfo, reason: str) -> None:
+        """Stop an actor's process; its slot frees when the worker reports the exit."""
+        actor.released = True
+        if not actor.reason:
+            actor.reason = reason
+        worker = self.registry.workers.get(actor.worker_id)
+        if worker is None:
+            self.registry.end_actor(actor, reason)
+            return
+        self._send(worker.conn, m.StopActor(actor.actor_id, reason))
+
+    def _query_actor(self, conn: AsyncConnection, peer: Any, msg: m.QueryActor) -> None:
+        actor = self.registry.find_actor(msg.actor_id)
+        if actor is None:
+            conn.send(
+                m.ActorState(
+                    msg.request_id, msg.actor_id, "unknown", "the master does not know this actor"
+                )
+            )
+        else:
+            conn.send(m.ActorState(msg.request_id, msg.actor_id, actor.state, actor.reason))
+
+    def _status(self, conn: AsyncConnection, peer: Any, msg: m.StatusRequest) -> None:
+        conn.send(m.StatusReply(msg.request_id, self.registry.snapshot()))
+
+    def _shutdown_cluster(self, conn: AsyncConnection, peer: Any, msg: m.ShutdownCluster) -> None:
+        for worker in list(self.registry.workers.values()):
+            self._send(worker.conn, m.ShutdownWorker("the cluster is being stopped (xparl stop)"))
+        conn.send(m.Ack(msg.request_id))
+        asyncio.get_running_loop().call_later(0.2, self.stop, "xparl stop")
+
+    def _ping(self, conn: AsyncConnection, peer: Any, msg: m.Ping) -> None:
+        pass  # last_seen is updated for every message
+
+    # -- workers ---------------------------------------------------------------------------
+    def _register_worker(self, conn: AsyncConnection, peer: Any, msg: m.RegisterWorker) -> None:
+        if peer is not None:
+            raise ProtocolError("a connection registered twice")
+        old = self.registry.workers.get(msg.worker_id)
+        if old is not None:
+            self._drop_worker(old, f"its worker {old.hostname} re-registered")
+        worker = WorkerInfo(
+            msg.worker_id,
+            msg.hostname,
+            msg.host,
+            msg.pid,
+            msg.cpu_num,
+            list(msg.gpus),
+            msg.mem_total,
+            conn=conn,
+        )
+        worker.free_gpus = list(msg.gpus)
+        conn.context = worker
+        self.registry.workers[worker.worker_id] = worker
+        conn.send(m.Accepted(self.registry.cluster_id, settings.heartbeat_s))
+        grace = time.monotonic() + settings.client_grace_s
+        for record in msg.actors:
+            if (
+                record.actor_id in self.registry.ended_ids
+                or record.actor_id in self.registry.actors
+            ):
+                # Declared dead while the worker was cut off: stop it, so no ghost keeps a slot.
+                conn.send(m.StopActor(record.actor_id, "its worker was declared lost"))
+                continue
+            actor = ActorInfo(
+                actor_id=record.actor_id,
+                class_name=record.class_name,
+                client_id=record.client_id,
+                worker_id=worker.worker_id,
+                state="idle",
+                host=worker.host,
+                port=record.port,
+                pid=record.pid,
+                gpus=list(record.gpus),
+                max_memory_mb=record.max_memory_mb,
+                created_at=record.started_at or time.time(),
+            )
+            self.registry.actors[actor.actor_id] = actor
+            worker.actors.add(actor.actor_id)
+            worker.free_gpus = [g for g in worker.free_gpus if g not in actor.gpus]
+            client = self.registry.clients.get(actor.client_id)
+            if client is not None:
+                client.actors.add(actor.actor_id)
+            else:
+                self._adopted[actor.actor_id] = grace
+        logger.info(
+            "worker %s (%s, %d CPU slots, GPUs %s) registered with %d actors",
+            worker.worker_id,
+            worker.hostname,
+            worker.cpu_num,
+            worker.gpus or "none",
+            len(worker.actors),
+        )
+        self.registry.changed()
+        self._place_pending()
+
+    def _drop_worker(self, worker: WorkerInfo, reason: str) -> None:
+        self.registry.workers.pop(worker.worker_id, None)
+        if worker.conn is not None:
+            worker.conn.context = None
+            worker.conn.close()
+        for actor_id in list(worker.actors):
+            actor = self.registry.actors.get(actor_id)
+            if actor is not None:
+                self._actor_ended(actor, reason)
+        logger.warning("worker %s dropped: %s", worker.worker_id, reason)
+        self.registry.changed()
+
+    def _heartbeat(self, conn: AsyncConnection, peer: Any, msg: m.WorkerHeartbeat) -> None:
+        self._require(peer, WorkerInfo, msg)
+        peer.cpu_percent, peer.mem_used, peer.mem_total, peer.load_avg = (
+            msg.cpu_percent,
+            msg.mem_used,
+            msg.mem_total,
+            msg.load_avg,
+        )
+        peer.history.append((time.time(), msg.cpu_percent, msg.mem_used))
+        for stats in msg.actors:
+            actor = self.registry.actors.get(stats.actor_id)
+            if actor is not None:
+                actor.cpu_percent, actor.rss_bytes = stats.cpu_percent, stats.rss_bytes
+                actor.calls, actor.errors = stats.calls, stats.errors
+        self.registry.changed()
+
+    def _actor_started(self, conn: AsyncConnection, peer: Any, msg: m.ActorStarted) -> None:
+        self._require(peer, WorkerInfo, msg)
+        actor = self.registry.actors.get(msg.actor_id)
+        request = self.starting.pop(msg.actor_id, None)
+        if actor is None or request is None:
+            conn.send(m.StopActor(msg.actor_id, "nobody is waiting for it any more"))
+            return
+        actor.port, actor.pid = msg.port, msg.pid
+        self._send(
+            request.conn,
+            m.ActorAssigned(
+                request.msg.request_id,
+                actor.actor_id,
+                actor.host,
+                actor.port,
+                actor.pid,
+                peer.worker_id,
+            ),
+        )
+        self.registry.changed()
+
+    def _actor_start_failed(
+        self, conn: AsyncConnection, peer: Any, msg: m.ActorStartFailed
+    ) -> None:
+        self._require(peer, WorkerInfo, msg)
+        request = self.starting.pop(msg.actor_id, None)
+        actor = self.registry.actors.get(msg.actor_id)
+        if actor is not None:
+            self.registry.end_actor(actor, msg.reason)
+        if request is not None:
+            self._send(request.conn, m.CreateFailed(request.msg.request_id, "error", msg.reason))
+        self._place_pending()
+
+    def _actor_initialized(self, conn: AsyncConnection, peer: Any, msg: m.ActorInitialized) -> None:
+        actor = self.registry.actors.get(msg.actor_id)
+        if actor is not None and msg.ok:
+            actor.state = "idle"
+            self.registry.changed()
+
+    def _actor_exited(self, conn: AsyncConnection, peer: Any, msg: m.ActorExited) -> None:
+        self._require(peer, WorkerInfo, msg)
+        actor = self.registry.actors.get(msg.actor_id)
+        if actor is not None and actor.worker_id == peer.worker_id:
+            self._actor_ended(actor, actor.reason if actor.released else msg.reason)
+            self._place_pending()
+
+    def _actor_ended(self, actor: ActorInfo, reason: str) -> None:
+        request = self.starting.pop(actor.actor_id, None)
+        if request is not None:
+            self._send(
+                request.conn,
+                m.CreateFailed(
+                    request.msg.request_id, "error", f"the actor's process died: {reason}"
+                ),
+            )
+        self.registry.end_actor(actor, reason)
+        client = self.registry.clients.get(actor.client_id)
+        if client is not None and not actor.released:
+            self._send(client.conn, m.ActorDied(actor.actor_id, reason))
+
+    def _log_lines(self, conn: AsyncConnection, peer: Any, msg: m.LogLines) -> None:
+        self._require(peer, WorkerInfo, msg)
+        forward: dict[str, list] = {}
+        for entry in msg.lines:
+            actor_id, stream, line = entry
+            self.registry.add_log(actor_id, stream, line)
+            actor = self.registry.find_actor(actor_id)
+            client = self.registry.clients.get(actor.client_id) if actor is not None else None
+            if client is not None and client.log_to_driver:
+                forward.setdefault(client.client_id, []).append(entry)
+        for client_id, lines in forward.items():
+            self._send(self.registry.clients[client_id].conn, m.LogLines(lines))
+        self.registry.changed()
+
+    _handlers: ClassVar[dict[type, Any]] = {
+        m.RegisterClient: _register_client,
+        m.Ping: _ping,
+        m.CreateActor: _create_actor,
+        m.ReleaseActor: _release_actor,
+        m.QueryActor: _query_actor,
+        m.StatusRequest: _status,
+        m.ShutdownCluster: _shutdown_cluster,
+        m.RegisterWorker: _register_worker,
+        m.WorkerHeartbeat: _heartbeat,
+        m.ActorStarted: _actor_started,
+        m.ActorStartFailed: _actor_start_failed,
+        m.ActorInitialized: _actor_initialized,
+        m.ActorExited: _actor_exited,
+        m.LogLines: _log_lines,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run a master in this process (what `xparl start` starts in the background)."""
+    parser = argparse.ArgumentParser(prog="python -m parl_remote._master")
+    parser.add_argument("--port", type=int, default=8010)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--monitor_port", type=int, default=None)
+    parser.add_argument("--owner-pid", type=int, default=None)
+    parser.add_argument("--ready-file", default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    master = Master(
+        args.host,
+        args.port,
+        token=load_token(),
+        owner_pid=args.owner_pid,
+        ready_file=args.ready_file,
+        monitor_port=args.monitor_port,
+    )
+    try:
+        run(master.run())
+    except OSError as exc:
+        logger.error("the master could not listen on %s:%d: %s", args.host, args.port, exc)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""The master's registry: the one source of truth about workers, clients and actors.
+
+The master mutates it as messages arrive; `xparl status` and the dashboard read it (through
+`snapshot()` and the per-actor log buffers). Listeners registered with `subscribe` are told,
+without arguments, whenever something changed, so that live views update at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ActorInfo", "ClientInfo", "Registry", "WorkerInfo"]
+
+_HISTORY = 600  # load samples kept per worker: 10 minutes at one a second
+_ENDED = 1000  # recently ended actors kept for the dashboard
+
+
+@dataclass(eq=False)
+class WorkerInfo:
+    """A worker and its slots."""
+
+    worker_id: str
+    hostname: str
+    host: str
+    pid: int
+    cpu_num: int
+    gpus: list[str]
+    mem_total: int
+    conn: Any = None
+    registered_at: float = field(default_factory=time.time)
+    last_seen: float = field(default_factory=time.monotonic)
+    free_gpus: list[str] = field(default_factory=list)
+    actors: set[str] = field(default_factory=set)
+    cpu_percent: float = 0.0
+    mem_used: int = 0
+    load_avg: float = 0.0
+    history: deque = field(default_factory=lambda: deque(maxlen=_HISTORY))
+
+    @property
+    def vacant(self) -> int:
+        """CPU slots without an actor."""
+        return self.cpu_num - len(self.actors)
+
+
+@dataclass(eq=False)
+class ClientInfo:
+    """A connected client process."""
+
+    client_id: str
+    hostname: str
+    pid: int
+    log_to_driver: bool
+    conn: Any = None
+    connected_at: float = field(default_factory=time.time)
+    last_seen: float = field(default_factory=time.monotonic)
+    actors: set[str] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class ActorInfo:
+    """An actor, live or recently ended."""
+
+    actor_id: str
+    class_name: str
+    client_id: str
+    worker_id: str
+    state: str = "starting"  # starting, idle, busy, dead
+    reason: str = ""
+    host: str = ""
+    port: int = 0
+    pid: int = 0
+    gpus: list[str] = field(default_factory=list)
+    max_memory_mb: float = 0.0
+    created_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    calls: int = 0
+    errors: int = 0
+    cpu_percent: float = 0.0
+    rss_bytes: int = 0
+    released: bool = False
+
+    def as_dict(self, now: float) -> dict[str, Any]:
+        """Plain data for the status reply and the dashboard's API."""
+        end = self.ended_at or now
+        return {
+            "actor_id": self.actor_id,
+            "class_name": self.class_name,
+            "client_id": self.client_id,
+            "worker_id": self.worker_id,
+            "state": self.state,
+            "reason": self.reason,
+            "host": self.host,
+            "port": self.port,
+            "pid": self.pid,
+            "gpus": list(self.gpus),
+            "calls": self.calls,
+            "errors": self.errors,
+            "cpu_percent": self.cpu_percent,
+            "rss_bytes": self.rss_bytes,
+            "created_at": self.created_at,
+            "ended_at": self.ended_at,
+            "uptime_s": max(end - self.created_at, 0.0),
+        }
+
+
+class Registry:
+    """Workers, clients, live and recently ended actors, and each actor's retained output."""
+
+    def __init__(self, cluster_id: str, log_lines_per_actor: int = 10_000) -> None:
+        self.cluster_id = cluster_id
+        self.started_at = time.time()
+        self.workers: dict[str, WorkerInfo] = {}
+        self.clients: dict[str, ClientInfo] = {}
+        self.actors: dict[str, ActorInfo] = {}
+        self.ended: deque[ActorInfo] = deque(maxlen=_ENDED)
+        self.ended_ids: set[str] = set()
+        self.logs: dict[str, deque] = {}
+        self.log_counts: dict[str, int] = {}
+        self._log_lines = log_lines_per_actor
+        self._listeners: set[Callable[[], None]] = set()
+        self.master_info: dict[str, Any] = {}
+
+    # -- change notification ---------------------------------------------------------------
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call `listener()` after every change; returns a function that unsubscribes."""
+        self._listeners.add(listener)
+        return lambda: self._listeners.discard(listener)
+
+    def changed(self) -> None:
+        """Tell every listener that something changed."""
+        for listener in list(self._listeners):
+            listener()
+
+    # -- actors ----------------------------------------------------------------------------
+    def end_actor(self, actor: ActorInfo, reason: str) -> None:
+        """Move a live actor to the recently ended list, with why it ended."""
+        if actor.state == "dead":
+            return
+        actor.state, actor.reason, actor.ended_at = "dead", reason, time.time()
+        self.actors.pop(actor.actor_id, None)
+        if len(self.ended) == self.ended.maxlen:
+            old = self.ended[0]
+            self.logs.pop(old.actor_id, None)
+            self.log_counts.pop(old.actor_id, None)
+        self.ended.append(actor)
+        self.ended_ids.add(actor.actor_id)
+        worker = self.workers.get(actor.worker_id)
+        if worker is not None:
+            worker.actors.discard(actor.actor_id)
+            worker.free_gpus.extend(g for g in actor.gpus if g not in worker.free_gpus)
+        client = self.clients.get(actor.client_id)
+        if client is not None:
+            client.actors.discard(actor.actor_id)
+        self.changed()
+
+    def find_actor(self, actor_id: str) -> ActorInfo | None:
+        """A live actor, or a recently ended one."""
+        actor = self.actors.get(actor_id)
+        if actor is not None:
+            return actor
+        for ended in reversed(self.ended):
+            if ended.actor_id == actor_id:
+                return ended
+        return None
+
+    # -- logs ------------------------------------------------------------------------------
+    def add_log(self, actor_id: str, stream: str, line: str) -> None:
+        """Keep one output line of an actor (the oldest go when over the limit)."""
+        buf = self.logs.get(actor_id)
+        if buf is None:
+            buf = self.logs[actor_id] = deque(maxlen=self._log_lines)
+            self.log_counts[actor_id] = 0
+        self.log_counts[actor_id] += 1
+        buf.append((self.log_counts[actor_id], time.time(), stream, line))
+
+    def read_log(
+        self, actor_id: str, offset: int = 0
+    ) -> tuple[list[tuple[int, float, str, str]], int]:
+        """Lines numbered above `offset` (still retained), and the number of the last line."""
+        buf = self.logs.get(actor_id)
+        if not buf:
+            return [], self.log_counts.get(actor_id, 0)
+        first = buf[0][0]
+        start = max(offset - first + 1, 0)
+        lines = list(itertools.islice(buf, start, None))
+        return lines, self.log_counts[actor_id]
+
+    # -- views -----------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """The whole cluster as plain data (what `xparl status` prints)."""
+        now = time.time()
+        workers = [
+            {
+                "worker_id": w.worker_id,
+                "hostname": w.hostname,
+                "host": w.host,
+                "pid": w.pid,
+                "cpu_num": w.cpu_num,
+                "cpu_used": len(w.actors),
+                "cpu_vacant": w.vacant,
+                "gpus": list(w.gpus),
+                "free_gpus": list(w.free_gpus),
+                "cpu_percent": w.cpu_percent,
+                "mem_used": w.mem_used,
+                "mem_total": w.mem_total,
+                "load_avg": w.load_avg,
+                "uptime_s": now - w.registered_at,
+            }
+            for w in self.workers.values()
+        ]
+        clients = [
+            {
+                "client_id": c.client_id,
+                "hostname": c.hostname,
+                "pid": c.pid,
+                "actors": len(c.actors),
+                "connected_at": c.connected_at,
+            }
+            for c in self.clients.values()
+        ]
+        cpu_total = sum(w.cpu_num for w in self.workers.values())
+        cpu_used = sum(len(w.actors) for w in self.workers.values())
+        return {
+            "cluster_id": self.cluster_id,
+            "master": dict(self.master_info, uptime_s=now - self.started_at),
+            "totals": {
+                "workers": len(self.workers),
+                "cpu_total": cpu_total,
+                "cpu_used": cpu_used,
+                "cpu_vacant": cpu_total - cpu_used,
+                "actors": len(self.actors),
+                "clients": len(self.clients),
+                # several workers on one machine report the same memory: count each host once
+                "mem_used": sum({w.hostname: w.mem_used for w in self.workers.values()}.values()),
+                "mem_total": sum({w.hostname: w.mem_total for w in self.workers.values()}.values()),
+            },
+            "workers": workers,
+            "clients": clients,
+            "actors": [a.as_dict(now) for a in self.actors.values()],
+            "ended_actors": [a.as_dict(now) for a in list(self.ended)[-100:]],
+        }

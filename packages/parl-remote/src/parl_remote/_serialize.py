@@ -1,0 +1,147 @@
+"""Pickling of arguments, results, classes and exceptions for the wire.
+
+Pickle protocol 5 with out-of-band buffers: a contiguous numpy array (or any object exporting a
+`PickleBuffer`) of at least `OUT_OF_BAND_MIN` bytes travels as its own raw frame, never copied
+into the pickle stream. The fast C pickler is tried first; objects it cannot pickle, and
+objects that refer to the user's script (`__main__`, which the actor process does not share),
+go through cloudpickle, which pickles such classes and functions by value.
+"""
+
+from __future__ import annotations
+
+import builtins
+import pickle
+import traceback
+from typing import Any
+
+import cloudpickle
+
+from parl_remote._exceptions import RemoteError, RemoteMethodError
+
+__all__ = [
+    "OUT_OF_BAND_MIN",
+    "describe",
+    "dumps",
+    "dumps_exception",
+    "find_culprit",
+    "format_remote_traceback",
+    "loads",
+    "loads_exception",
+]
+
+OUT_OF_BAND_MIN = 16 << 10
+_MAIN = b"__main__"
+
+
+def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    """Pickle `obj`; return the stream and its out-of-band buffers (views, not copies)."""
+    buffers: list[pickle.PickleBuffer] = []
+
+    def keep(buf: pickle.PickleBuffer) -> bool:
+        # True keeps a small buffer in-band; large ones go out of band, in order.
+        if buf.raw().nbytes < OUT_OF_BAND_MIN:
+            return True
+        buffers.append(buf)
+        return False
+
+    try:
+        data = pickle.dumps(obj, protocol=5, buffer_callback=keep)
+        if _MAIN not in data:
+            return data, buffers
+    except Exception:
+        pass
+    buffers.clear()
+    return cloudpickle.dumps(obj, protocol=5, buffer_callback=keep), buffers
+
+
+def loads(data: bytes, buffers: tuple | list = ()) -> Any:
+    """Unpickle what `dumps` produced (buffers in the same order)."""
+    return pickle.loads(data, buffers=buffers)
+
+
+def describe(obj: Any) -> str:
+    """A short, safe description of an object for error messages."""
+    kind = type(obj)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    try:
+        text = repr(obj)
+    except Exception:
+        text = "<unrepresentable>"
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} (a {name})"
+
+
+def find_culprit(named: dict[str, Any]) -> str:
+    """Return which of the named objects cannot be pickled, and why (for error messages)."""
+    for label, value in named.items():
+        try:
+            cloudpickle.dumps(value, protocol=5)
+        except Exception as exc:
+            return f"{label}, {describe(value)}: {type(exc).__name__}: {exc}"
+    return "one of the values"
+
+
+# -- exceptions --------------------------------------------------------------------------------
+def dumps_exception(exc: BaseException) -> bytes:
+    """Pickle an exception raised by user code, or return b"" when that is impossible."""
+    try:
+        data = cloudpickle.dumps(exc, protocol=5)
+        pickle.loads(data)  # an exception whose __init__ cannot be replayed fails here
+    except Exception:
+        return b""
+    return data
+
+
+def format_remote_traceback(exc: BaseException) -> str:
+    """The traceback of `exc` as text, for the caller."""
+    return "".join(traceback.format_exception(exc))
+
+
+_REMOTE_TYPES: dict[type, type] = {}
+
+
+def _remote_type(kind: type[BaseException]) -> type[BaseException]:
+    """A subclass of both `kind` and `RemoteError`, so either `except` clause catches it."""
+    if issubclass(kind, RemoteError) or not issubclass(kind, Exception):
+        return kind
+    cached = _REMOTE_TYPES.get(kind)
+    if cached is None:
+        try:
+            cached = type(kind.__name__, (kind, RemoteError), {"__module__": kind.__module__})
+            cached.__qualname__ = kind.__qualname__
+        except TypeError:  # a layout that refuses multiple inheritance
+            cached = kind
+        _REMOTE_TYPES[kind] = cached
+    return cached
+
+
+def loads_exception(
+    payload: bytes, type_name: str, message: str, remote_tb: str, where: str
+) -> BaseException:
+    """Rebuild a remote exception as its own type (and a RemoteError), with its traceback."""
+    exc: BaseException | None = None
+    if payload:
+        try:
+            original = pickle.loads(payload)
+        except Exception:
+            original = None
+        if isinstance(original, BaseException):
+            kind = _remote_type(type(original))
+            if kind is type(original):
+                exc = original
+            else:
+                exc = kind.__new__(kind, *original.args)
+                exc.__dict__.update(getattr(original, "__dict__", {}))
+    if exc is None:
+        builtin = getattr(builtins, type_name, None)
+        if isinstance(builtin, type) and issubclass(builtin, Exception):
+            exc = _remote_type(builtin)(message)
+        else:
+            exc = RemoteMethodError(f"{type_name}: {message}")
+    exc.add_note(f"--- raised in {where}; remote traceback ---\n{remote_tb.rstrip()}")
+    return exc

@@ -1,0 +1,88 @@
+"""Small helpers shared by the cluster's processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+import time
+from typing import Any
+
+import psutil
+
+__all__ = ["describe_exit", "kill_pid", "owner_alive", "read_json", "write_json_atomic"]
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+    """Write `data` as JSON to `path` so that readers see the old file or the new one, whole."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".parl-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read a JSON file, or return None if it does not exist or is not complete JSON."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def describe_exit(code: int | None) -> str:
+    """Say how a process ended from its return code (negative: killed by a signal)."""
+    if code is None:
+        return "ended"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"
+
+
+def owner_alive(pid: int | None) -> bool:
+    """Whether the process that owns us (an embedded cluster's user process) still runs."""
+    if not pid:
+        return True
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def kill_pid(pid: int, *, timeout: float = 5.0, create_time: float | None = None) -> bool:
+    """Stop process `pid`: SIGTERM, then SIGKILL after `timeout`. Return whether it is gone.
+
+    With `create_time`, a process with that PID but another start time (the PID was reused) is
+    left alone.
+    """
+    try:
+        proc = psutil.Process(pid)
+        if create_time is not None and abs(proc.create_time() - create_time) > 1.0:
+            return True
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except psutil.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+    deadline = time.monotonic() + timeout
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not psutil.pid_exists(pid)

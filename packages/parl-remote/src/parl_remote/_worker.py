@@ -1,0 +1,572 @@
+"""A worker: one per machine; offers its CPU (and GPU) slots to a master and runs actors.
+
+The worker keeps one warm actor process (`_actor_host`) ready per vacant slot, so creating an
+actor costs a message, not a Python start-up. It is the parent of every actor process on its
+machine: it sees each one exit the instant it does and reports why (exit code, signal, the
+memory limit it enforced, `sys.exit`), captures their stdout and stderr line by line for the
+master, and samples their CPU and memory for the dashboard. An actor's process is never reused:
+when an actor ends, its slot gets a fresh warm process.
+
+If the master goes away without `xparl stop`, the worker keeps its actors serving their clients
+and keeps trying to re-register for `PARL_MASTER_GRACE_S` seconds; a restarted master gets the
+cluster back, with the actors that are still alive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from parl_remote._config import load_token, settings
+from parl_remote._exceptions import AuthenticationError, ClusterError, ProtocolError
+from parl_remote._loop import run
+from parl_remote._transport import AsyncConnection, open_async
+from parl_remote._util import describe_exit, owner_alive, write_json_atomic
+from parl_remote.protocol import messages as m
+from parl_remote.protocol.connection import Connection
+
+__all__ = ["Worker", "main"]
+
+logger = logging.getLogger(__name__)
+
+_LOG_FLUSH_S = 0.05
+_LOG_BACKLOG = 100_000
+_MEMORY_CHECK_S = 0.25
+
+
+@dataclass(eq=False)
+class _Host:
+    """One actor process: warm (no actor yet) or running an actor."""
+
+    proc: asyncio.subprocess.Process
+    death_w: int
+    ready: asyncio.Future
+    ctl: AsyncConnection | None = None
+    port: int = 0
+    actor_id: str | None = None
+    client_id: str = ""
+    class_name: str = ""
+    gpus: list[str] = field(default_factory=list)
+    max_memory_mb: float = 0.0
+    started_at: float = 0.0
+    workdir: str = ""
+    exit_reason: str | None = None
+    assigned: asyncio.Future | None = None
+    calls: int = 0
+    errors: int = 0
+    ps: psutil.Process | None = None
+    readers: list[asyncio.Task] = field(default_factory=list)
+
+
+class Worker:
+    """The worker process's state and its event-loop tasks."""
+
+    def __init__(
+        self,
+        master_host: str,
+        master_port: int,
+        *,
+        cpu_num: int,
+        gpus: list[str] | None = None,
+        host: str | None = None,
+        token: bytes | None,
+        owner_pid: int | None = None,
+        ready_file: str | None = None,
+    ) -> None:
+        if cpu_num < 1:
+            raise ValueError(f"a worker needs at least one CPU slot, got {cpu_num=}")
+        self.master_host, self.master_port = master_host, master_port
+        self.cpu_num = cpu_num
+        self.gpus = list(gpus or [])
+        self.host = host
+        self.token = token
+        self.owner_pid = owner_pid
+        self.ready_file = ready_file
+        self.worker_id = uuid.uuid4().hex[:12]
+        self.run_dir = tempfile.mkdtemp(prefix=f"parl-worker-{self.worker_id}-")
+        self.hosts: set[_Host] = set()
+        self.master: AsyncConnection | None = None
+        self._accepted: asyncio.Future | None = None
+        self._last_master_msg = 0.0
+        self._logs: deque = deque(maxlen=_LOG_BACKLOG)
+        self._log_flush: asyncio.TimerHandle | None = None
+        self._warm_changed: asyncio.Condition | None = None
+        self._stopping = False
+        self._done: asyncio.Future | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- life ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Register with the master, keep slots warm, and serve until stopped."""
+        loop = asyncio.get_running_loop()
+        self._done = loop.create_future()
+        self._warm_changed = asyncio.Condition()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop, f"received {signal.Signals(sig).name}")
+        try:
+            await self._connect_master()
+            self._refill()
+            await self._announce_ready()
+            self._spawn(self._master_loop())
+            self._spawn(self._watch_memory())
+            if self.owner_pid:
+                self._spawn(self._watch_owner())
+            await self._done
+        finally:
+            await self._shutdown()
+
+    async def _announce_ready(self) -> None:
+        """Once every slot has a warm process (or 30 s passed), write the ready file."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (
+            len(self.hosts) < self.cpu_num or not all(h.ready.done() for h in self.hosts)
+        ):
+            await asyncio.sleep(0.01)
+        if self.ready_file:
+            write_json_atomic(
+                self.ready_file,
+                {"worker_id": self.worker_id, "pid": os.getpid(), "host": self.host},
+            )
+
+    def stop(self, reason: str) -> None:
+        """Stop every actor and exit."""
+        if not self._stopping:
+            logger.info("worker %s stopping: %s", self.worker_id, reason)
+            self._stopping = True
+            if self._done is not None and not self._done.done():
+                self._done.set_result(None)
+
+    async def _shutdown(self) -> None:
+        for host in list(self.hosts):
+            with contextlib.suppress(ProcessLookupError):
+                host.proc.kill()
+        for host in list(self.hosts):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(host.proc.wait(), 5)
+        if self.master is not None:
+            self.master.close()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def _spawn(self, coro: Any) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("worker task failed", exc_info=task.exception())
+            self.stop(f"internal error: {task.exception()!r}")
+
+    async def _watch_owner(self) -> None:
+        while not self._stopping:
+            if not owner_alive(self.owner_pid):
+                self.stop(f"its owner process {self.owner_pid} exited")
+                return
+            await asyncio.sleep(0.5)
+
+    # -- the master ------------------------------------------------------------------------
+    async def _connect_master(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._accepted = loop.create_future()
+        conn = await open_async(
+            self.master_host,
+            self.master_port,
+            token=self.token,
+            role="worker",
+            on_message=self._on_master,
+            on_close=self._on_master_closed,
+            expect="master",
+        )
+        if self.host is None:
+            self.host = conn.transport.get_extra_info("sockname")[0]
+        self._last_master_msg = time.monotonic()
+        conn.send(
+            m.RegisterWorker(
+                worker_id=self.worker_id,
+                hostname=socket.gethostname(),
+                host=self.host,
+                pid=os.getpid(),
+                cpu_num=self.cpu_num,
+                gpus=self.gpus,
+                actors=[self._record(h) for h in self.hosts if h.actor_id is not None],
+                mem_total=psutil.virtual_memory().total,
+            )
+        )
+        await asyncio.wait_for(self._accepted, settings.connect_timeout_s)
+        self.master = conn
+        if self._logs:
+            self._schedule_log_flush()
+        logger.info(
+            "worker %s registered with the master at %s:%d",
+            self.worker_id,
+            self.master_host,
+            self.master_port,
+        )
+
+    async def _master_loop(self) -> None:
+        """Heartbeat while connected; after a loss, retry for the grace period, then give up."""
+        lost_since: float | None = None
+        while not self._stopping:
+            conn = self.master
+            if conn is not None and not conn.closed:
+                if time.monotonic() - self._last_master_msg > settings.heartbeat_timeout_s:
+                    logger.warning(
+                        "no word from the master for %.0f s; reconnecting",
+                        settings.heartbeat_timeout_s,
+                    )
+                    conn.close()
+                else:
+                    with contextlib.suppress(ConnectionError):
+                        conn.send(self._heartbeat())
+                    await asyncio.sleep(settings.heartbeat_s)
+                    continue
+            self.master = None
+            now = time.monotonic()
+            if lost_since is None:
+                lost_since = now
+                logger.warning(
+                    "lost the master at %s:%d; keeping %d actors and retrying for %.0f s",
+                    self.master_host,
+                    self.master_port,
+                    sum(h.actor_id is not None for h in self.hosts),
+                    settings.master_grace_s,
+                )
+            if now - lost_since > settings.master_grace_s:
+                self.stop(f"the master did not come back within {settings.master_grace_s:.0f} s")
+                return
+            try:
+                await self._connect_master()
+                lost_since = None
+            except AuthenticationError as exc:
+                self.stop(f"the master refused this worker: {exc}")
+                return
+            except (OSError, ClusterError, ProtocolError, TimeoutError):
+                await asyncio.sleep(min(1.0, settings.heartbeat_s))
+
+    def _on_master(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+        self._last_master_msg = time.monotonic()
+        if isinstance(msg, m.Ping):
+            return
+        if isinstance(msg, m.Accepted):
+            if self._accepted is not None and not self._accepted.done():
+                self._accepted.set_result(msg)
+        elif isinstance(msg, m.StartActor):
+            self._spawn(self._start_actor(conn, msg))
+        elif isinstance(msg, m.StopActor):
+            self._stop_actor(msg.actor_id, msg.reason)
+        elif isinstance(msg, m.ShutdownWorker):
+            self.stop(msg.reason)
+        else:
+            raise ProtocolError(f"a worker does not take {type(msg).__name__} from the master")
+
+    def _on_master_closed(self, conn: AsyncConnection, exc: Exception | None) -> None:
+        if self.master is conn:
+            self.master = None
+
+    def _to_master(self, msg: Any) -> None:
+        if self.master is not None:
+            with contextlib.suppress(ConnectionError):
+                self.master.send(msg)
+
+    def _record(self, host: _Host) -> m.ActorRecord:
+        return m.ActorRecord(
+            actor_id=host.actor_id or "",
+            client_id=host.client_id,
+            class_name=host.class_name,
+            port=host.port,
+            pid=host.proc.pid,
+            gpus=host.gpus,
+            max_memory_mb=host.max_memory_mb,
+            started_at=host.started_at,
+        )
+
+    def _heartbeat(self) -> m.WorkerHeartbeat:
+        vm = psutil.virtual_memory()
+        stats = []
+        for host in self.hosts:
+            if host.actor_id is None or host.ps is None:
+                continue
+            try:
+                cpu = host.ps.cpu_percent(None)
+                rss = _tree_rss(host.ps)
+            except psutil.Error:
+                continue
+            stats.append(
+                m.ActorStats(host.actor_id, cpu, rss, calls=host.calls, errors=host.errors)
+            )
+        return m.WorkerHeartbeat(
+            cpu_percent=psutil.cpu_percent(None),
+            mem_used=vm.total - vm.available,
+            mem_total=vm.total,
+            load_avg=os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0,
+            actors=stats,
+        )
+
+    # -- actor processes -------------------------------------------------------------------
+    def _refill(self) -> None:
+        """Start warm processes until every vacant slot has one."""
+        if self._stopping:
+            return
+        missing = self.cpu_num - len(self.hosts)
+        for _ in range(missing):
+            self._spawn(self._start_host())
+
+    async def _start_host(self) -> None:
+        loop = asyncio.get_running_loop()
+        parent, child = socket.socketpair()
+        death_r, death_w = os.pipe()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if self.token is not None:
+            env["PARL_CLUSTER_TOKEN"] = self.token.decode()
+        host = None
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "parl_remote._actor_host",
+                "--ctl-fd",
+                str(child.fileno()),
+                "--death-fd",
+                str(death_r),
+                "--host",
+                self.host or "127.0.0.1",
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                pass_fds=(child.fileno(), death_r),
+                env=env,
+                cwd=self.run_dir,
+                limit=1 << 20,
+            )
+            host = _Host(proc=proc, death_w=death_w, ready=loop.create_future())
+            self.hosts.add(host)
+        finally:
+            child.close()
+            os.close(death_r)
+            if host is None:
+                parent.close()
+                os.close(death_w)
+        _, host.ctl = await loop.create_connection(
+            lambda: AsyncConnection(
+                Connection("worker", is_server=True, token=None, trusted=True),
+                lambda conn, msg, bufs: self._on_host(host, msg),
+            ),
+            sock=parent,
+        )
+        host.readers = [
+            self._spawn(self._read_lines(host, proc.stdout, "stdout")),
+            self._spawn(self._read_lines(host, proc.stderr, "stderr")),
+        ]
+        self._spawn(self._wait_exit(host))
+
+    def _on_host(self, host: _Host, msg: Any) -> None:
+        if isinstance(msg, m.HostReady):
+            host.port = msg.port
+            with contextlib.suppress(psutil.Error):
+                host.ps = psutil.Process(msg.pid)
+                host.ps.cpu_percent(None)
+            if not host.ready.done():
+                host.ready.set_result(None)
+            self._spawn(self._notify_warm())
+        elif isinstance(msg, m.Assigned):
+            if host.assigned is not None and not host.assigned.done():
+                host.assigned.set_result(None)
+        elif isinstance(msg, m.ActorInitialized):
+            self._to_master(msg)  # a failed constructor: the client releases the actor
+        elif isinstance(msg, m.ActorStats):
+            host.calls, host.errors = msg.calls, msg.errors
+        elif isinstance(msg, m.ActorExited):
+            host.exit_reason = msg.reason
+        else:
+            raise ProtocolError(
+                f"a worker does not take {type(msg).__name__} from an actor process"
+            )
+
+    async def _notify_warm(self) -> None:
+        async with self._warm_changed:
+            self._warm_changed.notify_all()
+
+    def _warm_host(self) -> _Host | None:
+        for host in self.hosts:
+            if host.actor_id is None and host.ready.done() and host.exit_reason is None:
+                return host
+        return None
+
+    async def _start_actor(self, conn: AsyncConnection, msg: m.StartActor) -> None:
+        deadline = time.monotonic() + settings.connect_timeout_s * 3
+        host = self._warm_host()
+        while host is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._stopping:
+                self._to_master(
+                    m.ActorStartFailed(
+                        msg.actor_id, "no warm actor process became ready; see the worker's log"
+                    )
+                )
+                return
+            self._refill()
+            async with self._warm_changed:
+                with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                    await asyncio.wait_for(self._warm_changed.wait(), remaining)
+            host = self._warm_host()
+        host.actor_id, host.client_id, host.class_name = msg.actor_id, msg.client_id, msg.class_name
+        host.gpus, host.max_memory_mb, host.started_at = (
+            list(msg.gpus),
+            msg.max_memory_mb,
+            time.time(),
+        )
+        host.workdir = os.path.join(self.run_dir, "actors", msg.actor_id)
+        env = {"PARL_ACTOR_ID": msg.actor_id}
+        if msg.gpus or self.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(msg.gpus)
+        host.assigned = asyncio.get_running_loop().create_future()
+        try:
+            host.ctl.send(
+                m.Assign(msg.actor_id, msg.client_id, msg.class_name, env=env, workdir=host.workdir)
+            )
+            await asyncio.wait_for(host.assigned, settings.connect_timeout_s)
+        except (ConnectionError, TimeoutError):
+            self._stop_actor(msg.actor_id, "its process did not take the assignment")
+            return
+        self._to_master(m.ActorStarted(msg.actor_id, host.port, host.proc.pid))
+
+    def _stop_actor(self, actor_id: str, reason: str) -> None:
+        for host in self.hosts:
+            if host.actor_id == actor_id:
+                if host.exit_reason is None:
+                    host.exit_reason = reason
+                with contextlib.suppress(ProcessLookupError):
+                    host.proc.kill()
+                return
+        self._to_master(m.ActorExited(actor_id, "its worker no longer had it"))
+
+    async def _wait_exit(self, host: _Host) -> None:
+        code = await host.proc.wait()
+        # Let the last lines it printed reach the master before the news of its death.
+        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*host.readers, return_exceptions=True), 0.5)
+        self._flush_logs()
+        self.hosts.discard(host)
+        os.close(host.death_w)
+        if host.ctl is not None:
+            host.ctl.close()
+        if host.actor_id is not None:
+            reason = host.exit_reason or f"its process {describe_exit(code)}"
+            self._to_master(m.ActorExited(host.actor_id, reason, code))
+            if host.workdir:
+                shutil.rmtree(host.workdir, ignore_errors=True)
+        elif not self._stopping:
+            logger.warning("a warm actor process %s %s", host.proc.pid, describe_exit(code))
+            await asyncio.sleep(0.5)  # do not spin if processes fail to start
+        self._refill()
+
+    async def _watch_memory(self) -> None:
+        while not self._stopping:
+            for host in list(self.hosts):
+                if (
+                    host.actor_id is None
+                    or not host.max_memory_mb
+                    or host.ps is None
+                    or host.exit_reason
+                ):
+                    continue
+                try:
+                    rss = _tree_rss(host.ps)
+                except psutil.Error:
+                    continue
+                if rss > host.max_memory_mb * 1e6:
+                    self._stop_actor(
+                        host.actor_id,
+                        f"it exceeded its memory limit of {host.max_memory_mb:g} MB (RSS "
+                        f"{rss / 1e6:.0f} MB)",
+                    )
+            await asyncio.sleep(_MEMORY_CHECK_S)
+
+    # -- logs ------------------------------------------------------------------------------
+    async def _read_lines(self, host: _Host, stream: asyncio.StreamReader, name: str) -> None:
+        while True:
+            try:
+                raw = await stream.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                raw = await stream.read(1 << 16)
+            if not raw:
+                return
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if host.actor_id is None:
+                logger.info("[warm process %s %s] %s", host.proc.pid, name, line)
+                continue
+            self._logs.append((host.actor_id, name, line))
+            self._schedule_log_flush()
+
+    def _schedule_log_flush(self) -> None:
+        if self._log_flush is None:
+            self._log_flush = asyncio.get_running_loop().call_later(_LOG_FLUSH_S, self._flush_logs)
+
+    def _flush_logs(self) -> None:
+        if self._log_flush is not None:
+            self._log_flush.cancel()
+            self._log_flush = None
+        if self._logs and self.master is not None and not self.master.closed:
+            lines = list(self._logs)
+            self._logs.clear()
+            self._to_master(m.LogLines(lines))
+
+
+def _tree_rss(proc: psutil.Process) -> int:
+    rss = proc.memory_info().rss
+    for child in proc.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            rss += child.memory_info().rss
+    return rss
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run a worker in this process (what `xparl connect` starts in the background)."""
+    parser = argparse.ArgumentParser(prog="python -m parl_remote._worker")
+    parser.add_argument("--address", required=True, help="the master, HOST:PORT")
+    parser.add_argument("--cpu_num", type=int, default=None)
+    parser.add_argument("--gpu", default="", help="GPU ids this worker offers, e.g. 0,1")
+    parser.add_argument("--host", default=None, help="address clients use to reach this machine")
+    parser.add_argument("--owner-pid", type=int, default=None)
+    parser.add_argument("--ready-file", default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    host, _, port = args.address.rpartition(":")
+    cpu_num = args.cpu_num or len(os.sched_getaffinity(0))
+    gpus = [g.strip() for g in args.gpu.split(",") if g.strip()]
+    worker = Worker(
+        host or "127.0.0.1",
+        int(port),
+        cpu_num=cpu_num,
+        gpus=gpus,
+        host=args.host,
+        token=load_token(),
+        owner_pid=args.owner_pid,
+        ready_file=args.ready_file,
+    )
+    try:
+        run(worker.run())
+    except (OSError, ClusterError, TimeoutError) as exc:
+        logger.error("worker could not join the master at %s: %s", args.address, exc)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,396 @@
+"""`xparl`: start, grow, inspect and stop a PARL cluster from the shell.
+
+    xparl start --port 8010 [--cpu_num N] [--host 127.0.0.1] [--monitor_port 8011]
+    xparl connect --address HOST:PORT [--cpu_num N] [--gpu 0,1]
+    xparl status [--address HOST:PORT | --port 8010]
+    xparl stop [--address HOST:PORT | --port 8010]
+
+`start` runs a master and a local worker in the background and returns once they serve;
+`connect` adds a worker (on any machine that has the cluster token); `stop` stops the cluster:
+it asks the master to stop every worker, then stops the processes this machine started for
+it, by PID. State lives in `$PARL_HOME` (default `~/.parl`): the token, logs, and which
+processes belong to which cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from parl_remote import _cluster
+from parl_remote._config import ensure_token, load_token, parl_home, settings, token_path
+from parl_remote._exceptions import ClusterError, RemoteError
+from parl_remote._transport import SyncConnection
+from parl_remote._util import read_json, write_json_atomic
+from parl_remote.protocol import messages as m
+
+__all__ = ["console_main", "format_status", "main"]
+
+_WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def _clusters_dir() -> str:
+    return os.path.join(parl_home(), "clusters")
+
+
+def _master_state(port: int) -> str:
+    return os.path.join(_clusters_dir(), f"master-{port}.json")
+
+
+def _logs_dir() -> str:
+    return os.path.join(parl_home(), "logs")
+
+
+def _outward_ip() -> str:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))
+            return s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ClusterError(f"--address {address!r} must be HOST:PORT")
+    return host or "127.0.0.1", int(port)
+
+
+def _request(
+    address: str, msg_for_id: Any, timeout: float = 10.0, token: bytes | None = None
+) -> Any:
+    host, port = _split(address)
+    token = token if token is not None else load_token()
+    conn = SyncConnection.open(
+        host, port, token=token, role="client", expect="master", timeout=timeout
+    )
+    try:
+        conn.sock.settimeout(timeout)
+        conn.send(msg_for_id(1))
+        while True:
+            msg, _ = conn.receive()
+            if getattr(msg, "request_id", None) == 1:
+                return msg
+    finally:
+        conn.close()
+
+
+def _local_address(args: argparse.Namespace) -> str:
+    """The cluster a command is about: --address, --port, or the one started here."""
+    if getattr(args, "address", None):
+        return args.address
+    if getattr(args, "port", None):
+        state = read_json(_master_state(args.port))
+        host = state["connect_host"] if state else "127.0.0.1"
+        return f"{host}:{args.port}"
+    states = _started_here()
+    if len(states) == 1:
+        return f"{states[0]['connect_host']}:{states[0]['port']}"
+    if not states:
+        raise ClusterError("no cluster was started on this machine; give --address HOST:PORT")
+    ports = ", ".join(str(s["port"]) for s in states)
+    raise ClusterError(
+        f"several clusters were started here (ports {ports}); choose one with --port"
+    )
+
+
+def _started_here() -> list[dict]:
+    states = []
+    if os.path.isdir(_clusters_dir()):
+        for name in sorted(os.listdir(_clusters_dir())):
+            if name.startswith("master-"):
+                state = read_json(os.path.join(_clusters_dir(), name))
+                if state:
+                    states.append(state)
+    return states
+
+
+# -- commands ----------------------------------------------------------------------------------
+def _cmd_start(args: argparse.Namespace) -> int:
+    state_file = _master_state(args.port)
+    old = read_json(state_file)
+    if (
+        old
+        and _cluster.ProcessInfo(
+            **{k: old["master"][k] for k in ("pid", "create_time", "log")}
+        ).alive()
+    ):
+        raise ClusterError(
+            f"a PARL master started here already runs on port {args.port} (pid "
+            f"{old['master']['pid']}); "
+            f"stop it with `xparl stop --port {args.port}`"
+        )
+    ensure_token()
+    cpu_num = args.cpu_num or len(os.sched_getaffinity(0))
+    monitor_port = args.monitor_port if args.monitor_port is not None else args.port + 1
+    master = _cluster.spawn(
+        "parl_remote._master",
+        ["--host", args.host, "--port", str(args.port), "--monitor_port", str(monitor_port)],
+        log=os.path.join(_logs_dir(), f"master-{args.port}.log"),
+    )
+    connect_host = "127.0.0.1" if args.host in _WILDCARDS else args.host
+    worker_args = ["--address", f"{connect_host}:{args.port}", "--cpu_num", str(cpu_num)]
+    if args.host in _WILDCARDS:
+        worker_args += ["--host", _outward_ip()]
+    if args.gpu:
+        worker_args += ["--gpu", args.gpu]
+    try:
+        worker = _cluster.spawn(
+            "parl_remote._worker",
+            worker_args,
+            log=os.path.join(_logs_dir(), f"worker-{args.port}-local.log"),
+        )
+    except BaseException:
+        master.stop()
+        raise
+    write_json_atomic(
+        state_file,
+        {
+            "port": args.port,
+            "host": args.host,
+            "connect_host": connect_host,
+            "master": master.as_dict(),
+            "workers": [worker.as_dict()],
+            "started_at": time.time(),
+        },
+    )
+    reach = _outward_ip() if args.host in _WILDCARDS else args.host
+    print(
+        f"PARL master started on {args.host}:{args.port} (pid {master.pid}) with a local "
+        f"worker of {cpu_num} CPU slots."
+    )
+    if args.host.startswith("127.") or args.host == "localhost":
+        print(
+            "It listens on loopback only; start it with --host 0.0.0.0 (or this machine's "
+            "address) to add other machines."
+        )
+    else:
+        print("Add a worker on another machine (it needs this cluster's token):")
+        print(
+            f"    PARL_CLUSTER_TOKEN=$(cat {token_path()}) xparl connect --address "
+            f"{reach}:{args.port}"
+        )
+    if master.ready.get("dashboard"):
+        print(f"Dashboard: {master.ready['dashboard']}")
+    print(f"Connect from Python: parl.connect('{reach}:{args.port}')")
+    print(f"Status: xparl status --port {args.port}    Stop: xparl stop --port {args.port}")
+    return 0
+
+
+def _cmd_connect(args: argparse.Namespace) -> int:
+    host, port = _split(args.address)
+    if load_token() is None:
+        raise ClusterError(
+            "no cluster token: set PARL_CLUSTER_TOKEN to the token of the cluster at "
+            f"{args.address} "
+            f"(on the master's machine: {token_path()})"
+        )
+    cpu_num = args.cpu_num or len(os.sched_getaffinity(0))
+    worker_args = ["--address", args.address, "--cpu_num", str(cpu_num)]
+    if args.gpu:
+        worker_args += ["--gpu", args.gpu]
+    if args.host:
+        worker_args += ["--host", args.host]
+    log = os.path.join(_logs_dir(), f"worker-{host}-{port}-{int(time.time() * 1000)}.log")
+    worker = _cluster.spawn("parl_remote._worker", worker_args, log=log)
+    write_json_atomic(
+        os.path.join(_clusters_dir(), f"worker-{host}-{port}-{worker.pid}.json"),
+        {"address": args.address, "worker": worker.as_dict()},
+    )
+    gpus = f" and GPUs {args.gpu}" if args.gpu else ""
+    print(
+        f"PARL worker (pid {worker.pid}) joined the cluster at {args.address} with {cpu_num} "
+        f"CPU slots{gpus}."
+    )
+    return 0
+
+
+def _fmt_bytes(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def _fmt_age(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    cells = [header, *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
+    )
+
+
+def format_status(status: dict[str, Any]) -> str:
+    """The text `xparl status` prints."""
+    t = status["totals"]
+    master = status["master"]
+    lines = [
+        f"PARL cluster {status['cluster_id']}: master {master.get('host')}:{master.get('port')} "
+        f"(pid {master.get('pid')}, up {_fmt_age(master.get('uptime_s', 0))})",
+        f"workers: {t['workers']}   CPU slots: {t['cpu_used']} used, {t['cpu_vacant']} vacant, "
+        f"{t['cpu_total']} total   actors: {t['actors']}   clients: {t['clients']}   "
+        f"memory: {_fmt_bytes(t['mem_used'])} / {_fmt_bytes(t['mem_total'])}",
+        "",
+        _table(
+            ["WORKER", "HOST", "PID", "SLOTS USED", "GPUS", "CPU%", "MEMORY", "UPTIME"],
+            [
+                [
+                    w["worker_id"],
+                    f"{w['hostname']} ({w['host']})",
+                    w["pid"],
+                    f"{w['cpu_used']}/{w['cpu_num']}",
+                    ",".join(w["gpus"]) or "-",
+                    f"{w['cpu_percent']:.0f}",
+                    f"{_fmt_bytes(w['mem_used'])} / {_fmt_bytes(w['mem_total'])}",
+                    _fmt_age(w["uptime_s"]),
+                ]
+                for w in status["workers"]
+            ],
+        ),
+    ]
+    if status["clients"]:
+        lines += [
+            "",
+            _table(
+                ["CLIENT", "HOST", "PID", "ACTORS"],
+                [[c["client_id"], c["hostname"], c["pid"], c["actors"]] for c in status["clients"]],
+            ),
+        ]
+    if status["actors"]:
+        lines += [
+            "",
+            _table(
+                ["ACTOR", "CLASS", "STATE", "CLIENT", "WORKER", "PID", "CALLS", "UPTIME"],
+                [
+                    [
+                        a["actor_id"],
+                        a["class_name"],
+                        a["state"],
+                        a["client_id"],
+                        a["worker_id"],
+                        a["pid"],
+                        a["calls"],
+                        _fmt_age(a["uptime_s"]),
+                    ]
+                    for a in status["actors"]
+                ],
+            ),
+        ]
+    return "\n".join(lines)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    address = _local_address(args)
+    reply = _request(address, lambda rid: m.StatusRequest(rid))
+    print(format_status(reply.status))
+    return 0
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    address = _local_address(args)
+    port = _split(address)[1]
+    try:
+        _request(address, lambda rid: m.ShutdownCluster(rid), timeout=settings.connect_timeout_s)
+        print(f"asked the master at {address} to stop the cluster")
+    except (OSError, RemoteError) as exc:
+        print(
+            f"the master at {address} did not answer ({exc}); stopping the processes started here"
+        )
+    stopped = 0
+    state_file = _master_state(port)
+    state = read_json(state_file)
+    procs = []
+    if state:
+        procs += [state["master"], *state["workers"]]
+    worker_files = []
+    if os.path.isdir(_clusters_dir()):
+        for name in os.listdir(_clusters_dir()):
+            if name.startswith("worker-"):
+                path = os.path.join(_clusters_dir(), name)
+                entry = read_json(path)
+                if entry and _split(entry["address"])[1] == port:
+                    procs.append(entry["worker"])
+                    worker_files.append(path)
+    for proc in procs:
+        info = _cluster.ProcessInfo(proc["pid"], proc["create_time"], proc["log"])
+        if info.alive():
+            info.stop()
+            stopped += 1
+    for path in [state_file, *worker_files]:
+        if os.path.exists(path):
+            os.unlink(path)
+    print(f"PARL cluster on port {port} stopped ({stopped} local processes ended by PID)")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="xparl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start", help="start a master and a local worker in the background")
+    start.add_argument("--port", type=int, default=8010, help="the master's port (default 8010)")
+    start.add_argument(
+        "--cpu_num",
+        type=int,
+        default=None,
+        help="CPU slots of the local worker (default: all cores)",
+    )
+    start.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: loopback only)"
+    )
+    start.add_argument(
+        "--monitor_port", type=int, default=None, help="dashboard port (default: --port + 1)"
+    )
+    start.add_argument("--gpu", default="", help="GPU ids the local worker offers, e.g. 0,1")
+    start.set_defaults(func=_cmd_start)
+    connect = sub.add_parser("connect", help="add a worker on this machine to a cluster")
+    connect.add_argument("--address", required=True, help="the master, HOST:PORT")
+    connect.add_argument(
+        "--cpu_num", type=int, default=None, help="CPU slots to offer (default: all cores)"
+    )
+    connect.add_argument("--gpu", default="", help="GPU ids to offer, e.g. 0,1")
+    connect.add_argument("--host", default=None, help="address clients use to reach this machine")
+    connect.set_defaults(func=_cmd_connect)
+    for name, func, text in (
+        ("status", _cmd_status, "print the cluster"),
+        ("stop", _cmd_stop, "stop the cluster"),
+    ):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("--address", default=None, help="the master, HOST:PORT")
+        cmd.add_argument(
+            "--port", type=int, default=None, help="the port of a cluster started here"
+        )
+        cmd.set_defaults(func=func)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one `xparl` command; return its exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ClusterError, RemoteError, OSError) as exc:
+        print(f"xparl {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+def console_main() -> None:
+    """The `xparl` console script."""
+    sys.exit(main())

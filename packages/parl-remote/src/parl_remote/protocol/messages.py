@@ -1,0 +1,434 @@
+"""The wire envelopes of every connection in a cluster: the only place they are defined.
+
+Each message is a frozen `msgspec.Struct`, encoded as a compact msgpack array whose first item
+is the tag (the class name). `Message` is the union of all of them, decoded by one `Decoder`.
+Pickled payloads (arguments, results, classes) travel in `payload` fields, with their large
+buffers (numpy arrays) as separate raw frames beside the envelope (see `connection.py`).
+New fields go last, with defaults, so that older peers still decode newer messages; the
+protocol version rides in the handshake.
+
+Who sends what:
+
+- handshake, every TCP connection: server `Challenge`, client `Hello`, server `Welcome` or
+  `Refused`;
+- client -> actor process (data plane): `Init`, `Call`; replies `Ready`, `Result`, `Error`;
+- client -> master: `RegisterClient`, `Ping`, `CreateActor`, `ReleaseActor`,
+  `QueryActor`, `StatusRequest`, `ShutdownCluster`; master -> client: `Accepted`,
+  `ActorAssigned`, `CreateFailed`, `ActorState`, `StatusReply`, `ActorDied`, `LogLines`, `Ack`,
+  `Ping`;
+- worker -> master: `RegisterWorker`, `WorkerHeartbeat`, `ActorStarted`, `ActorStartFailed`,
+  `ActorExited`, `LogLines`; master -> worker: `Accepted`, `StartActor`, `StopActor`,
+  `ShutdownWorker`, `Ping`;
+- worker <-> its actor processes (a private socket pair): `HostReady`, `Assign`, `Assigned`,
+  `ActorInitialized`, `ActorStats`, `ActorExited` (the actor called sys.exit).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "Accepted",
+    "Ack",
+    "ActorAssigned",
+    "ActorDied",
+    "ActorExited",
+    "ActorInitialized",
+    "ActorRecord",
+    "ActorStarted",
+    "ActorStartFailed",
+    "ActorState",
+    "ActorStats",
+    "Assign",
+    "Assigned",
+    "Call",
+    "Challenge",
+    "CreateActor",
+    "CreateFailed",
+    "Error",
+    "Hello",
+    "HostReady",
+    "Init",
+    "LogLines",
+    "Message",
+    "Ping",
+    "QueryActor",
+    "Ready",
+    "Refused",
+    "RegisterClient",
+    "RegisterWorker",
+    "ReleaseActor",
+    "Result",
+    "ShutdownCluster",
+    "ShutdownWorker",
+    "StartActor",
+    "StatusReply",
+    "StatusRequest",
+    "StopActor",
+    "Welcome",
+    "WorkerHeartbeat",
+    "decoder",
+    "encoder",
+]
+
+PROTOCOL_VERSION = 1
+
+
+class _Msg(msgspec.Struct, frozen=True, tag=True, array_like=True, forbid_unknown_fields=False):
+    """Base of every envelope."""
+
+
+# -- handshake ---------------------------------------------------------------------------------
+class Challenge(_Msg):
+    """Server's first words: its protocol version, role and a fresh random nonce."""
+
+    version: int
+    role: str
+    nonce: bytes
+
+
+class Hello(_Msg):
+    """Client's proof: HMAC of both nonces and its role under the cluster token."""
+
+    version: int
+    role: str
+    nonce: bytes
+    digest: bytes
+
+
+class Welcome(_Msg):
+    """Server's proof back: HMAC of both nonces under the token (mutual authentication)."""
+
+    digest: bytes
+
+
+class Refused(_Msg):
+    """The server refuses the connection, and says why; it closes right after."""
+
+    reason: str
+
+
+# -- data plane: client <-> actor process ------------------------------------------------------
+class Init(_Msg):
+    """Construct the actor: `payload` pickles `(cls, args, kwargs)`; `bundle` is the code zip."""
+
+    actor_id: str
+    payload: bytes
+    bundle: bytes = b""
+
+
+class Ready(_Msg):
+    """The actor is constructed and serving."""
+
+    actor_id: str
+    pid: int
+
+
+class Call(_Msg):
+    """Run `name` on the actor: a method (kind 0), getattr (1) or setattr (2)."""
+
+    id: int
+    name: str
+    payload: bytes
+    kind: int = 0
+
+
+class Result(_Msg):
+    """The pickled value of call `id`."""
+
+    id: int
+    payload: bytes
+
+
+class Error(_Msg):
+    """Call `id` (or `Init`, id 0) failed; `payload` pickles the exception when it can."""
+
+    id: int
+    kind: str
+    type_name: str
+    message: str
+    traceback: str = ""
+    payload: bytes = b""
+
+
+# -- control plane: client <-> master ----------------------------------------------------------
+class RegisterClient(_Msg):
+    """A client joins (or re-joins, listing the actors it still holds)."""
+
+    client_id: str
+    hostname: str
+    pid: int
+    log_to_driver: bool = True
+    actors: list[str] = []
+
+
+class Accepted(_Msg):
+    """The master accepts a client or worker; heartbeats are due every `heartbeat_s`."""
+
+    cluster_id: str
+    heartbeat_s: float
+
+
+class Ping(_Msg):
+    """The sender is alive (clients to the master, and the master to clients and workers)."""
+
+
+class CreateActor(_Msg):
+    """Ask for a slot: one CPU and `n_gpu` GPUs of one worker, waiting at most `wait_s`."""
+
+    request_id: int
+    class_name: str
+    n_gpu: int = 0
+    max_memory_mb: float = 0.0
+    wait_s: float = 30.0
+
+
+class ActorAssigned(_Msg):
+    """A process is ready for the actor at host:port; connect and send `Init`."""
+
+    request_id: int
+    actor_id: str
+    host: str
+    port: int
+    pid: int
+    worker_id: str
+
+
+class CreateFailed(_Msg):
+    """No actor: `kind` is "resource" (no slot in time) or "error"."""
+
+    request_id: int
+    kind: str
+    reason: str
+
+
+class ReleaseActor(_Msg):
+    """The client no longer needs the actor: stop its process, free its slot."""
+
+    actor_id: str
+
+
+class QueryActor(_Msg):
+    """Ask what became of an actor (why it died)."""
+
+    request_id: int
+    actor_id: str
+
+
+class ActorState(_Msg):
+    """Reply to `QueryActor`."""
+
+    request_id: int
+    actor_id: str
+    state: str
+    reason: str = ""
+
+
+class ActorDied(_Msg):
+    """Pushed to the owner: the actor is gone, and why."""
+
+    actor_id: str
+    reason: str
+
+
+class LogLines(_Msg):
+    """Lines an actor printed: `(actor_id, stream, line)` triples, stream "stdout"/"stderr"."""
+
+    lines: list[tuple[str, str, str]]
+
+
+class StatusRequest(_Msg):
+    """Ask for the cluster's state (what `xparl status` and the dashboard show)."""
+
+    request_id: int
+
+
+class StatusReply(_Msg):
+    """The cluster's state as plain data."""
+
+    request_id: int
+    status: dict[str, Any]
+
+
+class ShutdownCluster(_Msg):
+    """Stop every worker of the cluster, then the master."""
+
+    request_id: int
+
+
+class Ack(_Msg):
+    """A request was carried out."""
+
+    request_id: int
+
+
+# -- control plane: worker <-> master ----------------------------------------------------------
+class ActorRecord(msgspec.Struct, frozen=True, array_like=True):
+    """A live actor a worker reports when it (re-)registers."""
+
+    actor_id: str
+    client_id: str
+    class_name: str
+    port: int
+    pid: int
+    gpus: list[str] = []
+    max_memory_mb: float = 0.0
+    started_at: float = 0.0
+
+
+class ActorStats(_Msg):
+    """How one actor process is doing, sampled by its worker."""
+
+    actor_id: str
+    cpu_percent: float
+    rss_bytes: int
+    calls: int = 0
+    errors: int = 0
+    busy: bool = False
+
+
+class RegisterWorker(_Msg):
+    """A worker joins with its slots; after a master restart it lists the actors it kept."""
+
+    worker_id: str
+    hostname: str
+    host: str
+    pid: int
+    cpu_num: int
+    gpus: list[str] = []
+    actors: list[ActorRecord] = []
+    mem_total: int = 0
+
+
+class WorkerHeartbeat(_Msg):
+    """A worker is alive; machine load and per-actor statistics."""
+
+    cpu_percent: float
+    mem_used: int
+    mem_total: int
+    load_avg: float = 0.0
+    actors: list[ActorStats] = []
+
+
+class StartActor(_Msg):
+    """Hand a warm process of this worker to a new actor."""
+
+    actor_id: str
+    client_id: str
+    class_name: str
+    gpus: list[str] = []
+    max_memory_mb: float = 0.0
+
+
+class ActorStarted(_Msg):
+    """The actor's process is assigned and listening on `port`."""
+
+    actor_id: str
+    port: int
+    pid: int
+
+
+class ActorStartFailed(_Msg):
+    """The worker could not provide a process for the actor."""
+
+    actor_id: str
+    reason: str
+
+
+class StopActor(_Msg):
+    """Kill the actor's process (released, or its client is gone)."""
+
+    actor_id: str
+    reason: str
+
+
+class ActorExited(_Msg):
+    """An actor's process ended; `reason` says how (exit code, signal, memory limit...)."""
+
+    actor_id: str
+    reason: str
+    exit_code: int | None = None
+
+
+class ShutdownWorker(_Msg):
+    """Stop every actor and exit (the cluster is being stopped)."""
+
+    reason: str
+
+
+# -- worker <-> its actor processes ------------------------------------------------------------
+class HostReady(_Msg):
+    """A warm process is listening on `port` and waits for an actor."""
+
+    port: int
+    pid: int
+
+
+class Assign(_Msg):
+    """This process now belongs to actor `actor_id`: set `env`, expect the client's `Init`."""
+
+    actor_id: str
+    client_id: str
+    class_name: str
+    env: dict[str, str] = {}
+    workdir: str = ""
+
+
+class Assigned(_Msg):
+    """The process took the assignment."""
+
+    actor_id: str
+
+
+class ActorInitialized(_Msg):
+    """The actor's constructor returned; `ok` False when it raised."""
+
+    actor_id: str
+    ok: bool
+
+
+Message = (
+    Challenge
+    | Hello
+    | Welcome
+    | Refused
+    | Init
+    | Ready
+    | Call
+    | Result
+    | Error
+    | RegisterClient
+    | Accepted
+    | Ping
+    | CreateActor
+    | ActorAssigned
+    | CreateFailed
+    | ReleaseActor
+    | QueryActor
+    | ActorState
+    | ActorDied
+    | LogLines
+    | StatusRequest
+    | StatusReply
+    | ShutdownCluster
+    | Ack
+    | RegisterWorker
+    | WorkerHeartbeat
+    | StartActor
+    | ActorStarted
+    | ActorStartFailed
+    | StopActor
+    | ActorExited
+    | ShutdownWorker
+    | HostReady
+    | Assign
+    | Assigned
+    | ActorInitialized
+    | ActorStats
+)
+
+encoder = msgspec.msgpack.Encoder()
+decoder = msgspec.msgpack.Decoder(Message)

@@ -1,0 +1,175 @@
+"""Real clusters for the remote tests: processes on 127.0.0.1, always stopped by PID."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import psutil
+import pytest
+
+import parl_remote
+from parl_remote import _cluster
+from parl_remote._config import settings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float = 15.0, interval: float = 0.02, what: str = "condition"):
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class Cluster:
+    """A master and workers started by a test; `stop()` ends them all by PID."""
+
+    address: str
+    port: int
+    env: dict[str, str]
+    logdir: str
+    master: _cluster.ProcessInfo | None = None
+    workers: list[_cluster.ProcessInfo] = field(default_factory=list)
+
+    def start_master(self) -> _cluster.ProcessInfo:
+        self.master = _cluster.spawn(
+            "parl_remote._master",
+            ["--host", "127.0.0.1", "--port", str(self.port)],
+            log=os.path.join(self.logdir, "master.log"),
+            env=self.env,
+        )
+        return self.master
+
+    def add_worker(
+        self, cpu_num: int = 2, gpu: str = "", extra_env: dict | None = None
+    ) -> _cluster.ProcessInfo:
+        args = ["--address", self.address, "--cpu_num", str(cpu_num)]
+        if gpu:
+            args += ["--gpu", gpu]
+        worker = _cluster.spawn(
+            "parl_remote._worker",
+            args,
+            log=os.path.join(self.logdir, f"worker-{len(self.workers)}.log"),
+            env=dict(self.env, **(extra_env or {})),
+        )
+        self.workers.append(worker)
+        return worker
+
+    def processes(self) -> list[int]:
+        """PIDs of master, workers, and every actor process under the workers."""
+        pids = []
+        for info in [self.master, *self.workers]:
+            if info is None:
+                continue
+            pids.append(info.pid)
+            with contextlib.suppress(psutil.Error):
+                pids += [c.pid for c in psutil.Process(info.pid).children(recursive=True)]
+        return pids
+
+    def status(self) -> dict:
+        from parl_remote.cli import _request
+        from parl_remote.protocol import messages as m
+
+        token = self.env["PARL_CLUSTER_TOKEN"].encode()
+        return _request(self.address, lambda rid: m.StatusRequest(rid), token=token).status
+
+    def stop(self) -> None:
+        pids = self.processes()
+        for info in [*self.workers, self.master]:
+            if info is not None:
+                info.stop(timeout=5)
+        for pid in pids:  # actor processes die with their worker; make sure
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+
+    def log(self, name: str = "master.log") -> str:
+        with open(os.path.join(self.logdir, name), errors="replace") as f:
+            return f.read()
+
+
+def make_cluster(tmp_path, workers=(2,), **env_overrides) -> Cluster:
+    port = free_port()
+    token = secrets.token_hex(16)
+    env = dict(os.environ, PARL_CLUSTER_TOKEN=token, PARL_HOME=str(tmp_path / "parl-home"))
+    env.update({k: str(v) for k, v in env_overrides.items()})
+    cluster = Cluster(f"127.0.0.1:{port}", port, env, str(tmp_path))
+    try:
+        cluster.start_master()
+        for cpu_num in workers:
+            cluster.add_worker(cpu_num)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+@contextlib.contextmanager
+def client_env(cluster: Cluster, **overrides) -> Iterator[None]:
+    """This process speaks to `cluster`: its token, and settings such as short timeouts."""
+    keys = {
+        "PARL_CLUSTER_TOKEN": cluster.env["PARL_CLUSTER_TOKEN"],
+        **{k: str(v) for k, v in overrides.items()},
+    }
+    old = {k: os.environ.get(k) for k in keys}
+    os.environ.update(keys)
+    settings.reload()
+    try:
+        yield
+    finally:
+        parl_remote.disconnect()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        settings.reload()
+
+
+@pytest.fixture(scope="module")
+def module_cluster(tmp_path_factory):
+    cluster = make_cluster(tmp_path_factory.mktemp("cluster"), workers=(3,))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def connected(module_cluster):
+    """This process is a client of the module's cluster for one test."""
+    with client_env(module_cluster):
+        parl_remote.connect(module_cluster.address)
+        yield module_cluster
+
+
+def run_client_script(
+    code: str, cluster: Cluster, *, timeout: float = 60, cwd=None, env=None
+) -> subprocess.CompletedProcess:
+    """Run a user script (a real `__main__`) against the cluster."""
+    full_env = dict(cluster.env, **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=full_env,
+        check=False,
+    )

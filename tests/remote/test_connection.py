@@ -1,0 +1,182 @@
+"""The sans-I/O protocol, tested with bytes only: framing, limits, and the handshake."""
+
+from __future__ import annotations
+
+import pickle
+import random
+import struct
+
+import pytest
+
+from parl_remote._exceptions import AuthenticationError, ProtocolError
+from parl_remote.protocol import messages as m
+from parl_remote.protocol.connection import AUTHENTICATED, HANDSHAKE_LIMIT, NEED_DATA, Connection
+
+TOKEN = b"t" * 32
+
+
+def _pump(src: Connection, dst: Connection, frames=None) -> list:
+    """Move bytes from src to dst; return every event dst produced."""
+    data = b"".join(bytes(b) for b in (frames if frames is not None else src.data_to_send()))
+    dst.receive_data(data)
+    events = []
+    while (event := dst.next_event()) is not NEED_DATA:
+        events.append(event)
+    return events
+
+
+def _pair(server_token=TOKEN, client_token=TOKEN, **kwargs):
+    server = Connection("actor", is_server=True, token=server_token, **kwargs)
+    client = Connection("client", is_server=False, token=client_token, **kwargs)
+    return server, client
+
+
+def _handshake(server: Connection, client: Connection) -> None:
+    assert _pump(server, client, server.initiate()) == []
+    assert _pump(client, server) == [AUTHENTICATED]
+    assert _pump(server, client) == [AUTHENTICATED]
+    assert server.authenticated and client.authenticated
+    assert server.peer_role == "client" and client.peer_role == "actor"
+
+
+def test_handshake_then_messages_both_ways():
+    server, client = _pair()
+    _handshake(server, client)
+    call = m.Call(id=1, name="add", payload=pickle.dumps((1, 2)))
+    assert _pump(client, server, client.send(call)) == [(call, ())]
+    result = m.Result(id=1, payload=pickle.dumps(3))
+    assert _pump(server, client, server.send(result)) == [(result, ())]
+
+
+def test_wrong_token_is_refused_on_both_ends():
+    server, client = _pair(client_token=b"x" * 32)
+    _pump(server, client, server.initiate())
+    with pytest.raises(AuthenticationError, match="does not know the cluster token"):
+        _pump(client, server)
+    refusal = server.data_to_send()
+    with pytest.raises(AuthenticationError, match="refused this connection: wrong cluster token"):
+        _pump(server, client, refusal)
+    assert not server.authenticated and not client.authenticated
+    with pytest.raises(AuthenticationError):  # the connection stays failed
+        server.receive_data(b"\x00")
+
+
+def test_a_server_without_the_token_is_caught_by_the_client():
+    server, client = _pair(server_token=b"y" * 32)
+    _pump(server, client, server.initiate())
+    # The server cannot verify the client (different token); pretend it is an impostor that
+    # answers Welcome anyway, with a digest it cannot compute correctly.
+    with pytest.raises(AuthenticationError):
+        _pump(client, server)
+    impostor_welcome = Connection("actor", is_server=True, token=None, trusted=True)._frame(
+        m.Welcome(b"\x00" * 32)
+    )
+    with pytest.raises(AuthenticationError, match="did not prove it knows the cluster token"):
+        _pump(server, client, [impostor_welcome])
+
+
+def test_nothing_but_the_handshake_before_authentication():
+    server, _ = _pair()
+    server.initiate()
+    frame = Connection("c", is_server=False, token=None, trusted=True).send(m.Call(1, "x", b""))
+    with pytest.raises(ProtocolError, match="unexpected Call during the handshake"):
+        server.receive_data(frame[0])
+
+
+def test_oversized_frame_before_authentication_is_rejected_before_reading_it():
+    server, _ = _pair()
+    server.initiate()
+    with pytest.raises(ProtocolError, match="before the handshake completed"):
+        server.receive_data(struct.pack("<II", HANDSHAKE_LIMIT + 1, 0))
+    server2, _ = _pair()
+    with pytest.raises(ProtocolError, match="with 1 buffers before the handshake"):
+        server2.receive_data(struct.pack("<II", 10, 1))
+
+
+def test_limits_after_authentication():
+    server, client = _pair(max_message_bytes=1000)
+    _handshake(server, client)
+    with pytest.raises(ProtocolError, match="exceeds the limit of 1000 bytes"):
+        client.send(m.Call(1, "x", b"a" * 2000))
+    with pytest.raises(ProtocolError, match="exceeds the limit"):
+        client.send(m.Call(1, "x", b""), [bytearray(5000)])
+    with pytest.raises(ProtocolError, match="declares 10 bytes and 70000 buffers"):
+        server.receive_data(struct.pack("<II", 10, 70000))
+    server2, client2 = _pair(max_message_bytes=1000)
+    _handshake(server2, client2)
+    with pytest.raises(ProtocolError, match="declares 2010 bytes in all"):
+        server2.receive_data(struct.pack("<IIQ", 10, 1, 2000))
+
+
+def test_garbage_and_handshake_replays_after_authentication():
+    server, client = _pair()
+    _handshake(server, client)
+    with pytest.raises(ProtocolError, match="undecodable frame"):
+        server.receive_data(struct.pack("<II", 3, 0) + b"\xc1\xc1\xc1")
+    server, client = _pair()
+    _handshake(server, client)
+    replay = Connection("c", is_server=False, token=None, trusted=True)._frame(
+        m.Hello(1, "client", b"", b"")
+    )
+    with pytest.raises(ProtocolError, match="unexpected Hello after the handshake"):
+        server.receive_data(replay)
+
+
+def test_protocol_version_mismatch():
+    _, client = _pair()
+    challenge = Connection("a", is_server=True, token=None, trusted=True)._frame(
+        m.Challenge(99, "actor", b"n")
+    )
+    with pytest.raises(ProtocolError, match="protocol version 99"):
+        client.receive_data(challenge)
+
+
+def test_out_of_band_buffers_arrive_intact_in_any_chunking():
+    server, client = _pair()
+    _handshake(server, client)
+    rng = random.Random(0)
+    big = bytes(rng.getrandbits(8) for _ in range(300_000))
+    small = b"abc"
+    msg = m.Result(id=7, payload=b"pickle-stream")
+    frames = client.send(msg, [big, small, b""])
+    wire = b"".join(bytes(f) for f in frames) * 3  # three frames back to back
+    cuts = sorted(rng.sample(range(1, len(wire)), 40))
+    events = []
+    for a, b in zip([0, *cuts], [*cuts, len(wire)], strict=True):
+        server.receive_data(wire[a:b])
+        while (event := server.next_event()) is not NEED_DATA:
+            events.append(event)
+    assert len(events) == 3
+    for got, buffers in events:
+        assert got == msg
+        assert [bytes(b) for b in buffers] == [big, small, b""]
+
+
+def test_zero_copy_reads_through_get_buffer():
+    server, client = _pair()
+    _handshake(server, client)
+    payload = bytes(range(256)) * 4096 * 4  # 4 MiB: read in place, from an mmap
+    wire = b"".join(bytes(f) for f in client.send(m.Result(id=1, payload=b""), [payload]))
+    pos, direct_reads = 0, 0
+    while pos < len(wire):
+        buf = server.get_buffer()
+        if len(buf) > 256 * 1024:
+            direct_reads += 1
+        n = min(len(buf), 100_000, len(wire) - pos)
+        buf[:n] = wire[pos : pos + n]
+        server.buffer_updated(n)
+        pos += n
+    (_, buffers) = server.next_event()
+    assert bytes(buffers[0]) == payload
+    assert direct_reads > 10
+
+
+def test_send_does_not_copy_buffers():
+    _, client = (
+        Connection("a", is_server=True, token=None, trusted=True),
+        Connection("c", is_server=False, token=None, trusted=True),
+    )
+    data = bytearray(b"x" * 1000)
+    frames = client.send(m.Result(1, b""), [pickle.PickleBuffer(data)])
+    data[0] = ord("y")
+    assert bytes(frames[1][:1]) == b"y"  # a view of the caller's memory, not a copy
