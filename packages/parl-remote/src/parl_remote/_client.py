@@ -36,8 +36,9 @@ from parl_remote._exceptions import (
     ProtocolError,
     ResourceError,
 )
+from parl_remote._link import MasterLink
 from parl_remote._loop import new_event_loop
-from parl_remote._transport import AsyncConnection, open_async
+from parl_remote._transport import AsyncConnection
 from parl_remote.protocol import messages as m
 
 __all__ = ["Client", "connect", "current_client", "disconnect"]
@@ -75,13 +76,20 @@ class Client:
         self.client_id = uuid.uuid4().hex[:12]
         self.cluster = cluster  # an embedded cluster this client owns, stopped with it
         self.loop = new_event_loop()
-        self.master: AsyncConnection | None = None
+        self.link = MasterLink(
+            self.host,
+            self.port,
+            token=token,
+            role="client",
+            registration=self._registration,
+            heartbeat=m.Ping,
+            on_message=self._on_master,
+            on_disconnected=self._on_master_lost,
+        )
         self.refs: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self.fates: dict[str, str] = {}
         self._ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future] = {}
-        self._accepted: asyncio.Future | None = None
-        self._last_master_msg = 0.0
         self._closed = False
         self._maintainer: ConcurrentFuture | None = None
         self._thread = threading.Thread(target=self._run_loop, name="parl-client", daemon=True)
@@ -97,7 +105,7 @@ class Client:
         except BaseException:
             self.close()
             raise
-        self._maintainer = asyncio.run_coroutine_threadsafe(self._maintain(), self.loop)
+        self._maintainer = asyncio.run_coroutine_threadsafe(self.link.maintain(), self.loop)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -120,8 +128,8 @@ class Client:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
-                if self.master is not None:
-                    self.master.close()
+                if self.link.conn is not None:
+                    self.link.conn.close()
                 await asyncio.sleep(0.01)  # let the transport close
                 self.loop.stop()
 
@@ -134,85 +142,32 @@ class Client:
     @property
     def connected(self) -> bool:
         """Whether the master link is up right now."""
-        return self.master is not None and not self.master.closed
+        return self.link.connected
 
     # -- the master link (runs on the client's loop) ----------------------------------------
     async def _join(self) -> None:
         try:
-            conn = await open_async(
-                self.host,
-                self.port,
-                token=self.token,
-                role="client",
-                on_message=self._on_master,
-                on_close=self._on_master_closed,
-                expect="master",
-            )
+            await self.link.connect()
         except AuthenticationError:
             raise
         except (OSError, TimeoutError) as exc:
             raise NotConnectedError(
                 f"no PARL master answers at {self.address} ({exc or type(exc).__name__}); "
-                "start one with "
-                f"`xparl start --port {self.port}`, or call parl.connect() without an address "
-                "for a "
-                "local cluster"
+                f"start one with `xparl start --port {self.port}`, or call parl.connect() "
+                "without an address for a local cluster"
             ) from None
-        self._accepted = self.loop.create_future()
-        conn.send(
-            m.RegisterClient(
-                self.client_id,
-                socket.gethostname(),
-                os.getpid(),
-                self.log_to_driver,
-                actors=list(self.refs.keys()),
-            )
-        )
-        try:
-            await asyncio.wait_for(self._accepted, settings.connect_timeout_s)
-        except BaseException:
-            conn.close()
-            raise
-        self._last_master_msg = time.monotonic()
-        self.master = conn
 
-    async def _maintain(self) -> None:
-        """Heartbeat; notice a silent or lost master; reconnect when it answers again."""
-        warned = False
-        while not self._closed:
-            conn = self.master
-            if conn is not None and not conn.closed:
-                if time.monotonic() - self._last_master_msg > settings.heartbeat_timeout_s:
-                    logger.warning("no word from the PARL master at %s; reconnecting", self.address)
-                    conn.close()
-                    continue
-                with contextlib.suppress(ConnectionError):
-                    conn.send(m.Ping())
-                await asyncio.sleep(settings.heartbeat_s)
-                continue
-            self.master = None
-            if not warned:
-                logger.warning(
-                    "lost the PARL master at %s; existing actors keep working, new ones wait "
-                    "until it is back",
-                    self.address,
-                )
-                warned = True
-            try:
-                await self._join()
-                logger.warning("reconnected to the PARL master at %s", self.address)
-                warned = False
-            except (NotConnectedError, ClusterError, ProtocolError, OSError, TimeoutError):
-                await asyncio.sleep(min(1.0, settings.heartbeat_s))
+    def _registration(self, conn: AsyncConnection) -> m.RegisterClient:
+        return m.RegisterClient(
+            self.client_id,
+            socket.gethostname(),
+            os.getpid(),
+            self.log_to_driver,
+            actors=list(self.refs.keys()),
+        )
 
     def _on_master(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
-        self._last_master_msg = time.monotonic()
-        if isinstance(msg, m.Ping):
-            return
-        if isinstance(msg, m.Accepted):
-            if self._accepted is not None and not self._accepted.done():
-                self._accepted.set_result(msg)
-        elif isinstance(msg, m.ActorDied):
+        if isinstance(msg, m.ActorDied):
             self.fates[msg.actor_id] = msg.reason
             ref = self.refs.get(msg.actor_id)
             if ref is not None:
@@ -228,9 +183,7 @@ class Client:
         else:
             raise ProtocolError(f"a client does not take {type(msg).__name__} from the master")
 
-    def _on_master_closed(self, conn: AsyncConnection, exc: Exception | None) -> None:
-        if self.master is conn:
-            self.master = None
+    def _on_master_lost(self) -> None:
         for waiter in self._replies.values():
             if not waiter.done():
                 waiter.set_exception(
@@ -247,7 +200,7 @@ class Client:
                 print(f"({name} {actor_id}) {line}", file=out, flush=True)
 
     async def _request(self, msg_for_id: Any, timeout: float) -> Any:
-        conn = self.master
+        conn = self.link.conn
         if conn is None or conn.closed:
             raise ClusterError(
                 f"the PARL master at {self.address} is unreachable (it stopped, or the network is "
@@ -300,9 +253,7 @@ class Client:
             return
 
         def send() -> None:
-            if self.master is not None:
-                with contextlib.suppress(ConnectionError):
-                    self.master.send(m.ReleaseActor(actor_id))
+            self.link.send(m.ReleaseActor(actor_id))
 
         with contextlib.suppress(RuntimeError):  # the loop is already stopping
             self.loop.call_soon_threadsafe(send)

@@ -152,7 +152,8 @@ class Registry:
         worker = self.workers.get(actor.worker_id)
         if worker is not None:
             worker.actors.discard(actor.actor_id)
-            worker.free_gpus.extend(g for g in actor.gpus if g not in worker.free_gpus)
+            free = set(worker.free_gpus) | set(actor.gpus)
+            worker.free_gpus = [g for g in worker.gpus if g in free]  # in declared order
         client = self.clients.get(actor.client_id)
         if client is not None:
             client.actors.discard(actor.actor_id)

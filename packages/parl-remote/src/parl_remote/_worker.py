@@ -33,9 +33,10 @@ from typing import Any
 import psutil
 
 from parl_remote._config import load_token, settings
-from parl_remote._exceptions import AuthenticationError, ClusterError, ProtocolError
+from parl_remote._exceptions import ClusterError, ProtocolError
+from parl_remote._link import MasterLink
 from parl_remote._loop import run
-from parl_remote._transport import AsyncConnection, open_async
+from parl_remote._transport import AsyncConnection
 from parl_remote._util import describe_exit, owner_alive, write_json_atomic
 from parl_remote.protocol import messages as m
 from parl_remote.protocol.connection import Connection
@@ -100,9 +101,16 @@ class Worker:
         self.worker_id = uuid.uuid4().hex[:12]
         self.run_dir = tempfile.mkdtemp(prefix=f"parl-worker-{self.worker_id}-")
         self.hosts: set[_Host] = set()
-        self.master: AsyncConnection | None = None
-        self._accepted: asyncio.Future | None = None
-        self._last_master_msg = 0.0
+        self.link = MasterLink(
+            master_host,
+            master_port,
+            token=token,
+            role="worker",
+            registration=self._registration,
+            heartbeat=self._heartbeat,
+            on_message=self._on_master,
+            on_connected=self._registered,
+        )
         self._logs: deque = deque(maxlen=_LOG_BACKLOG)
         self._log_flush: asyncio.TimerHandle | None = None
         self._warm_changed: asyncio.Condition | None = None
@@ -119,7 +127,7 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop, f"received {signal.Signals(sig).name}")
         try:
-            await self._connect_master()
+            await self.link.connect()
             self._refill()
             await self._announce_ready()
             self._spawn(self._master_loop())
@@ -158,8 +166,8 @@ class Worker:
         for host in list(self.hosts):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(host.proc.wait(), 5)
-        if self.master is not None:
-            self.master.close()
+        if self.link.conn is not None:
+            self.link.conn.close()
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def _spawn(self, coro: Any) -> asyncio.Task:
@@ -182,92 +190,31 @@ class Worker:
             await asyncio.sleep(0.5)
 
     # -- the master ------------------------------------------------------------------------
-    async def _connect_master(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._accepted = loop.create_future()
-        conn = await open_async(
-            self.master_host,
-            self.master_port,
-            token=self.token,
-            role="worker",
-            on_message=self._on_master,
-            on_close=self._on_master_closed,
-            expect="master",
-        )
-        if self.host is None:
+    def _registration(self, conn: AsyncConnection) -> m.RegisterWorker:
+        if self.host is None:  # actors listen on the address that reaches the master
             self.host = conn.transport.get_extra_info("sockname")[0]
-        self._last_master_msg = time.monotonic()
-        conn.send(
-            m.RegisterWorker(
-                worker_id=self.worker_id,
-                hostname=socket.gethostname(),
-                host=self.host,
-                pid=os.getpid(),
-                cpu_num=self.cpu_num,
-                gpus=self.gpus,
-                actors=[self._record(h) for h in self.hosts if h.actor_id is not None],
-                mem_total=psutil.virtual_memory().total,
-            )
+        return m.RegisterWorker(
+            worker_id=self.worker_id,
+            hostname=socket.gethostname(),
+            host=self.host,
+            pid=os.getpid(),
+            cpu_num=self.cpu_num,
+            gpus=self.gpus,
+            actors=[self._record(h) for h in self.hosts if h.actor_id is not None],
+            mem_total=psutil.virtual_memory().total,
         )
-        await asyncio.wait_for(self._accepted, settings.connect_timeout_s)
-        self.master = conn
+
+    def _registered(self, conn: AsyncConnection) -> None:
         if self._logs:
             self._schedule_log_flush()
-        logger.info(
-            "worker %s registered with the master at %s:%d",
-            self.worker_id,
-            self.master_host,
-            self.master_port,
-        )
+        logger.info("worker %s registered with the master at %s", self.worker_id, self.link.address)
 
     async def _master_loop(self) -> None:
-        """Heartbeat while connected; after a loss, retry for the grace period, then give up."""
-        lost_since: float | None = None
-        while not self._stopping:
-            conn = self.master
-            if conn is not None and not conn.closed:
-                if time.monotonic() - self._last_master_msg > settings.heartbeat_timeout_s:
-                    logger.warning(
-                        "no word from the master for %.0f s; reconnecting",
-                        settings.heartbeat_timeout_s,
-                    )
-                    conn.close()
-                else:
-                    with contextlib.suppress(ConnectionError):
-                        conn.send(self._heartbeat())
-                    await asyncio.sleep(settings.heartbeat_s)
-                    continue
-            self.master = None
-            now = time.monotonic()
-            if lost_since is None:
-                lost_since = now
-                logger.warning(
-                    "lost the master at %s:%d; keeping %d actors and retrying for %.0f s",
-                    self.master_host,
-                    self.master_port,
-                    sum(h.actor_id is not None for h in self.hosts),
-                    settings.master_grace_s,
-                )
-            if now - lost_since > settings.master_grace_s:
-                self.stop(f"the master did not come back within {settings.master_grace_s:.0f} s")
-                return
-            try:
-                await self._connect_master()
-                lost_since = None
-            except AuthenticationError as exc:
-                self.stop(f"the master refused this worker: {exc}")
-                return
-            except (OSError, ClusterError, ProtocolError, TimeoutError):
-                await asyncio.sleep(min(1.0, settings.heartbeat_s))
+        """Keep the link; after losing the master for the grace period, stop."""
+        self.stop(await self.link.maintain(give_up_after=settings.master_grace_s))
 
     def _on_master(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
-        self._last_master_msg = time.monotonic()
-        if isinstance(msg, m.Ping):
-            return
-        if isinstance(msg, m.Accepted):
-            if self._accepted is not None and not self._accepted.done():
-                self._accepted.set_result(msg)
-        elif isinstance(msg, m.StartActor):
+        if isinstance(msg, m.StartActor):
             self._spawn(self._start_actor(conn, msg))
         elif isinstance(msg, m.StopActor):
             self._stop_actor(msg.actor_id, msg.reason)
@@ -276,14 +223,8 @@ class Worker:
         else:
             raise ProtocolError(f"a worker does not take {type(msg).__name__} from the master")
 
-    def _on_master_closed(self, conn: AsyncConnection, exc: Exception | None) -> None:
-        if self.master is conn:
-            self.master = None
-
     def _to_master(self, msg: Any) -> None:
-        if self.master is not None:
-            with contextlib.suppress(ConnectionError):
-                self.master.send(msg)
+        self.link.send(msg)
 
     def _record(self, host: _Host) -> m.ActorRecord:
         return m.ActorRecord(
@@ -523,7 +464,7 @@ class Worker:
         if self._log_flush is not None:
             self._log_flush.cancel()
             self._log_flush = None
-        if self._logs and self.master is not None and not self.master.closed:
+        if self._logs and self.link.connected:
             lines = list(self._logs)
             self._logs.clear()
             self._to_master(m.LogLines(lines))

@@ -1,0 +1,219 @@
+"""The cluster as an operator sees it: xparl flows, GPUs, lost workers, a restarted master."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+import parl
+from parl_remote import _cluster
+from tests.remote.conftest import client_env, free_port, make_cluster, wait_until
+
+
+def xparl(*args: str, env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
+    exe = shutil.which("xparl", path=os.path.dirname(sys.executable)) or "xparl"
+    return subprocess.run(
+        [exe, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+
+
+def test_xparl_start_connect_status_stop_as_a_user_types_them(tmp_path):
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k != "PARL_CLUSTER_TOKEN"}
+    env["PARL_HOME"] = str(home)
+    port = free_port()
+    started = xparl("start", "--port", str(port), "--cpu_num", "2", env=env)
+    state_file = home / "clusters" / f"master-{port}.json"
+    try:
+        assert started.returncode == 0, started.stderr
+        assert f"PARL master started on 127.0.0.1:{port}" in started.stdout
+        assert f"parl.connect('127.0.0.1:{port}')" in started.stdout
+        token_file = home / "token"
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+
+        again = xparl("start", "--port", str(port), env=env)
+        assert again.returncode == 1 and "already runs on port" in again.stderr
+
+        token = token_file.read_text().strip()
+        joined = xparl(
+            "connect",
+            "--address",
+            f"127.0.0.1:{port}",
+            "--cpu_num",
+            "1",
+            env=dict(env, PARL_CLUSTER_TOKEN=token),
+        )
+        assert joined.returncode == 0, joined.stderr
+        assert "joined the cluster" in joined.stdout
+
+        status = xparl("status", env=env)
+        assert status.returncode == 0, status.stderr
+        assert "workers: 2   CPU slots: 0 used, 3 vacant, 3 total" in status.stdout
+
+        state = json.loads(state_file.read_text())
+        pids = [state["master"]["pid"], *(w["pid"] for w in state["workers"])]
+        worker_files = list((home / "clusters").glob("worker-*.json"))
+        pids += [json.loads(f.read_text())["worker"]["pid"] for f in worker_files]
+        children = [c.pid for p in pids for c in psutil.Process(p).children(recursive=True)]
+        assert len(pids) == 3 and len(children) == 3  # one warm actor process per slot
+
+        stopped = xparl("stop", env=env)
+        assert stopped.returncode == 0, stopped.stderr
+        wait_until(
+            lambda: not any(psutil.pid_exists(p) for p in pids + children),
+            what="every process to end",
+        )
+        assert not state_file.exists() and not list((home / "clusters").glob("worker-*.json"))
+        assert xparl("status", "--port", str(port), env=env).returncode == 1
+    finally:
+        if state_file.exists():
+            state = json.loads(state_file.read_text())
+            for proc in [state["master"], *state["workers"]]:
+                _cluster.ProcessInfo(proc["pid"], proc["create_time"], proc["log"]).stop()
+
+
+def test_xparl_connect_without_a_token_or_a_master_says_why(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PARL_CLUSTER_TOKEN"}
+    env["PARL_HOME"] = str(tmp_path / "empty-home")
+    result = xparl("connect", "--address", f"127.0.0.1:{free_port()}", env=env)
+    assert result.returncode == 1 and "no cluster token" in result.stderr
+    result = xparl(
+        "connect", "--address", f"127.0.0.1:{free_port()}", env=dict(env, PARL_CLUSTER_TOKEN="x")
+    )
+    assert result.returncode == 1 and "exited with code 1 before it was ready" in result.stderr
+
+
+@parl.remote_class(n_gpu=1)
+class OneGpu:
+    def devices(self):
+        return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+@parl.remote_class(n_gpu=2)
+class TwoGpus(OneGpu._original):
+    pass
+
+
+@parl.remote_class
+class CpuOnly(OneGpu._original):
+    pass
+
+
+def test_gpu_slots_are_booked_per_worker(tmp_path):
+    cluster = make_cluster(tmp_path, workers=())
+    cluster.add_worker(cpu_num=4, gpu="0,1")
+    try:
+        with client_env(cluster, PARL_RESOURCE_WAIT_S=1):
+            parl.connect(cluster.address)
+            a, b = OneGpu(), OneGpu()
+            assert sorted([a.devices(), b.devices()]) == ["0", "1"]
+            assert CpuOnly().devices() == ""  # a CPU actor on a GPU worker sees no GPU
+            with pytest.raises(parl.ResourceError, match="with 1 GPUs"):
+                OneGpu()
+            del a
+            wait_until(
+                lambda: cluster.status()["workers"][0]["free_gpus"], what="the GPU to come back"
+            )
+            c = OneGpu()
+            assert c.devices() in ("0", "1") and c.devices() != b.devices()
+            del b, c
+            wait_until(
+                lambda: len(cluster.status()["workers"][0]["free_gpus"]) == 2, what="both GPUs free"
+            )
+            assert TwoGpus().devices() == "0,1"
+            with pytest.raises(parl.ResourceError, match="no worker offers 3 GPUs"):
+                parl.remote_class(n_gpu=3)(CpuOnly._original)()
+    finally:
+        cluster.stop()
+
+
+@parl.remote_class
+class Worky:
+    def pid(self):
+        return os.getpid()
+
+    def sleep(self, seconds):
+        time.sleep(seconds)
+        return "done"
+
+
+def test_killing_a_worker_fails_its_actors_callers(tmp_path):
+    cluster = make_cluster(tmp_path, workers=(1, 1))
+    try:
+        with client_env(cluster):
+            parl.connect(cluster.address)
+            a, b = Worky(), Worky()
+            victim = next(
+                w
+                for w in cluster.workers
+                if a.pid() in [c.pid for c in psutil.Process(w.pid).children()]
+            )
+            os.kill(victim.pid, signal.SIGKILL)
+            with pytest.raises(parl.RemoteActorDiedError, match="disconnected|exited|killed"):
+                a.sleep(30)
+            assert b.pid()  # the other worker's actor is fine
+            wait_until(
+                lambda: cluster.status()["totals"]["workers"] == 1,
+                what="the master to drop the worker",
+            )
+    finally:
+        cluster.stop()
+
+
+def test_a_busy_actor_is_never_declared_dead(tmp_path):
+    cluster = make_cluster(tmp_path, workers=(1,), PARL_HEARTBEAT_S=0.2, PARL_HEARTBEAT_TIMEOUT_S=1)
+    try:
+        with client_env(cluster, PARL_HEARTBEAT_S=0.2, PARL_HEARTBEAT_TIMEOUT_S=1):
+            parl.connect(cluster.address)
+            actor = Worky()
+            assert actor.sleep(4) == "done"  # four heartbeat timeouts inside one call
+            assert cluster.status()["actors"][0]["state"] != "dead"
+    finally:
+        cluster.stop()
+
+
+def test_a_restarted_master_gets_its_cluster_back(tmp_path):
+    cluster = make_cluster(tmp_path, workers=(2,), PARL_HEARTBEAT_S=0.2, PARL_HEARTBEAT_TIMEOUT_S=2)
+    try:
+        with client_env(
+            cluster, PARL_HEARTBEAT_S=0.2, PARL_HEARTBEAT_TIMEOUT_S=2, PARL_RESOURCE_WAIT_S=5
+        ):
+            parl.connect(cluster.address)
+            actor = Worky()
+            pid = actor.pid()
+            os.kill(cluster.master.pid, signal.SIGKILL)
+            cluster.master.stop()
+            assert actor.pid() == pid  # the data plane does not pass through the master
+            with pytest.raises(parl.RemoteError, match="master at .* is unreachable"):
+                wait_until(lambda: not parl_client().connected, what="the client to notice")
+                Worky()
+            cluster.start_master()  # same port
+            wait_until(lambda: parl_client().connected, what="the client to reconnect")
+            wait_until(
+                lambda: cluster.status()["totals"]["workers"] == 1, what="the worker to re-register"
+            )
+            status = cluster.status()
+            assert [a["pid"] for a in status["actors"]] == [pid]  # adopted, not lost
+            assert status["totals"]["cpu_used"] == 1
+            second = Worky()
+            assert second.pid() != pid and actor.pid() == pid
+            del actor
+            wait_until(
+                lambda: cluster.status()["totals"]["cpu_used"] == 1, what="release after restart"
+            )
+    finally:
+        cluster.stop()
+
+
+def parl_client():
+    from parl_remote._client import current_client
+
+    return current_client()

@@ -1,0 +1,188 @@
+"""Code and files reach actors unasked; actors' output reaches the user; local clusters."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import psutil
+import pytest
+
+from tests.remote.conftest import make_cluster, run_client_script, wait_until
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = make_cluster(tmp_path_factory.mktemp("shipping"), workers=(2,))
+    yield cluster
+    cluster.stop()
+
+
+def _project(root):
+    (root / "mylib").mkdir()
+    (root / "mylib" / "__init__.py").write_text("")
+    (root / "mylib" / "util.py").write_text("def helper(x):\n    return x * 10\n")
+    (root / "mylib" / "models.py").write_text(
+        "from mylib.util import helper\n\n\nclass Net:\n    def forward(self, x):\n        "
+        "return helper(x) + 1\n"
+    )
+    (root / "data").mkdir()
+    np.save(root / "data" / "a.npy", np.arange(3))
+    np.save(root / "data" / "b.npy", np.arange(2))
+    (root / "data" / "skip.txt").write_text("not matched by data/*.npy")
+    (root / "configs" / "sub").mkdir(parents=True)
+    (root / "configs" / "c.txt").write_text("top")
+    (root / "configs" / "sub" / "d.txt").write_text("nested")
+
+
+def test_main_classes_user_modules_and_distributed_files_reach_the_actor(cluster, tmp_path):
+    _project(tmp_path)
+    result = run_client_script(
+        f"""
+        import os
+        import numpy as np
+        import parl
+        from mylib.models import Net
+
+        parl.connect({cluster.address!r}, distributed_files=["data/*.npy", "configs/"])
+
+        @parl.remote_class
+        class Actor:                      # defined in the script itself
+            def run(self):
+                return (
+                    Net().forward(3),
+                    np.load("data/a.npy").tolist(),
+                    sorted(os.listdir("data")),
+                    open("configs/sub/d.txt").read(),
+                    os.getcwd() != {str(tmp_path)!r},
+                )
+
+        RemoteNet = parl.remote_class(Net)   # a class of the user's own module
+        print("RESULT", Actor().run(), RemoteNet().forward(2))
+        """,
+        cluster,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "RESULT (31, [0, 1, 2], ['a.npy', 'b.npy'], 'nested', True) 21" in result.stdout
+
+
+def test_a_pattern_that_matches_nothing_fails_at_connect(cluster, tmp_path):
+    result = run_client_script(
+        f"""
+        import parl
+        try:
+            parl.connect({cluster.address!r}, distributed_files=["missing/*.bin"])
+        except ValueError as exc:
+            print("ValueError:", exc)
+        """,
+        cluster,
+        cwd=tmp_path,
+    )
+    assert "ValueError: distributed_files: 'missing/*.bin' matches no file" in result.stdout
+
+
+def test_actor_output_is_echoed_with_its_id(cluster, tmp_path):
+    result = run_client_script(
+        f"""
+        import sys, time
+        import parl
+        parl.connect({cluster.address!r})
+
+        @parl.remote_class
+        class Talker:
+            def talk(self):
+                print("hello from the actor")
+                print("a warning line", file=sys.stderr)
+                return "ok"
+
+        t = Talker()
+        print("ID", t._parl_ref.actor_id, t.talk(), flush=True)
+        time.sleep(1.0)  # the lines travel actor -> worker -> master -> here
+        """,
+        cluster,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    actor_id = re.search(r"ID (\w+) ok", result.stdout).group(1)
+    assert f"(Talker {actor_id}) hello from the actor" in result.stdout
+    assert f"(Talker {actor_id}) a warning line" in result.stderr
+
+
+def test_log_to_driver_false_keeps_the_terminal_quiet(cluster, tmp_path):
+    result = run_client_script(
+        f"""
+        import time, parl
+        parl.connect({cluster.address!r}, log_to_driver=False)
+
+        @parl.remote_class
+        class Talker:
+            def talk(self):
+                print("should not be echoed")
+
+        Talker().talk()
+        time.sleep(0.5)
+        """,
+        cluster,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "should not be echoed" not in result.stdout
+
+
+LOCAL_CLUSTER = """
+import os, sys, time
+import parl
+
+client = parl.connect(cpu_num=2)
+
+@parl.remote_class
+class A:
+    def pid(self):
+        return os.getpid()
+
+a, b = A(), A()
+status = client.status()
+print("PIDS", client.cluster.master.pid, client.cluster.worker.pid, a.pid(), b.pid(), flush=True)
+print("SLOTS", status["totals"]["cpu_total"], status["totals"]["cpu_used"], flush=True)
+if sys.argv[1] == "hang":
+    time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("ending", ["exit", "kill"])
+def test_connect_without_address_starts_a_local_cluster_owned_by_the_process(tmp_path, ending):
+    script = tmp_path / "local.py"
+    script.write_text(textwrap.dedent(LOCAL_CLUSTER))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "hang" if ending == "kill" else "exit"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()[1:]]
+        assert proc.stdout.readline().split() == ["SLOTS", "2", "2"]
+        assert len(pids) == 4 and all(psutil.pid_exists(p) for p in pids)
+        if ending == "kill":
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        wait_until(
+            lambda: (
+                not any(
+                    psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids
+                )
+            ),
+            timeout=15,
+            what="the local cluster's processes to end with their owner",
+        )
+    finally:
+        proc.kill()
+        proc.wait(10)
+        proc.stdout.close()
+        proc.stderr.close()
