@@ -163,7 +163,7 @@ def test_missing_attributes_and_bad_arguments(connected):
     with pytest.raises(parl.RemoteAttributeError, match="no attribute 'nope'") as info:
         _ = a.nope
     assert isinstance(info.value, AttributeError)
-    with pytest.raises(TypeError, match=r"Actor.add\(\): missing a required argument: 'b'"):
+    with pytest.raises(TypeError, match=r"add\(\) missing 1 required positional argument: 'b'"):
         a.add(1)
     with pytest.raises(TypeError, match=r"Actor\(\): missing a required argument: 'k'"):
         Actor()
@@ -281,3 +281,27 @@ def test_calling_before_connect_says_to_connect():
     parl.disconnect()
     with pytest.raises(parl_remote.NotConnectedError, match=r"call parl.connect\("):
         Actor(1)
+
+
+def test_handles_are_freed_by_reference_counting_alone(connected):
+    # Every path (blocking, awaitable, future) must leave no reference cycle behind: `del`
+    # frees the actor at once, not whenever the garbage collector happens to run.
+    cluster = connected
+    wait_until(lambda: used_slots(cluster) == 0, what="no slot in use")
+    gc.disable()
+    try:
+        a = Actor(1)
+        f = FutureActor()
+
+        async def use():
+            assert await a.aio.add(1, 1) == 3
+            b = await Actor.aio(2)
+            assert await b.add(0, 0) == 2
+
+        asyncio.run(use())
+        assert a.add(0, 0) == 1 and f.record(7).get() == 7
+        wait_until(lambda: used_slots(cluster) == 2, what="b's slot, freed with its coroutine")
+        del a, f
+        wait_until(lambda: used_slots(cluster) == 0, what="both slots, without gc")
+    finally:
+        gc.enable()

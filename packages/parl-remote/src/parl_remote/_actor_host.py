@@ -30,6 +30,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import zipfile
 from collections import deque
 from typing import Any
@@ -48,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 METHOD, GETATTR, SETATTR = 0, 1, 2
 _STATS_EVERY_S = 1.0
+_QUICK_S = 200e-6  # methods quicker than this may have their replies batched
 
 
 class ActorHost:
@@ -69,12 +71,20 @@ class ActorHost:
         self._async_starting = 0
         self._tasks: set[asyncio.Task] = set()
         self._reported = (-1, -1)
+        self._cork = False
+        self._corked: set[AsyncConnection] = set()
+        self._durations: dict[str, float] = {}  # per method: recent run time, slow ones sticky
 
     async def serve(self) -> None:
         """Listen, announce readiness to the worker, and serve until the process is ended."""
         loop = asyncio.get_running_loop()
         server = await serve_async(
-            self.host, 0, token=self.token, role="actor", on_message=self._on_message
+            self.host,
+            0,
+            token=self.token,
+            role="actor",
+            on_message=self._on_message,
+            exact_flow=True,
         )
         port = server.sockets[0].getsockname()[1]
         _, self.ctl = await loop.create_connection(
@@ -126,18 +136,36 @@ class ActorHost:
             raise ProtocolError(f"an actor process does not take {type(msg).__name__}")
 
     def _process(self) -> None:
-        """Run queued calls in arrival order, unless a large reply is still being written."""
+        """Run queued calls in arrival order, unless a large reply is still being written.
+
+        Replies to calls that have more calls queued behind them are batched into one write,
+        but only ahead of methods known to be quick: before a method that has ever been slow
+        (or has not run yet), every batched reply goes out first, so no reply waits on it.
+        """
         backlog = self._backlog
-        while backlog and not self._gated:
-            if self._async_starting:
-                # An async call arrived earlier and has not started yet: let it start first.
-                asyncio.get_running_loop().call_soon(self._process)
-                return
-            conn, msg, buffers = backlog[0]
-            try:
-                self._call(conn, msg, buffers)
-            finally:
-                backlog.popleft()
+        try:
+            while backlog and not self._gated:
+                if self._async_starting:
+                    # An async call arrived earlier and has not started yet: let it start first.
+                    asyncio.get_running_loop().call_soon(self._process)
+                    return
+                conn, msg, buffers = backlog[0]
+                if self._corked and self._durations.get(msg.name, 1.0) > _QUICK_S:
+                    self._flush_corked()
+                self._cork = len(backlog) > 1
+                try:
+                    self._call(conn, msg, buffers)
+                finally:
+                    backlog.popleft()
+        finally:
+            self._cork = False
+            if self._corked:
+                self._flush_corked()
+
+    def _flush_corked(self) -> None:
+        corked, self._corked = self._corked, set()
+        for conn in corked:
+            conn.flush()
 
     def _init(self, conn: AsyncConnection, msg: m.Init) -> None:
         if self.actor_id is None or msg.actor_id != self.actor_id:
@@ -231,6 +259,7 @@ class ActorHost:
             if is_async:
                 self._start_async(conn, msg.id, where, fn, args, kwargs)
                 return
+            start = time.perf_counter()
             try:
                 result = fn(*args, **kwargs)
             except SystemExit as exc:
@@ -240,6 +269,10 @@ class ActorHost:
                 self.errors += 1
                 self._send(conn, self._error(msg.id, where, exc))
                 return
+            finally:
+                took = time.perf_counter() - start
+                last = self._durations.get(msg.name, took)
+                self._durations[msg.name] = took if took > _QUICK_S else 0.8 * last + 0.2 * took
             self.calls += 1
             self._reply(conn, msg.id, where, result)
         elif msg.kind == GETATTR:
@@ -311,10 +344,7 @@ class ActorHost:
 
     async def _ungate(self, conn: AsyncConnection) -> None:
         try:
-            while not conn.closed and conn.transport.get_write_buffer_size():
-                await conn.drain()
-                if conn.transport.get_write_buffer_size():
-                    await asyncio.sleep(0.001)
+            await conn.flushed()
         except ConnectionError:
             pass
         finally:
@@ -331,10 +361,13 @@ class ActorHost:
             ser.dumps_exception(exc),
         )
 
-    @staticmethod
-    def _send(conn: AsyncConnection, msg: Any, buffers: list | tuple = ()) -> None:
+    def _send(self, conn: AsyncConnection, msg: Any, buffers: list | tuple = ()) -> None:
         with contextlib.suppress(ConnectionError):  # the caller is gone: nobody waits for it
-            conn.send(msg, buffers)
+            if self._cork and not buffers:
+                conn.send(msg, batch=True)
+                self._corked.add(conn)
+            else:
+                conn.send(msg, buffers)
 
     def _exit_from_user(self, exc: SystemExit) -> None:
         code = exc.code

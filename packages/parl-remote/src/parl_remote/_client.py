@@ -92,6 +92,9 @@ class Client:
         self._replies: dict[int, asyncio.Future] = {}
         self._closed = False
         self._maintainer: ConcurrentFuture | None = None
+        self._soon: list[tuple] = []
+        self._soon_lock = threading.Lock()
+        self._soon_scheduled = False
         self._thread = threading.Thread(target=self._run_loop, name="parl-client", daemon=True)
         self._stopped = threading.Event()
 
@@ -128,6 +131,7 @@ class Client:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
+                await self.loop.shutdown_asyncgens()  # closes future-mode connections
                 if self.link.conn is not None:
                     self.link.conn.close()
                 await asyncio.sleep(0.01)  # let the transport close
@@ -246,6 +250,25 @@ class Client:
         self._check_open()
         coro = self._create(class_name, n_gpu, max_memory_mb, wait_s)
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def run_soon(self, fn: Any, *args: Any) -> None:
+        """Run `fn(*args)` on the client's loop, in call order (thread-safe, never blocks).
+
+        Calls made in a burst share one wake-up of the loop, instead of one each.
+        """
+        with self._soon_lock:
+            self._soon.append((fn, args))
+            if self._soon_scheduled:
+                return
+            self._soon_scheduled = True
+        self.loop.call_soon_threadsafe(self._run_soon)
+
+    def _run_soon(self) -> None:
+        with self._soon_lock:
+            batch, self._soon = self._soon, []
+            self._soon_scheduled = False
+        for fn, args in batch:
+            fn(*args)
 
     def release(self, actor_id: str) -> None:
         """Free an actor (thread-safe, callable from finalizers; never blocks)."""

@@ -160,16 +160,9 @@ class _ActorRef:
     def pack(self, kind: int, name: str, args: tuple, kwargs: dict) -> tuple[bytes, list]:
         if kind == GETATTR:
             return _NONE, []
-        if kind == SETATTR:
-            obj: Any = args[0]
-        else:
-            spec = self.spec.methods.get(name)
-            if spec is not None and spec.signature is not None:
-                try:
-                    spec.signature.bind(*args, **kwargs)
-                except TypeError as exc:
-                    raise TypeError(f"{self.class_name}.{name}(): {exc}") from None
-            obj = (args, kwargs)
+        # Arguments are not checked against the signature here (it would cost more than the
+        # call): a mismatch raises the method's own TypeError, from the actor.
+        obj: Any = args[0] if kind == SETATTR else (args, kwargs)
         try:
             return ser.dumps(obj)
         except Exception as exc:
@@ -267,15 +260,16 @@ class _ActorRef:
             future._settle(None, (), ConnectionClosed("dead"))
             return future
         data, buffers = self.pack(kind, name, args, kwargs)
-        buffers = [bytes(b) for b in buffers]  # the caller may change its arrays once we return
-        loop = self.client.loop
-        loop.call_soon_threadsafe(self._submit, loop, kind, name, data, buffers, future._settle)
+        if buffers:
+            buffers = [bytes(b) for b in buffers]  # the caller may change its arrays after this
+        client = self.client
+        client.run_soon(self._submit, client.loop, kind, name, data, buffers, future._settle)
         return future
 
     def _submit(
         self, loop: Any, kind: int, name: str, data: bytes, buffers: list, callback: Any
     ) -> None:
-        self.channel(loop).submit(m.Call(0, name, data, kind), buffers, callback)
+        self.channel(loop).call(kind, name, data, buffers, callback)
 
     def call_async(self, kind: int, name: str, args: tuple, kwargs: dict) -> asyncio.Future:
         """An awaitable call on the running loop's pipelined connection."""
@@ -291,9 +285,10 @@ class _ActorRef:
             future.set_exception(self._died_error())
             return future
         data, buffers = self.pack(kind, name, args, kwargs)
-        buffers = [bytes(b) for b in buffers]
-        self.channel(loop).submit(
-            m.Call(0, name, data, kind), buffers, functools.partial(self._resolve, future, name)
+        if buffers:
+            buffers = [bytes(b) for b in buffers]
+        self.channel(loop).call(
+            kind, name, data, buffers, functools.partial(self._resolve, future, name)
         )
         return future
 
@@ -351,7 +346,11 @@ class _Channel:
     """One pipelined connection from one event loop to one actor; replies matched by call id."""
 
     def __init__(self, ref: _ActorRef, loop: asyncio.AbstractEventLoop) -> None:
-        self.ref = ref
+        # Only what the channel needs, never the ref itself: the ref owns its channels, and a
+        # cycle would keep the actor alive until the garbage collector ran.
+        self.host, self.port, self.token = ref.host, ref.port, ref.client.token
+        self.label = repr(ref)
+        self.channels, self.lock = ref.channels, ref.lock
         self.loop = loop
         self.conn: AsyncConnection | None = None
         self.opening: asyncio.Task | None = None
@@ -359,17 +358,29 @@ class _Channel:
         self.waiters: dict[int, Any] = {}
         self.ids = itertools.count(1)
         self.closed = False
+        # The loop closes its async generators before it closes (asyncio.run does): this one
+        # closes the connection then, while the loop can still run the transport's goodbye.
+        self._guard = self._close_with_loop()
+        with contextlib.suppress(StopIteration):
+            self._guard.__anext__().send(None)  # registers it with the running loop
 
-    def submit(self, msg: Any, buffers: list, callback: Any) -> None:
-        """Send `msg` (its id is assigned here); `callback(msg, buffers, exc)` gets the reply."""
+    async def _close_with_loop(self) -> Any:
+        try:
+            yield
+        finally:
+            self.close()
+
+    def call(self, kind: int, name: str, data: bytes, buffers: list, callback: Any) -> None:
+        """Send a call; `callback(msg, buffers, exc)` gets its reply."""
+        call_id = next(self.ids)
+        self.submit(m.Call(call_id, name, data, kind), buffers, callback, call_id)
+
+    def submit(self, msg: Any, buffers: list, callback: Any, key: int = 0) -> None:
+        """Send `msg`; `callback(msg, buffers, exc)` gets the reply with id `key` (Init: 0)."""
         if self.closed:
             callback(None, (), ConnectionClosed("closed"))
             return
-        if isinstance(msg, m.Call):
-            msg = m.Call(next(self.ids), msg.name, msg.payload, msg.kind)
-            self.waiters[msg.id] = callback
-        else:  # Init: answered by Ready or Error with id 0
-            self.waiters[0] = callback
+        self.waiters[key] = callback
         if self.conn is None:
             self.queue.append((msg, buffers))
             if self.opening is None:
@@ -383,9 +394,9 @@ class _Channel:
     async def _open(self) -> None:
         try:
             self.conn = await open_async(
-                self.ref.host,
-                self.ref.port,
-                token=self.ref.client.token,
+                self.host,
+                self.port,
+                token=self.token,
                 role="client",
                 on_message=self._on_message,
                 on_close=self._on_close,
@@ -405,7 +416,7 @@ class _Channel:
             callback(msg, buffers, None)
 
     def _on_close(self, conn: AsyncConnection, exc: Exception | None) -> None:
-        self._fail(ConnectionClosed(f"the connection to {self.ref} closed"))
+        self._fail(ConnectionClosed(f"the connection to {self.label} closed"))
 
     def _fail(self, exc: Exception) -> None:
         self.closed = True
@@ -413,9 +424,9 @@ class _Channel:
         self.queue = []
         for callback in waiters.values():
             callback(None, (), exc)
-        with self.ref.lock:
-            if self.ref.channels.get(self.loop) is self:
-                del self.ref.channels[self.loop]
+        with self.lock:
+            if self.channels.get(self.loop) is self:
+                del self.channels[self.loop]
 
     def close(self) -> None:
         if self.conn is not None:

@@ -176,6 +176,8 @@ class AsyncConnection(asyncio.BufferedProtocol):
         proto: Connection,
         on_message: MessageHandler,
         on_close: CloseHandler | None = None,
+        *,
+        exact_flow: bool = False,
     ) -> None:
         self.proto = proto
         self.on_message = on_message
@@ -189,10 +191,14 @@ class AsyncConnection(asyncio.BufferedProtocol):
         self._paused = False
         self._drain_waiters: list[asyncio.Future] = []
         self._batch: list = []
+        self._exact_flow = exact_flow
 
     # protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if self._exact_flow:
+            # Told the moment anything waits in the write buffer, and when it is all written.
+            transport.set_write_buffer_limits(high=0, low=0)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             _tune(sock)
@@ -285,6 +291,10 @@ class AsyncConnection(asyncio.BufferedProtocol):
             self._loop.call_soon(self._flush_batch)
         self._batch.extend(frames)
 
+    def flush(self) -> None:
+        """Write batched messages now."""
+        self._flush_batch()
+
     def _flush_batch(self) -> None:
         frames, self._batch = self._batch, []
         if (
@@ -294,6 +304,11 @@ class AsyncConnection(asyncio.BufferedProtocol):
             and not self.transport.is_closing()
         ):
             self.transport.writelines(frames)
+
+    async def flushed(self) -> None:
+        """Wait until everything written so far is in the kernel (needs `exact_flow`)."""
+        while self._paused and not self.closed:
+            await self.drain()
 
     async def drain(self) -> None:
         """Wait until the write buffer is below its high-water mark."""
@@ -365,12 +380,14 @@ async def serve_async(
     on_open: Callable[[AsyncConnection], None] | None = None,
     handshake_timeout: float | None = None,
     sock: socket.socket | None = None,
+    exact_flow: bool = False,
 ) -> asyncio.AbstractServer:
     """Serve authenticated connections on host:port (or an already bound `sock`).
 
     Connections that do not complete the handshake within `handshake_timeout` are closed, and
     at most `settings.max_connections` are held at once: idle or hostile connections cannot
-    pile up. `on_open` runs once a connection is authenticated.
+    pile up. `on_open` runs once a connection is authenticated. With `exact_flow`, each
+    connection learns when its write buffer is empty (see `AsyncConnection.flushed`).
     """
     loop = asyncio.get_running_loop()
     handshake_timeout = (
@@ -391,7 +408,7 @@ async def serve_async(
         proto = Connection(
             role, is_server=True, token=token, max_message_bytes=settings.max_message_bytes
         )
-        conn = AsyncConnection(proto, on_message, closed)
+        conn = AsyncConnection(proto, on_message, closed, exact_flow=exact_flow)
         if len(live) >= settings.max_connections:
             loop.call_soon(
                 conn.abort, ProtocolError(f"over {settings.max_connections} connections")

@@ -1,0 +1,293 @@
+"""Remote-call performance of parl-remote against the floor of this machine, in one run.
+
+The baseline is built here: a uvloop + msgspec length-prefixed echo server (`_raw_echo.py`)
+in its own process, driven the way each workload drives an actor. Ratios compare numbers taken
+minutes apart on the same machine, so they survive a noisy, shared machine better than
+absolute times do.
+
+    W1  sync call latency, add(1, 2), serial: median and p99 us     target <= 2x raw echo
+    W2  4 actors, many calls in flight (future and awaitable modes) target >= 0.25x raw pipelined
+    W3  numpy float32 argument + result round trip, 1/16/128 MB     target >= 0.5x raw socket
+    W4  actor creation until its first answer, ms                   target <= 20 ms
+    W5  2 actors x a pure-Python loop vs the same work serially     target >= 1.8x on 2 cores
+
+    python benchmarks/remote_bench.py            # about two minutes
+    python benchmarks/remote_bench.py --quick    # fewer repetitions
+
+Reference figures measured on this kind of machine with the same workloads (see README.md in
+this directory for how to reproduce them): PARL 2.2.1 W1 202 us, W2 6.0k calls/s, W3 159 MB/s,
+W4 18 ms; Ray 2.60 W1 728 us, W2 2.9k calls/s, W3 3.8 GB/s (shared-memory object store),
+W4 427 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import msgspec
+import numpy as np
+import uvloop
+
+import parl
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HEADER = struct.Struct("<I")
+
+
+# -- the baseline ------------------------------------------------------------------------------
+def start_raw_server() -> tuple[subprocess.Popen, int, int]:
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "_raw_echo.py")], stdout=subprocess.PIPE, text=True)
+    echo_port, raw_port = (int(p) for p in proc.stdout.readline().split())
+    return proc, echo_port, raw_port
+
+
+def _connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _recv_exact(sock: socket.socket, view: memoryview) -> None:
+    while len(view):
+        n = sock.recv_into(view)
+        if n == 0:
+            raise ConnectionError("closed")
+        view = view[n:]
+
+
+def raw_latency(port: int, n: int) -> list[float]:
+    sock = _connect(port)
+    body = msgspec.msgpack.encode(["add", [1, 2], {}])
+    frame = HEADER.pack(len(body)) + body
+    head = bytearray(4)
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        sock.sendall(frame)
+        _recv_exact(sock, memoryview(head))
+        (size,) = HEADER.unpack(head)
+        reply = bytearray(size)
+        _recv_exact(sock, memoryview(reply))
+        msgspec.msgpack.decode(reply)
+        times.append(time.perf_counter() - t0)
+    sock.close()
+    return times
+
+
+def raw_pipelined(port: int, total: int, depth: int) -> float:
+    async def run() -> float:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        body = msgspec.msgpack.encode(["add", [1, 2], {}])
+        frame = HEADER.pack(len(body)) + body
+        t0 = time.perf_counter()
+        done = 0
+        while done < total:
+            writer.writelines([frame] * depth)
+            for _ in range(depth):
+                (size,) = HEADER.unpack(await reader.readexactly(4))
+                msgspec.msgpack.decode(await reader.readexactly(size))
+            done += depth
+        elapsed = time.perf_counter() - t0
+        writer.close()
+        return done / elapsed
+
+    return uvloop.run(run())
+
+
+def raw_payload(port: int, size: int, reps: int) -> float:
+    sock = _connect(port)
+    data = np.ones(size // 4, dtype=np.float32)
+    head = bytearray(8)
+    back = bytearray(size)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        sock.sendall(struct.pack("<Q", size))
+        sock.sendall(memoryview(data).cast("B"))
+        _recv_exact(sock, memoryview(head))
+        _recv_exact(sock, memoryview(back))
+    elapsed = time.perf_counter() - t0
+    sock.close()
+    return size * reps / elapsed / 1e6
+
+
+# -- the project -------------------------------------------------------------------------------
+@parl.remote_class
+class Actor:
+    def add(self, a, b):
+        return a + b
+
+    def echo(self, x):
+        return x
+
+    def spin(self, n):
+        total = 0
+        for i in range(n):
+            total += i
+        return total
+
+
+@parl.remote_class(wait=False)
+class FutureActor:
+    def add(self, a, b):
+        return a + b
+
+
+def parl_latency(actor, n: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        actor.add(1, 2)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def parl_future_throughput(actors, total: int, depth: int) -> float:
+    t0 = time.perf_counter()
+    done = 0
+    while done < total:
+        futures = [actors[i % len(actors)].add(i, 1) for i in range(depth)]
+        for future in futures:
+            future.get()
+        done += depth
+    return done / (time.perf_counter() - t0)
+
+
+def parl_async_throughput(actors, total: int, depth: int) -> float:
+    async def run() -> float:
+        handles = [a.aio for a in actors]
+        await asyncio.gather(*[h.add(0, 0) for h in handles])  # open the connections
+        t0 = time.perf_counter()
+        done = 0
+        while done < total:
+            await asyncio.gather(*[handles[i % len(handles)].add(i, 1) for i in range(depth)])
+            done += depth
+        return done / (time.perf_counter() - t0)
+
+    return uvloop.run(run())
+
+
+def parl_payload(actor, size: int, reps: int) -> float:
+    x = np.ones(size // 4, dtype=np.float32)
+    actor.echo(x[:10])
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        y = actor.echo(x)
+    elapsed = time.perf_counter() - t0
+    assert y.nbytes == size
+    return size * reps / elapsed / 1e6
+
+
+def parl_creation(client, n: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        wait_for_vacant(client, 1)
+        t0 = time.perf_counter()
+        actor = Actor()
+        actor.add(1, 2)
+        times.append(time.perf_counter() - t0)
+        del actor
+    return times
+
+
+def wait_for_vacant(client, slots: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = client.status()
+        # A freed slot is vacant once its fresh warm process is up; give it that moment.
+        if status["totals"]["cpu_vacant"] >= slots:
+            time.sleep(0.3)
+            return
+        time.sleep(0.05)
+    raise TimeoutError("no vacant slot")
+
+
+def parl_parallelism(actors, n: int) -> float:
+    t0 = time.perf_counter()
+    actors[0].spin(n)
+    actors[0].spin(n)
+    serial = time.perf_counter() - t0
+    threads = [threading.Thread(target=a.spin, args=(n,)) for a in actors[:2]]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    parallel = time.perf_counter() - t0
+    return serial / parallel
+
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:8.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = parser.parse_args()
+    scale = 0.2 if args.quick else 1.0
+    n_lat = int(5000 * scale)
+    n_calls = int(40000 * scale)
+    rows: list[tuple[str, str, str, str, str]] = []
+
+    server, echo_port, raw_port = start_raw_server()
+    client = parl.connect(cpu_num=6, log_to_driver=False)
+    try:
+        wait_for_vacant(client, 6)
+        one = Actor()
+        parl_latency(one, 200)  # warm up both paths
+        raw_latency(echo_port, 200)
+        ours, raw = parl_latency(one, n_lat), raw_latency(echo_port, n_lat)
+        for name, q in (("median", 0.5), ("p99", 0.99)):
+            o = sorted(ours)[int(q * (len(ours) - 1))]
+            r = sorted(raw)[int(q * (len(raw) - 1))]
+            target = "<= 2x" if name == "median" else ""
+            rows.append((f"W1 sync call {name} (us)", us(o), us(r), f"{o / r:5.2f}x", target))
+
+        raw_tp = raw_pipelined(echo_port, n_calls, 1000)
+        futures = [FutureActor() for _ in range(4)]
+        fut_tp = parl_future_throughput(futures, n_calls, 1000)
+        del futures
+        wait_for_vacant(client, 4)
+        plain = [Actor() for _ in range(4)]
+        aio_tp = parl_async_throughput(plain, n_calls, 1000)
+        for name, value in (("future", fut_tp), ("awaitable", aio_tp)):
+            rows.append((f"W2 4 actors, {name} (calls/s)", f"{value:8.0f}", f"{raw_tp:8.0f}", f"{value / raw_tp:5.2f}x", ">= 0.25x"))
+
+        for mb, reps in ((1, 200), (16, 20), (128, 4)):
+            reps = max(2, int(reps * scale))
+            size = mb * 1024 * 1024
+            raw_mbs = raw_payload(raw_port, size, reps)
+            ours_mbs = parl_payload(one, size, reps)
+            rows.append((f"W3 {mb} MB round trip (MB/s)", f"{ours_mbs:8.0f}", f"{raw_mbs:8.0f}", f"{ours_mbs / raw_mbs:5.2f}x", ">= 0.5x"))
+        del plain, one
+
+        creation = parl_creation(client, max(5, int(20 * scale)))
+        rows.append(("W4 actor creation (ms, median)", f"{statistics.median(creation) * 1e3:8.1f}", "", "", "<= 20 ms"))
+
+        wait_for_vacant(client, 2)
+        spinners = [Actor(), Actor()]
+        speedup = parl_parallelism(spinners, int(3_000_000 * max(scale, 0.5)))
+        rows.append(("W5 2 actors vs serial (speedup)", f"{speedup:8.2f}", "1.00", "", ">= 1.8x"))
+    finally:
+        parl.disconnect()
+        server.kill()
+        server.wait()
+
+    print(f"\nparl-remote vs the raw uvloop+msgspec baseline ({os.cpu_count()} CPUs, {sys.version.split()[0]})")
+    header = ("workload", "parl-remote", "raw baseline", "ratio", "target")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+    for row in [header, *rows]:
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+
+
+if __name__ == "__main__":
+    main()
