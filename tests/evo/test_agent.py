@@ -139,6 +139,7 @@ def test_clones_draw_reproducible_distinct_keys():
 
 def test_torch_module_is_flattened_perturbed_and_restored():
     torch = pytest.importorskip("torch")
+    torch.set_num_threads(1)  # tiny nets; xdist workers share two cores
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
     flat = torch.nn.utils.parameters_to_vector(net.parameters()).detach().double().numpy()
@@ -308,3 +309,16 @@ def test_replica_told_the_same_samples_has_the_same_weights():
     import hashlib
 
     assert result.stdout.strip() == hashlib.sha256(agent.get_weights().tobytes()).hexdigest()
+
+
+def test_readme_example_runs(tmp_path, monkeypatch, repo_root):
+    with open(f"{repo_root}/README.md", encoding="utf-8") as f:
+        section = f.read().split("## Evolution strategies", 1)[1]
+    code = section.split("```python", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    agent = namespace["agent"]
+    assert agent.solver.version == 100
+    assert sphere(agent.get_weights()) < 1.0  # from 90 at the start
+    assert (tmp_path / "solver.npz").exists()
