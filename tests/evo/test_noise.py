@@ -80,8 +80,10 @@ def test_noise_regenerates_bit_for_bit_in_another_process(noise_dir):
         print("torch" in sys.modules)
         """
     )
+    inode = os.stat(table.path).st_ino
     result = run_python(code)
     assert result.returncode == 0, result.stderr
+    assert os.stat(table.path).st_ino == inode  # the other process mapped this file, not a new one
     import hashlib
 
     expected = [hashlib.sha256(b).hexdigest() for b in here_seed + here_table]
@@ -164,3 +166,10 @@ def test_table_arguments_are_checked(noise_dir):
         NoiseTable(seed=1, size=0, directory=noise_dir)
     with pytest.raises(ConfigError, match="seed=-1"):
         NoiseTable(seed=-1, size=10, directory=noise_dir)
+
+
+def test_a_table_that_cannot_be_built_says_where_and_what_to_do(tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    with pytest.raises(NoiseTableError, match="could not build the noise table.*directory="):
+        NoiseTable(seed=1, size=10, directory=blocker / "sub")

@@ -329,7 +329,7 @@ class ESAgent:
         return self.update(batch.infos, batch.rewards), batch.end
 
     def close(self) -> None:
-        """Release the noise table's mapping (its file stays for other processes)."""
+        """Release the noise table's mapping, which clones share (the file stays for others)."""
         if isinstance(self.noise, NoiseTable):
             self.noise.close()
 

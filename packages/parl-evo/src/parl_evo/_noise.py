@@ -265,9 +265,10 @@ class NoiseTable(NoiseSource):
 
     def _build(self) -> None:
         directory = os.path.dirname(self.path)
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".parl-evo-noise-", suffix=".tmp", dir=directory)
+        tmp = None
         try:
+            os.makedirs(directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".parl-evo-noise-", suffix=".tmp", dir=directory)
             with os.fdopen(fd, "wb") as f:
                 f.write(bytes(_TABLE_DATA_OFFSET))
                 rng = np.random.Generator(np.random.PCG64(self.seed))
@@ -282,9 +283,15 @@ class NoiseTable(NoiseSource):
             os.chmod(tmp, 0o644)
             # Two processes racing here write identical bytes; whichever rename lands last wins.
             os.replace(tmp, self.path)
-        except BaseException:
-            if os.path.exists(tmp):
+        except BaseException as exc:
+            if tmp is not None and os.path.exists(tmp):
                 os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise NoiseTableError(
+                    f"could not build the noise table {self.path!r} ({4 * self.size} bytes): "
+                    f"{exc}; free space there, or put tables elsewhere (NoiseTable(directory=...), "
+                    "ESAgent(noise_directory=...)), or make gaussian_sampling.cache_size smaller"
+                ) from exc
             raise
 
     def _read_header(self) -> int:
