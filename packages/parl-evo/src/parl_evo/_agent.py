@@ -131,7 +131,8 @@ class ESAgent:
         The first call (or `model=` in the constructor) also decides what the agent acts with:
         a module is used in place; a vector with the agent's `policy`. Later calls take a flat
         vector or a module of the same architecture. The solver restarts at version 0, centered
-        at the new weights (load a saved solver afterwards with `load_solver`).
+        at the new weights (load a saved solver afterwards with `load_solver`); clones made
+        before keep sampling around the old solver, so clone again.
         """
         if not self._owns_solver:
             raise SolverStateError(
@@ -185,7 +186,7 @@ class ESAgent:
         clone of an agent always draws the same keys, so runs are reproducible.
         """
         solver = self.solver
-        clone = object.__new__(ESAgent)
+        clone = object.__new__(type(self))
         clone.config = self.config
         clone.sampler_id = self.sampler_id
         clone.noise = self.noise

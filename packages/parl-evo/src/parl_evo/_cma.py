@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -113,14 +114,17 @@ class _CMABase(Solver):
             return "conditioncov"
         return None
 
+    @abstractmethod
     def _init_covariance(self) -> None:
-        raise NotImplementedError
+        """Set up the covariance model at the identity."""
 
+    @abstractmethod
     def _diagonal(self) -> np.ndarray:
-        raise NotImplementedError
+        """The diagonal of C."""
 
+    @abstractmethod
     def _condition(self) -> float:
-        raise NotImplementedError
+        """The condition number of C (as of its last decomposition)."""
 
     @property
     def mean(self) -> np.ndarray:
@@ -180,16 +184,19 @@ class _CMABase(Solver):
         """`B D z` for one standard-normal vector."""
         return self._y_rows(z[None, :])[0]
 
+    @abstractmethod
     def _y_rows(self, z: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """`B D z` for each row of `z`."""
 
+    @abstractmethod
     def _whiten(self, z_w: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """`C^{-1/2} y` for `y = B D z_w`, which is `B z_w`."""
 
+    @abstractmethod
     def _update_covariance(
         self, decay: float, c_1: float, c_mu: float, w_circ: np.ndarray, y: np.ndarray
     ) -> None:
-        raise NotImplementedError
+        """`C = decay C + c_1 p_c p_c^T + c_mu sum(w_circ_i y_i y_i^T)` in the model's form."""
 
     def _after_update(self, p: _Parameters) -> None:
         """Hook after the generation counter moved (the full model's lazy eigendecomposition)."""
