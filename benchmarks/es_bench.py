@@ -1,0 +1,161 @@
+"""Evolution-strategies benchmark: noise regeneration and CMA-ES, each against a baseline.
+
+What it measures, in one run, with the baseline side by side and the ratio printed:
+
+1. Noise regeneration for a 100k-parameter model, in microseconds per vector:
+   - `NoiseTable.noise` (a slice of the shared table) against a plain numpy slice of an
+     in-memory array written here;
+   - `SeedNoise.noise` (PCG64, float32) against plain numpy written here: `default_rng(seed)`
+     drawing float64 normals (what most code does) and `RandomState(seed).randn` (what the
+     original OpenAI-ES code did).
+2. CMA-ES evaluations to reach f < 1e-8 on 10-D Rosenbrock from x0 = 0, sigma0 = 0.5 (the median
+   over seeds) against pycma, if installed. pycma is not a dependency of this repository; to
+   include it, install it into the same environment first:
+
+       pip install cma
+
+3. ES generation throughput with 1 vs 2 remote actors: needs the remote runtime
+   (`@parl.remote_class`, `parl.connect`); see `bench_remote_throughput` below.
+
+Run: `python benchmarks/es_bench.py` (seconds on 2 cores; `--quick` for a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from parl_evo import CMAES, NoiseTable, SeedNoise
+
+DIM = 100_000
+
+
+def per_call_us(fn: Callable[[int], object], repeats: int) -> float:
+    """Median microseconds of `fn(i)` over `repeats` calls (after a warm-up call)."""
+    fn(0)
+    times = []
+    for i in range(repeats):
+        start = time.perf_counter()
+        fn(i + 1)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def bench_noise(repeats: int) -> None:
+    print(f"\n1. noise regeneration, {DIM:,} parameters (median us per vector)")
+    size = 10 * DIM
+    with tempfile.TemporaryDirectory() as directory:
+        table = NoiseTable(seed=1, size=size, directory=directory, cleanup=True)
+        plain_table = np.random.default_rng(1).standard_normal(size, dtype=np.float32)
+        rng = np.random.default_rng(0)
+        keys = [table.draw_key(rng, DIM) for _ in range(repeats + 1)]
+        ours_slice = per_call_us(lambda i: table.noise(keys[i], DIM), repeats)
+        base_slice = per_call_us(lambda i: plain_table[keys[i] : keys[i] + DIM], repeats)
+        ours_copy = per_call_us(lambda i: table.noise(keys[i], DIM).astype(np.float64), repeats)
+        base_copy = per_call_us(
+            lambda i: plain_table[keys[i] : keys[i] + DIM].astype(np.float64), repeats
+        )
+        table.close()
+    seed_noise = SeedNoise()
+    ours_seed = per_call_us(lambda i: seed_noise.noise(1000 + i, DIM), repeats)
+    base_rng = per_call_us(lambda i: np.random.default_rng(1000 + i).standard_normal(DIM), repeats)
+    base_legacy = per_call_us(lambda i: np.random.RandomState(1000 + i).randn(DIM), repeats)
+    rows = [
+        ("table slice (view)", ours_slice, "numpy array slice", base_slice),
+        ("table slice -> float64", ours_copy, "numpy slice -> float64", base_copy),
+        ("seed, PCG64 float32", ours_seed, "default_rng(seed) float64", base_rng),
+        ("seed, PCG64 float32", ours_seed, "RandomState(seed).randn", base_legacy),
+    ]
+    print(f"   {'parl.evo':<24} {'us':>9}   {'plain numpy':<26} {'us':>9}   ratio")
+    for name, ours, base_name, base in rows:
+        print(f"   {name:<24} {ours:9.1f}   {base_name:<26} {base:9.1f}   {ours / base:5.2f}x")
+    print(f"   seed regeneration / table copy: {ours_seed / ours_copy:.1f}x slower")
+
+
+def rosenbrock(x: np.ndarray) -> float:
+    x = np.asarray(x, dtype=np.float64)
+    return float(np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2))
+
+
+def ours_evals(seed: int, target: float, budget: int) -> tuple[int, float]:
+    solver = CMAES(x0=np.zeros(10), sigma=0.5, noise=SeedNoise())
+    rng = np.random.default_rng(seed)
+    evals, best = 0, np.inf
+    while evals < budget and best >= target:
+        infos = solver.ask(rng)
+        values = [rosenbrock(solver.candidate(info)) for info in infos]
+        evals += len(values)
+        best = min(best, *values)
+        solver.tell(infos, [-v for v in values])
+    return evals, best
+
+
+def pycma_evals(seed: int, target: float, budget: int) -> tuple[int, float] | None:
+    try:
+        import cma
+    except ModuleNotFoundError:
+        return None
+    options = {"seed": seed, "ftarget": target, "verbose": -9, "maxfevals": budget}
+    es = cma.CMAEvolutionStrategy(np.zeros(10), 0.5, options)
+    es.optimize(rosenbrock)
+    return es.result.evaluations, es.result.fbest
+
+
+def bench_cma(seeds: int) -> None:
+    target, budget = 1e-8, 40_000
+    print(f"\n2. CMA-ES on 10-D Rosenbrock: evaluations to f < {target:g} (x0 = 0, sigma0 = 0.5)")
+    ours, theirs = [], []
+    start = time.perf_counter()
+    for seed in range(1, seeds + 1):
+        evals, best = ours_evals(seed, target, budget)
+        if best < target:
+            ours.append(evals)
+    ours_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for seed in range(1, seeds + 1):
+        result = pycma_evals(seed, target, budget)
+        if result is None:
+            break
+        if result[1] < target:
+            theirs.append(result[0])
+    theirs_s = time.perf_counter() - start
+    print(f"   parl.evo CMAES: median {statistics.median(ours):.0f} evaluations "
+          f"({len(ours)}/{seeds} runs reached the target; {ours_s:.1f} s)")  # fmt: skip
+    if not theirs:
+        print("   pycma: not installed (`pip install cma` to compare)")
+        return
+    print(f"   pycma         : median {statistics.median(theirs):.0f} evaluations "
+          f"({len(theirs)}/{seeds} runs reached the target; {theirs_s:.1f} s)")  # fmt: skip
+    ratio = statistics.median(ours) / statistics.median(theirs)
+    print(f"   ratio parl.evo / pycma: {ratio:.2f}x (the requirement: at most 1.5x)")
+
+
+def bench_remote_throughput() -> None:
+    # NOT MEASURED YET. ES generation throughput with 1 vs 2 remote actors (the target is
+    # >= 1.7x on 2 cores) needs the remote runtime (`@parl.remote_class`, `parl.connect`),
+    # which is being built separately. When it lands: start a local master and worker, create
+    # 1 then 2 actors that each hold an ESAgent(config, sampler_id=k), time N generations of
+    # `add_noise` + CartPole episodes on the actors with only (SamplingInfo, reward) pairs
+    # coming back, and print generations per second for both with their ratio.
+    print(
+        "\n3. ES generations/s with 1 vs 2 remote actors: not measured (needs the remote runtime)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and seeds")
+    args = parser.parse_args()
+    np.random.default_rng(0).standard_normal(10)  # import and warm numpy before timing
+    bench_noise(repeats=20 if args.quick else 200)
+    bench_cma(seeds=2 if args.quick else 10)
+    bench_remote_throughput()
+
+
+if __name__ == "__main__":
+    main()
