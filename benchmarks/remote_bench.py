@@ -45,7 +45,9 @@ HEADER = struct.Struct("<I")
 
 # -- the baseline ------------------------------------------------------------------------------
 def start_raw_server() -> tuple[subprocess.Popen, int, int]:
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "_raw_echo.py")], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "_raw_echo.py")], stdout=subprocess.PIPE, text=True
+    )
     echo_port, raw_port = (int(p) for p in proc.stdout.readline().split())
     return proc, echo_port, raw_port
 
@@ -230,7 +232,9 @@ def us(seconds: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = parser.parse_args()
     scale = 0.2 if args.quick else 1.0
@@ -260,18 +264,42 @@ def main() -> None:
         plain = [Actor() for _ in range(4)]
         aio_tp = parl_async_throughput(plain, n_calls, 1000)
         for name, value in (("future", fut_tp), ("awaitable", aio_tp)):
-            rows.append((f"W2 4 actors, {name} (calls/s)", f"{value:8.0f}", f"{raw_tp:8.0f}", f"{value / raw_tp:5.2f}x", ">= 0.25x"))
+            rows.append(
+                (
+                    f"W2 4 actors, {name} (calls/s)",
+                    f"{value:8.0f}",
+                    f"{raw_tp:8.0f}",
+                    f"{value / raw_tp:5.2f}x",
+                    ">= 0.25x",
+                )
+            )
 
         for mb, reps in ((1, 200), (16, 20), (128, 4)):
             reps = max(2, int(reps * scale))
             size = mb * 1024 * 1024
             raw_mbs = raw_payload(raw_port, size, reps)
             ours_mbs = parl_payload(one, size, reps)
-            rows.append((f"W3 {mb} MB round trip (MB/s)", f"{ours_mbs:8.0f}", f"{raw_mbs:8.0f}", f"{ours_mbs / raw_mbs:5.2f}x", ">= 0.5x"))
+            rows.append(
+                (
+                    f"W3 {mb} MB round trip (MB/s)",
+                    f"{ours_mbs:8.0f}",
+                    f"{raw_mbs:8.0f}",
+                    f"{ours_mbs / raw_mbs:5.2f}x",
+                    ">= 0.5x",
+                )
+            )
         del plain, one
 
         creation = parl_creation(client, max(5, int(20 * scale)))
-        rows.append(("W4 actor creation (ms, median)", f"{statistics.median(creation) * 1e3:8.1f}", "", "", "<= 20 ms"))
+        rows.append(
+            (
+                "W4 actor creation (ms, median)",
+                f"{statistics.median(creation) * 1e3:8.1f}",
+                "",
+                "",
+                "<= 20 ms",
+            )
+        )
 
         wait_for_vacant(client, 2)
         spinners = [Actor(), Actor()]
@@ -282,11 +310,19 @@ def main() -> None:
         server.kill()
         server.wait()
 
-    print(f"\nparl-remote vs the raw uvloop+msgspec baseline ({os.cpu_count()} CPUs, {sys.version.split()[0]})")
+    print(
+        f"\nparl-remote vs the raw uvloop+msgspec baseline ({os.cpu_count()} CPUs, "
+        f"{sys.version.split()[0]})"
+    )
     header = ("workload", "parl-remote", "raw baseline", "ratio", "target")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
     for row in [header, *rows]:
-        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+        print(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -301,7 +301,7 @@ def test_handles_are_freed_by_reference_counting_alone(connected):
         asyncio.run(use())
         assert a.add(0, 0) == 1 and f.record(7).get() == 7
         wait_until(lambda: used_slots(cluster) == 2, what="b's slot, freed with its coroutine")
-        del a, f
+        a = f = None  # drops the last handles (the coroutine above referred to `a`)
         wait_until(lambda: used_slots(cluster) == 0, what="both slots, without gc")
     finally:
         gc.enable()
