@@ -217,3 +217,29 @@ def parl_client():
     from parl_remote._client import current_client
 
     return current_client()
+
+
+def test_the_registry_tells_idle_from_busy(tmp_path):
+    cluster = make_cluster(tmp_path, workers=(1,))
+    try:
+        with client_env(cluster):
+            parl.connect(cluster.address)
+            actor = Worky()
+            actor.pid()
+            wait_until(lambda: cluster.status()["actors"][0]["state"] == "idle", what="idle")
+            import threading
+
+            caller = threading.Thread(target=actor.sleep, args=(6,))
+            caller.start()
+            wait_until(
+                lambda: cluster.status()["actors"][0]["state"] == "busy", timeout=10, what="busy"
+            )
+            caller.join(15)
+            wait_until(
+                lambda: cluster.status()["actors"][0]["state"] == "idle",
+                timeout=10,
+                what="idle again",
+            )
+            assert cluster.status()["actors"][0]["calls"] >= 2
+    finally:
+        cluster.stop()

@@ -70,7 +70,6 @@ class ActorHost:
         self._gated = False
         self._async_starting = 0
         self._tasks: set[asyncio.Task] = set()
-        self._reported = (-1, -1)
         self._cork = False
         self._corked: set[AsyncConnection] = set()
         self._durations: dict[str, float] = {}  # per method: recent run time, slow ones sticky
@@ -118,10 +117,11 @@ class ActorHost:
         os._exit(1)  # the worker is gone: so is every actor it ran
 
     def _report_stats(self) -> None:
-        now = (self.calls, self.errors)
-        if self.actor_id is not None and now != self._reported and self.ctl is not None:
-            self._reported = now
-            self.ctl.send(m.ActorStats(self.actor_id, 0.0, 0, calls=self.calls, errors=self.errors))
+        """Tell the worker the counters every second. No report at all means a synchronous
+        method holds the loop: the worker calls that busy."""
+        if self.actor_id is not None and self.ctl is not None:
+            busy = bool(self._tasks)  # async methods in flight
+            self.ctl.send(m.ActorStats(self.actor_id, 0.0, 0, self.calls, self.errors, busy))
         asyncio.get_running_loop().call_later(_STATS_EVERY_S, self._report_stats)
 
     # -- clients -------------------------------------------------------------------------------

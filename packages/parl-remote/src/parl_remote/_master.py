@@ -435,6 +435,8 @@ class Master:
             if actor is not None:
                 actor.cpu_percent, actor.rss_bytes = stats.cpu_percent, stats.rss_bytes
                 actor.calls, actor.errors = stats.calls, stats.errors
+                if actor.state in ("idle", "busy"):
+                    actor.state = "busy" if stats.busy else "idle"
         self.registry.changed()
 
     def _actor_started(self, conn: AsyncConnection, peer: Any, msg: m.ActorStarted) -> None:

@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 _LOG_FLUSH_S = 0.05
 _LOG_BACKLOG = 100_000
 _MEMORY_CHECK_S = 0.25
+_BUSY_AFTER_S = 2.5  # an actor process silent this long is inside a synchronous method
 
 
 @dataclass(eq=False)
@@ -70,6 +71,8 @@ class _Host:
     assigned: asyncio.Future | None = None
     calls: int = 0
     errors: int = 0
+    busy: bool = False
+    last_stats: float = field(default_factory=time.monotonic)
     ps: psutil.Process | None = None
     readers: list[asyncio.Task] = field(default_factory=list)
 
@@ -249,9 +252,9 @@ class Worker:
                 rss = _tree_rss(host.ps)
             except psutil.Error:
                 continue
-            stats.append(
-                m.ActorStats(host.actor_id, cpu, rss, calls=host.calls, errors=host.errors)
-            )
+            # A host reports every second unless a synchronous method holds its loop.
+            busy = host.busy or time.monotonic() - host.last_stats > _BUSY_AFTER_S
+            stats.append(m.ActorStats(host.actor_id, cpu, rss, host.calls, host.errors, busy))
         return m.WorkerHeartbeat(
             cpu_percent=psutil.cpu_percent(None),
             mem_used=vm.total - vm.available,
@@ -332,7 +335,8 @@ class Worker:
         elif isinstance(msg, m.ActorInitialized):
             self._to_master(msg)  # a failed constructor: the client releases the actor
         elif isinstance(msg, m.ActorStats):
-            host.calls, host.errors = msg.calls, msg.errors
+            host.calls, host.errors, host.busy = msg.calls, msg.errors, msg.busy
+            host.last_stats = time.monotonic()
         elif isinstance(msg, m.ActorExited):
             host.exit_reason = msg.reason
         else:
@@ -368,6 +372,7 @@ class Worker:
                     await asyncio.wait_for(self._warm_changed.wait(), remaining)
             host = self._warm_host()
         host.actor_id, host.client_id, host.class_name = msg.actor_id, msg.client_id, msg.class_name
+        host.last_stats = time.monotonic()
         host.gpus, host.max_memory_mb, host.started_at = (
             list(msg.gpus),
             msg.max_memory_mb,
