@@ -117,8 +117,10 @@ class ActorHost:
         os._exit(1)  # the worker is gone: so is every actor it ran
 
     def _report_stats(self) -> None:
-        """Tell the worker the counters every second. No report at all means a synchronous
-        method holds the loop: the worker calls that busy."""
+        """Tell the worker the counters, every second.
+
+        No report at all means a synchronous method holds the loop: the worker calls that busy.
+        """
         if self.actor_id is not None and self.ctl is not None:
             busy = bool(self._tasks)  # async methods in flight
             self.ctl.send(m.ActorStats(self.actor_id, 0.0, 0, self.calls, self.errors, busy))
