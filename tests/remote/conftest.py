@@ -173,3 +173,77 @@ def run_client_script(
         env=full_env,
         check=False,
     )
+
+
+class CuttableProxy:
+    """A loopback TCP proxy whose forwarding can be cut and restored, connections left open.
+
+    While cut, bytes in both directions are read and dropped: to both ends the link looks
+    alive at the TCP level but carries nothing, as when a network path silently fails.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        import threading
+
+        self.target_port = target_port
+        self.cut = threading.Event()
+        self._closed = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.port = self._listener.getsockname()[1]
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._socks += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                thread = threading.Thread(target=self._pump, args=(src, dst), daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        src.settimeout(0.2)
+        while not self._closed.is_set():
+            try:
+                data = src.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if not data:
+                break
+            if self.cut.is_set():
+                continue  # dropped
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        # While cut, an end that hangs up is not heard of on the other side either.
+        for s in (src,) if self.cut.is_set() else (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+        with self._lock:
+            for s in self._socks:
+                with contextlib.suppress(OSError):
+                    s.close()
+        for thread in self._threads:
+            thread.join(2)

@@ -305,3 +305,25 @@ def test_handles_are_freed_by_reference_counting_alone(connected):
         wait_until(lambda: used_slots(cluster) == 0, what="both slots, without gc")
     finally:
         gc.enable()
+
+
+def test_a_second_thread_reaches_an_actor_busy_in_a_long_call(connected):
+    # The first thread's call holds the actor's event loop; the second thread's connection
+    # must still be accepted (its call then waits its turn) instead of timing out as "dead".
+    a = Actor(0)
+    results = []
+    first = threading.Thread(target=lambda: results.append(a.sleep_then(3, "first")))
+    first.start()
+    import time
+
+    time.sleep(0.5)
+    from parl_remote._config import settings
+
+    old = settings.connect_timeout_s
+    settings.connect_timeout_s = 1.0  # shorter than the call in progress
+    try:
+        results.append(a.add(1, 1))  # a new connection: the pool's only one is busy
+    finally:
+        settings.connect_timeout_s = old
+    first.join(10)
+    assert results == ["first", 2]

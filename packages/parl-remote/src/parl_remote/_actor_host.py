@@ -36,10 +36,10 @@ from collections import deque
 from typing import Any
 
 from parl_remote import _serialize as ser
-from parl_remote._config import load_token
-from parl_remote._exceptions import ProtocolError
+from parl_remote._config import load_token, settings
+from parl_remote._exceptions import ClusterError, ProtocolError
 from parl_remote._loop import run
-from parl_remote._transport import AsyncConnection, serve_async
+from parl_remote._transport import AsyncConnection, SyncConnection
 from parl_remote.protocol import messages as m
 from parl_remote.protocol.connection import Connection
 
@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 METHOD, GETATTR, SETATTR = 0, 1, 2
 _STATS_EVERY_S = 1.0
+_MAX_HANDSHAKES = 64
 _QUICK_S = 200e-6  # methods quicker than this may have their replies batched
 
 
@@ -73,19 +74,12 @@ class ActorHost:
         self._cork = False
         self._corked: set[AsyncConnection] = set()
         self._durations: dict[str, float] = {}  # per method: recent run time, slow ones sticky
+        self._connections = 0
 
     async def serve(self) -> None:
         """Listen, announce readiness to the worker, and serve until the process is ended."""
         loop = asyncio.get_running_loop()
-        server = await serve_async(
-            self.host,
-            0,
-            token=self.token,
-            role="actor",
-            on_message=self._on_message,
-            exact_flow=True,
-        )
-        port = server.sockets[0].getsockname()[1]
+        port = self._start_acceptor(loop)
         _, self.ctl = await loop.create_connection(
             lambda: AsyncConnection(
                 Connection("actor", is_server=False, token=None, trusted=True),
@@ -97,6 +91,59 @@ class ActorHost:
         self.ctl.send(m.HostReady(port=port, pid=os.getpid()))
         loop.call_later(_STATS_EVERY_S, self._report_stats)
         await asyncio.Event().wait()  # runs until the process is ended
+
+    def _start_acceptor(self, loop: asyncio.AbstractEventLoop) -> int:
+        """Accept and authenticate clients on threads of their own.
+
+        A synchronous method runs on the event loop and may hold it for minutes; a client that
+        connects meanwhile (another thread of the caller) must still get through the handshake,
+        or it would take the actor for dead. Its calls then wait in line, as they should.
+        """
+        listener = socket.create_server((self.host, 0), backlog=128)
+        handshakes = threading.BoundedSemaphore(_MAX_HANDSHAKES)
+
+        def handshake(sock: socket.socket, peer: Any) -> None:
+            try:
+                conn = SyncConnection.accept(sock, token=self.token, role="actor")
+            except (OSError, ClusterError) as exc:
+                logger.warning("refused a connection from %s: %s", peer, exc)
+                return
+            finally:
+                handshakes.release()
+            loop.call_soon_threadsafe(self._adopt, conn)
+
+        def accept_forever() -> None:
+            while True:
+                try:
+                    sock, peer = listener.accept()
+                except OSError:  # pragma: no cover - the listener is never closed
+                    return
+                if not handshakes.acquire(blocking=False):
+                    sock.close()  # too many handshakes in progress: refuse, do not queue
+                    continue
+                threading.Thread(target=handshake, args=(sock, peer), daemon=True).start()
+
+        threading.Thread(target=accept_forever, name="parl-accept", daemon=True).start()
+        return listener.getsockname()[1]
+
+    def _adopt(self, conn: SyncConnection) -> None:
+        """Serve an authenticated connection on the event loop."""
+        loop = asyncio.get_running_loop()
+        if self._connections >= settings.max_connections:
+            conn.close()
+            return
+        self._connections += 1
+        conn.sock.setblocking(False)
+
+        def closed(c: AsyncConnection, exc: Exception | None) -> None:
+            self._connections -= 1
+
+        factory = lambda: AsyncConnection(  # noqa: E731 - a one-line protocol factory
+            conn.proto, self._on_message, closed, exact_flow=True
+        )
+        task = loop.create_task(loop.connect_accepted_socket(factory, conn.sock))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # -- the worker's channel ------------------------------------------------------------------
     def _on_ctl(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:

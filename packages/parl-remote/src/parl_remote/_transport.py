@@ -93,6 +93,32 @@ class SyncConnection:
             sock.close()
             raise
 
+    @classmethod
+    def accept(
+        cls, sock: socket.socket, *, token: bytes | None, role: str, timeout: float | None = None
+    ) -> SyncConnection:
+        """Authenticate an accepted socket as the server, within `timeout` seconds."""
+        timeout = settings.connect_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        proto = Connection(
+            role, is_server=True, token=token, max_message_bytes=settings.max_message_bytes
+        )
+        try:
+            _tune(sock)
+            conn = cls(sock, proto)
+            sock.settimeout(timeout)
+            sock.sendall(b"".join(proto.initiate()))
+            while not proto.authenticated:
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                event = conn._read_event()
+                if event is not AUTHENTICATED:  # pragma: no cover - the protocol forbids it
+                    raise ProtocolError("a message before the handshake completed")
+            sock.settimeout(None)
+            return conn
+        except BaseException:
+            sock.close()
+            raise
+
     def send(self, msg: Any, buffers: list | tuple = ()) -> None:
         """Write one message and its buffers (scatter-gather, no copy of the buffers)."""
         frames = self.proto.send(msg, buffers)

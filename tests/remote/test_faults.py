@@ -1,0 +1,117 @@
+"""Faults, with what the caller sees and how soon: each bound is stated where it is checked."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import parl
+from tests.remote.conftest import CuttableProxy, client_env, make_cluster, wait_until
+
+FAST = {"PARL_HEARTBEAT_S": 0.2, "PARL_HEARTBEAT_TIMEOUT_S": 2, "PARL_CONNECT_TIMEOUT_S": 2}
+
+
+@parl.remote_class
+class Probe:
+    def pid(self):
+        return os.getpid()
+
+    def sleep(self, seconds):
+        time.sleep(seconds)
+        return "done"
+
+
+def test_kill_9_of_an_actor_process_during_a_call(tmp_path):
+    cluster = make_cluster(tmp_path, workers=(2,))
+    try:
+        with client_env(cluster):
+            parl.connect(cluster.address)
+            victim, bystander = Probe(), Probe()
+            victim_pid = victim.pid()
+            outcome = {}
+
+            def call():
+                start = time.monotonic()
+                try:
+                    victim.sleep(60)
+                except parl.RemoteActorDiedError as exc:
+                    outcome["error"], outcome["after"] = exc, time.monotonic() - start
+
+            caller = threading.Thread(target=call)
+            caller.start()
+            time.sleep(0.3)
+            killed_at = time.monotonic()
+            os.kill(victim_pid, signal.SIGKILL)
+            caller.join(10)
+            # The pending call fails within 3 s of the kill, saying how the process ended.
+            assert "killed by SIGKILL" in str(outcome["error"])
+            assert time.monotonic() - killed_at < 3
+            with pytest.raises(parl.RemoteActorDiedError, match="killed by SIGKILL"):
+                victim.pid()
+            assert bystander.sleep(0) == "done"  # the client's other actor is untouched
+            # The slot is back within 5 s, with a fresh warm process in it.
+            wait_until(
+                lambda: cluster.status()["totals"]["cpu_used"] == 1, timeout=5, what="the slot"
+            )
+            replacement = Probe()
+            assert replacement.pid() not in (bystander.pid(),)
+    finally:
+        cluster.stop()
+
+
+def test_a_worker_cut_off_is_declared_lost_and_rejoins_without_ghost_slots(tmp_path):
+    cluster = make_cluster(tmp_path, workers=(), **FAST)
+    proxy = CuttableProxy(cluster.port)
+    try:
+        # The worker reaches the master only through the proxy; clients reach actors directly.
+        worker_env = dict(cluster.env)
+        cluster.address, direct = f"127.0.0.1:{proxy.port}", cluster.address
+        cluster.add_worker(cpu_num=2)
+        cluster.address = direct
+        with client_env(cluster, **FAST):
+            parl.connect(cluster.address)
+            actor = Probe()
+            assert actor.pid()
+            assert cluster.status()["totals"] == {
+                **cluster.status()["totals"],
+                "workers": 1,
+                "cpu_used": 1,
+            }
+
+            proxy.cut.set()
+            cut_at = time.monotonic()
+            # Declared lost after the 2 s heartbeat timeout (within 5 s) ...
+            wait_until(
+                lambda: cluster.status()["totals"]["workers"] == 0, timeout=5, what="worker lost"
+            )
+            assert time.monotonic() - cut_at >= 1.5
+            # ... and its actor's caller is told so, although the process still runs.
+            with pytest.raises(parl.RemoteActorDiedError, match="stopped responding"):
+                wait_until(lambda: actor.pid() and False, timeout=5, interval=0.1, what="the news")
+
+            proxy.cut.clear()
+            # The worker notices the silence too, reconnects through the restored link and
+            # re-registers within 10 s; its old actor is stopped, so no slot stays taken.
+            wait_until(
+                lambda: cluster.status()["totals"]["workers"] == 1, timeout=10, what="rejoin"
+            )
+            wait_until(
+                lambda: (
+                    cluster.status()["totals"]["cpu_used"] == 0
+                    and cluster.status()["totals"]["cpu_vacant"] == 2
+                ),
+                timeout=10,
+                what="no ghost slot",
+            )
+            with client_env(cluster, PARL_RESOURCE_WAIT_S=15, **FAST):
+                parl.connect(cluster.address)
+                fresh = [Probe(), Probe()]  # both slots usable again
+                assert len({a.pid() for a in fresh}) == 2
+        del worker_env
+    finally:
+        proxy.close()
+        cluster.stop()
