@@ -115,3 +115,59 @@ def test_a_worker_cut_off_is_declared_lost_and_rejoins_without_ghost_slots(tmp_p
     finally:
         proxy.close()
         cluster.stop()
+
+
+def test_kill_9_of_the_master_then_xparl_start_brings_the_cluster_back(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from parl_remote import _cluster
+    from tests.remote.conftest import Cluster, free_port
+
+    port = free_port()
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k != "PARL_CLUSTER_TOKEN"}
+    env.update(PARL_HOME=str(home), **{k: str(v) for k, v in FAST.items()})
+    xparl = [sys.executable, "-m", "parl_remote.cli"]
+
+    def run(*args):
+        return subprocess.run(
+            [*xparl, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    assert run("start", "--port", str(port), "--cpu_num", "2").returncode == 0
+    state_file = home / "clusters" / f"master-{port}.json"
+    state = json.loads(state_file.read_text())
+    token = (home / "token").read_text().strip()
+    cluster = Cluster(f"127.0.0.1:{port}", port, dict(env, PARL_CLUSTER_TOKEN=token), str(tmp_path))
+    try:
+        with client_env(cluster, PARL_RESOURCE_WAIT_S=5, **FAST):
+            client = parl.connect(cluster.address)
+            actor = Probe()
+            pid = actor.pid()
+            os.kill(state["master"]["pid"], signal.SIGKILL)
+            # Actors keep serving their clients: the data plane does not pass through the master.
+            for _ in range(20):
+                assert actor.pid() == pid
+            # New creations fail at once, saying why, once the client noticed (within 3 s).
+            wait_until(lambda: not client.connected, timeout=3, what="the client to notice")
+            with pytest.raises(parl.RemoteError, match="master at .* is unreachable"):
+                Probe()
+            restarted = run("start", "--port", str(port))
+            assert restarted.returncode == 0, restarted.stderr
+            assert "still running and rejoin" in restarted.stdout
+            # Within 10 s the worker re-registered (with the live actor) and the client is back.
+            wait_until(lambda: client.connected, timeout=10, what="the client to reconnect")
+            wait_until(
+                lambda: cluster.status()["totals"]["workers"] == 1,
+                timeout=10,
+                what="re-registration",
+            )
+            assert [a["pid"] for a in cluster.status()["actors"]] == [pid]
+            assert Probe().pid() != pid and actor.pid() == pid
+    finally:
+        stopped = run("stop", "--port", str(port))
+        assert stopped.returncode == 0, stopped.stderr
+        for proc in [state["master"], *state["workers"]]:
+            _cluster.ProcessInfo(proc["pid"], proc["create_time"], proc["log"]).stop()

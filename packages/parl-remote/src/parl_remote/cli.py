@@ -112,20 +112,21 @@ def _started_here() -> list[dict]:
 
 
 # -- commands ----------------------------------------------------------------------------------
+def _process(entry: dict) -> _cluster.ProcessInfo:
+    return _cluster.ProcessInfo(entry["pid"], entry["create_time"], entry["log"])
+
+
 def _cmd_start(args: argparse.Namespace) -> int:
     state_file = _master_state(args.port)
-    old = read_json(state_file)
-    if (
-        old
-        and _cluster.ProcessInfo(
-            **{k: old["master"][k] for k in ("pid", "create_time", "log")}
-        ).alive()
-    ):
+    old = read_json(state_file) or {}
+    if old and _process(old["master"]).alive():
         raise ClusterError(
             f"a PARL master started here already runs on port {args.port} (pid "
-            f"{old['master']['pid']}); "
-            f"stop it with `xparl stop --port {args.port}`"
+            f"{old['master']['pid']}); stop it with `xparl stop --port {args.port}`"
         )
+    # After a master crash its workers live on, keep their actors and re-register with the
+    # new master by themselves: they are not started twice.
+    survivors = [w for w in old.get("workers", []) if _process(w).alive()]
     ensure_token()
     cpu_num = args.cpu_num or len(os.sched_getaffinity(0))
     monitor_port = args.monitor_port if args.monitor_port is not None else args.port + 1
@@ -140,15 +141,18 @@ def _cmd_start(args: argparse.Namespace) -> int:
         worker_args += ["--host", _outward_ip()]
     if args.gpu:
         worker_args += ["--gpu", args.gpu]
-    try:
-        worker = _cluster.spawn(
-            "parl_remote._worker",
-            worker_args,
-            log=os.path.join(_logs_dir(), f"worker-{args.port}-local.log"),
-        )
-    except BaseException:
-        master.stop()
-        raise
+    workers = survivors
+    if not survivors:
+        try:
+            worker = _cluster.spawn(
+                "parl_remote._worker",
+                worker_args,
+                log=os.path.join(_logs_dir(), f"worker-{args.port}-local.log"),
+            )
+        except BaseException:
+            master.stop()
+            raise
+        workers = [worker.as_dict()]
     write_json_atomic(
         state_file,
         {
@@ -156,15 +160,21 @@ def _cmd_start(args: argparse.Namespace) -> int:
             "host": args.host,
             "connect_host": connect_host,
             "master": master.as_dict(),
-            "workers": [worker.as_dict()],
+            "workers": workers,
             "started_at": time.time(),
         },
     )
     reach = _outward_ip() if args.host in _WILDCARDS else args.host
-    print(
-        f"PARL master started on {args.host}:{args.port} (pid {master.pid}) with a local "
-        f"worker of {cpu_num} CPU slots."
-    )
+    if survivors:
+        print(
+            f"PARL master restarted on {args.host}:{args.port} (pid {master.pid}); "
+            f"{len(survivors)} worker(s) started here earlier are still running and rejoin it."
+        )
+    else:
+        print(
+            f"PARL master started on {args.host}:{args.port} (pid {master.pid}) with a local "
+            f"worker of {cpu_num} CPU slots."
+        )
     if args.host.startswith("127.") or args.host == "localhost":
         print(
             "It listens on loopback only; start it with --host 0.0.0.0 (or this machine's "
@@ -324,7 +334,7 @@ def _cmd_stop(args: argparse.Namespace) -> int:
                     procs.append(entry["worker"])
                     worker_files.append(path)
     for proc in procs:
-        info = _cluster.ProcessInfo(proc["pid"], proc["create_time"], proc["log"])
+        info = _process(proc)
         if info.alive():
             info.stop()
             stopped += 1
