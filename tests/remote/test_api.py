@@ -312,7 +312,7 @@ def test_a_second_thread_reaches_an_actor_busy_in_a_long_call(connected):
     # must still be accepted (its call then waits its turn) instead of timing out as "dead".
     a = Actor(0)
     results = []
-    first = threading.Thread(target=lambda: results.append(a.sleep_then(3, "first")))
+    first = threading.Thread(target=lambda: results.append(a.sleep_then(5, "first")))
     first.start()
     import time
 
@@ -320,7 +320,7 @@ def test_a_second_thread_reaches_an_actor_busy_in_a_long_call(connected):
     from parl_remote._config import settings
 
     old = settings.connect_timeout_s
-    settings.connect_timeout_s = 1.0  # shorter than the call in progress
+    settings.connect_timeout_s = 2.5  # shorter than the call in progress
     try:
         results.append(a.add(1, 1))  # a new connection: the pool's only one is busy
     finally:
