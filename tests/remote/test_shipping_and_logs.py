@@ -186,3 +186,35 @@ def test_connect_without_address_starts_a_local_cluster_owned_by_the_process(tmp
         proc.wait(10)
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_a_second_connect_with_other_arguments_is_an_error(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import glob, os, parl
+                first = parl.connect(cpu_num=1)
+                assert parl.connect() is first and parl.connect(cpu_num=1) is first
+                logdir = first.cluster.logdir
+                try:
+                    parl.connect(cpu_num=2)
+                except parl.RemoteError as exc:
+                    print("ERROR", exc)
+                parl.disconnect()
+                print("LOGS LEFT", os.path.exists(logdir))
+                """
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ERROR already connected to 127.0.0.1:" in result.stdout
+    assert "(a local cluster of 1 slots); call parl.disconnect() first" in result.stdout
+    assert "LOGS LEFT False" in result.stdout

@@ -187,9 +187,10 @@ class ActorHost:
     def _process(self) -> None:
         """Run queued calls in arrival order, unless a large reply is still being written.
 
-        Replies to calls that have more calls queued behind them are batched into one write,
-        but only ahead of methods known to be quick: before a method that has ever been slow
-        (or has not run yet), every batched reply goes out first, so no reply waits on it.
+        Replies to calls that have more calls already received behind them are batched into one
+        write (the last reply of a burst carries them all out), but only ahead of methods known
+        to be quick: before a method that has been slow (or has not run yet), every batched
+        reply goes out first, so no reply waits on it.
         """
         backlog = self._backlog
         try:
@@ -201,15 +202,14 @@ class ActorHost:
                 conn, msg, buffers = backlog[0]
                 if self._corked and self._durations.get(msg.name, 1.0) > _QUICK_S:
                     self._flush_corked()
-                self._cork = len(backlog) > 1
+                # More calls already received behind this one: its reply may wait for theirs.
+                self._cork = len(backlog) > 1 or conn.more_pending
                 try:
                     self._call(conn, msg, buffers)
                 finally:
                     backlog.popleft()
         finally:
             self._cork = False
-            if self._corked:
-                self._flush_corked()
 
     def _flush_corked(self) -> None:
         corked, self._corked = self._corked, set()
@@ -416,7 +416,8 @@ class ActorHost:
                 conn.send(msg, batch=True)
                 self._corked.add(conn)
             else:
-                conn.send(msg, buffers)
+                conn.send(msg, buffers)  # carries out whatever this connection had batched
+                self._corked.discard(conn)
 
     def _exit_from_user(self, exc: SystemExit) -> None:
         code = exc.code

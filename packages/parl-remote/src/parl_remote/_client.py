@@ -372,11 +372,21 @@ def connect(
     global _client
     with _client_lock:
         if _client is not None and not _client._closed:
-            if address is None or _parse_address(address) == (_client.host, _client.port):
+            same_cluster = (
+                _parse_address(address) == (_client.host, _client.port)
+                if address is not None
+                else _client.cluster is not None and cpu_num in (None, _client.cluster.cpu_num)
+            )
+            if same_cluster and not distributed_files:
                 return _client
             raise ClusterError(
-                f"already connected to {_client.address}; call parl.disconnect() before "
-                f"connecting to {address}"
+                f"already connected to {_client.address}"
+                + (
+                    f" (a local cluster of {_client.cluster.cpu_num} slots)"
+                    if _client.cluster
+                    else ""
+                )
+                + "; call parl.disconnect() first to connect differently"
             )
         files = list(distributed_files)
         cluster = None

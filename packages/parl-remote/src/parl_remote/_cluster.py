@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -163,6 +164,7 @@ class EmbeddedCluster:
         return f"{self.cpu_num} CPU slots, logs in {self.logdir}"
 
     def stop(self) -> None:
-        """Stop the worker (and with it every actor), then the master."""
+        """Stop the worker (and with it every actor), then the master; remove their logs."""
         self.worker.stop()
         self.master.stop()
+        shutil.rmtree(self.logdir, ignore_errors=True)

@@ -308,14 +308,20 @@ class AsyncConnection(asyncio.BufferedProtocol):
         if self.closed or self.transport is None or self.transport.is_closing():
             raise ConnectionClosed(f"the connection to {self.peername} is closed")
         frames = self.proto.send(msg, buffers)
-        if not batch:
-            if self._batch:
-                self._flush_batch()
+        if batch:
+            if not self._batch:
+                self._loop.call_soon(self._flush_batch)
+            self._batch.extend(frames)
+        elif self._batch:
+            self._batch.extend(frames)
+            self._flush_batch()
+        else:
             self.transport.writelines(frames)
-            return
-        if not self._batch:
-            self._loop.call_soon(self._flush_batch)
-        self._batch.extend(frames)
+
+    @property
+    def more_pending(self) -> bool:
+        """Whether more received messages wait to be handled right after the current one."""
+        return self.proto.pending_events > 0
 
     def flush(self) -> None:
         """Write batched messages now."""

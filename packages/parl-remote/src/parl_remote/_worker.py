@@ -298,6 +298,9 @@ class Worker:
                 env=env,
                 cwd=self.run_dir,
                 limit=1 << 20,
+                # Its own session: the kernel shares CPU fairly between sessions (autogroup),
+                # and actors sharing the worker's would share one process's worth between them.
+                start_new_session=True,
             )
             host = _Host(proc=proc, death_w=death_w, ready=loop.create_future())
             self.hosts.add(host)

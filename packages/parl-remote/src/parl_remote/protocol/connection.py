@@ -149,6 +149,11 @@ class Connection:
         return []
 
     @property
+    def pending_events(self) -> int:
+        """How many received messages `next_event()` will return without more data."""
+        return len(self._events)
+
+    @property
     def has_output(self) -> bool:
         """True when receiving produced handshake frames that `data_to_send` will return."""
         return bool(self._outgoing)
