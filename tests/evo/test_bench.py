@@ -22,4 +22,5 @@ def test_es_bench_quick_run():
     out = result.stdout
     assert "table slice (view)" in out and "RandomState(seed).randn" in out
     assert "parl.evo CMAES: median" in out and "2/2 runs reached the target" in out
-    assert "not measured (needs the remote runtime)" in out
+    assert "2 actors vs 1:" in out and "(target >= 1.7x on 2 cores)" in out
+    assert "played the same episodes and ended at the same weights: True" in out
