@@ -196,11 +196,11 @@ def test_a_second_connect_with_other_arguments_is_an_error(tmp_path):
             textwrap.dedent(
                 """
                 import glob, os, parl
-                first = parl.connect(cpu_num=1)
+                first = parl.connect(cpu_num=2)
                 assert parl.connect() is first and parl.connect(cpu_num=1) is first
                 logdir = first.cluster.logdir
                 try:
-                    parl.connect(cpu_num=2)
+                    parl.connect(cpu_num=3)
                 except parl.RemoteError as exc:
                     print("ERROR", exc)
                 parl.disconnect()
@@ -216,5 +216,5 @@ def test_a_second_connect_with_other_arguments_is_an_error(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "ERROR already connected to 127.0.0.1:" in result.stdout
-    assert "(a local cluster of 1 slots); call parl.disconnect() first" in result.stdout
+    assert "(a local cluster of 2 slots); call parl.disconnect() first" in result.stdout
     assert "LOGS LEFT False" in result.stdout

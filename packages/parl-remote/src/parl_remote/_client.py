@@ -362,7 +362,8 @@ def connect(
             the current directory); each pattern must match something. Your own modules are
             shipped without listing them.
         log_to_driver: also print what actors print here, prefixed with the actor's id.
-        cpu_num: CPU slots of the local cluster (only without `address`).
+        cpu_num: CPU slots of the local cluster (only without `address`). A local cluster this
+            process already started with at least that many slots is reused.
 
     Raises:
         NotConnectedError: no master answers at `address`.
@@ -372,11 +373,12 @@ def connect(
     global _client
     with _client_lock:
         if _client is not None and not _client._closed:
-            same_cluster = (
-                _parse_address(address) == (_client.host, _client.port)
-                if address is not None
-                else _client.cluster is not None and cpu_num in (None, _client.cluster.cpu_num)
-            )
+            if address is not None:
+                same_cluster = _parse_address(address) == (_client.host, _client.port)
+            else:  # no address: this process's cluster, if it is local and big enough
+                same_cluster = cpu_num is None or (
+                    _client.cluster is not None and _client.cluster.cpu_num >= cpu_num
+                )
             if same_cluster and not distributed_files:
                 return _client
             raise ClusterError(
