@@ -507,7 +507,7 @@ class Master:
             self.registry.add_log(actor_id, stream, line)
             actor = self.registry.find_actor(actor_id)
             client = self.registry.clients.get(actor.client_id) if actor is not None else None
-            if client is not None and client.log_to_driver:
+            if client is not None and client.log_to_driver and stream != "exception":
                 forward.setdefault(client.client_id, []).append(entry)
         for client_id, lines in forward.items():
             self._send(self.registry.clients[client_id].conn, m.LogLines(lines))
