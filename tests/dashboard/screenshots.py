@@ -71,7 +71,7 @@ def main() -> None:
             deadline = time.monotonic() + args.warmup
             step = 0
             while time.monotonic() < deadline:
-                busy = step % 40 < 25  # waves of work, for the charts
+                busy = step % 30 < 12  # waves of work, for the charts
                 for future in [s.rollout(3_000_000 if busy else 10_000) for s in samplers]:
                     future.get()
                 learner.learn(step)
@@ -98,6 +98,7 @@ def _shoot(url: str, sampler_id: str) -> None:
         ]:
             page.goto(url + path)
             page.wait_for_selector("#live-status[data-state=live]")
+            page.evaluate("window.scrollTo(0, document.scrollingElement.scrollHeight)")
             time.sleep(1.0)
             page.screenshot(path=str(DOCS / name))
 

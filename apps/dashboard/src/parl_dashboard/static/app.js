@@ -8,6 +8,7 @@
 (() => {
   const MAX_LOG_LINES = 20000;
 
+  document.documentElement.classList.add("js");
   for (const select of document.querySelectorAll("form.filters select")) {
     select.addEventListener("change", () => select.form.submit());
   }
