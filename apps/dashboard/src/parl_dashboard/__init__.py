@@ -1,5 +1,14 @@
-"""parl_dashboard: the cluster's resources, actors and logs in the browser."""
+"""parl_dashboard: the cluster's resources, actors and logs in the browser.
+
+`create_app(registry)` is an aiohttp application over a master's live registry. The master
+(`xparl start`, or the local cluster of `parl.connect()`) serves it from its own event loop on
+its monitor port when this package is installed; see the README's Dashboard section for the
+pages and the JSON API.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from parl_dashboard._app import create_app
+from parl_dashboard._auth import is_loopback
+
+__all__ = ["create_app", "is_loopback"]

@@ -401,14 +401,27 @@ class ActorHost:
             self._process()
 
     def _error(self, call_id: int, where: str, exc: BaseException) -> m.Error:
+        remote_tb = ser.format_remote_traceback(exc)
+        self._log_exception(where, remote_tb)
         return m.Error(
             call_id,
             "raised",
             type(exc).__qualname__,
             str(exc),
-            ser.format_remote_traceback(exc),
+            remote_tb,
             ser.dumps_exception(exc),
         )
+
+    def _log_exception(self, where: str, remote_tb: str) -> None:
+        """Keep a raised exception in the actor's log for the dashboard (the client raises it)."""
+        if self.ctl is None or self.actor_id is None:
+            return
+        for stream in (sys.stdout, sys.stderr):  # what it printed first comes first
+            with contextlib.suppress(Exception):
+                stream.flush()
+        with contextlib.suppress(ConnectionError):
+            text = f"{where}() raised:\n{remote_tb.rstrip()}"
+            self.ctl.send(m.LogLines([(self.actor_id, "exception", text)]))
 
     def _send(self, conn: AsyncConnection, msg: Any, buffers: list | tuple = ()) -> None:
         with contextlib.suppress(ConnectionError):  # the caller is gone: nobody waits for it

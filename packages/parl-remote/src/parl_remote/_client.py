@@ -398,6 +398,8 @@ def connect(
             cluster = EmbeddedCluster.start(cpu_num=cpu_num)
             address, token = cluster.address, cluster.token
             logger.info("started a local PARL cluster at %s (%s)", address, cluster.describe())
+            if cluster.dashboard_url:
+                logger.info("PARL dashboard: %s", cluster.dashboard_url)
         else:
             if cpu_num is not None:
                 raise ValueError("cpu_num sets the size of a local cluster; it needs address=None")

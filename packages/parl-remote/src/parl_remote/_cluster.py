@@ -133,16 +133,23 @@ class EmbeddedCluster:
     logdir: str
 
     @classmethod
-    def start(cls, cpu_num: int | None = None, host: str = "127.0.0.1") -> EmbeddedCluster:
-        """Start a master on a free port and a worker with `cpu_num` slots (default: all cores)."""
+    def start(
+        cls, cpu_num: int | None = None, host: str = "127.0.0.1", monitor_port: int | None = 0
+    ) -> EmbeddedCluster:
+        """Start a master on a free port and a worker with `cpu_num` slots (default: all cores).
+
+        The master serves the dashboard on `monitor_port` (0: a free port; None: none) when
+        parl-dashboard is installed.
+        """
         cpu_num = cpu_num or len(os.sched_getaffinity(0))
         token = secrets.token_hex(32)
         env = dict(os.environ, PARL_CLUSTER_TOKEN=token)
         logdir = tempfile.mkdtemp(prefix="parl-cluster-")
         owner = ["--owner-pid", str(os.getpid())]
+        monitor = [] if monitor_port is None else ["--monitor_port", str(monitor_port)]
         master = spawn(
             "parl_remote._master",
-            ["--host", host, "--port", "0", *owner],
+            ["--host", host, "--port", "0", *owner, *monitor],
             log=os.path.join(logdir, "master.log"),
             env=env,
         )
@@ -158,6 +165,11 @@ class EmbeddedCluster:
             master.stop()
             raise
         return cls(address, token.encode(), master, worker, cpu_num, logdir)
+
+    @property
+    def dashboard_url(self) -> str | None:
+        """Where the master serves the dashboard; None without one."""
+        return self.master.ready.get("dashboard")
 
     def describe(self) -> str:
         """One line for the log."""

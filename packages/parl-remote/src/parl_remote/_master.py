@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 import uuid
@@ -76,6 +77,7 @@ class Master:
         self._tasks: set[asyncio.Task] = set()
         self._server: asyncio.AbstractServer | None = None
         self.dashboard_url: str | None = None
+        self._dashboard: Any = None  # the dashboard's aiohttp AppRunner, while it serves
 
     # -- life ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -98,6 +100,7 @@ class Master:
         if self.owner_pid:
             self._spawn(self._watch_owner())
         logger.info("master listening on %s:%d", self.host, self.port)
+        await self._start_dashboard()
         if self.ready_file:
             write_json_atomic(
                 self.ready_file,
@@ -116,6 +119,40 @@ class Master:
                 with contextlib.suppress(ConnectionError):
                     worker.conn.send(m.ShutdownWorker("the master stopped"))
             await asyncio.sleep(0.05)  # let the shutdown messages out
+            if self._dashboard is not None:
+                await self._dashboard.cleanup()
+
+    async def _start_dashboard(self) -> None:
+        """Serve the dashboard from this loop on `monitor_port`, if parl-dashboard is installed.
+
+        It reads this master's registry. Beyond loopback it asks for the cluster token. A
+        dashboard that cannot start leaves the master serving without one.
+        """
+        if self.monitor_port is None:
+            return
+        try:
+            from aiohttp import web
+
+            from parl_dashboard import create_app, is_loopback
+        except ImportError:
+            logger.info("no dashboard: parl-dashboard is not installed")
+            return
+        app = create_app(self.registry, token=None if is_loopback(self.host) else self.token)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self.host or None, self.monitor_port).start()
+        except OSError as exc:
+            await runner.cleanup()
+            logger.warning(
+                "no dashboard: it could not listen on %s:%d: %s", self.host, self.monitor_port, exc
+            )
+            return
+        self._dashboard = runner
+        shown = socket.gethostname() if self.host in ("", "0.0.0.0", "::") else self.host
+        shown = f"[{shown}]" if ":" in shown else shown
+        self.dashboard_url = f"http://{shown}:{runner.addresses[0][1]}/"
+        logger.info("dashboard at %s", self.dashboard_url)
 
     def stop(self, reason: str) -> None:
         """Stop serving (workers are told to stop only by `xparl stop`, see ShutdownCluster)."""
@@ -507,7 +544,7 @@ class Master:
             self.registry.add_log(actor_id, stream, line)
             actor = self.registry.find_actor(actor_id)
             client = self.registry.clients.get(actor.client_id) if actor is not None else None
-            if client is not None and client.log_to_driver:
+            if client is not None and client.log_to_driver and stream != "exception":
                 forward.setdefault(client.client_id, []).append(entry)
         for client_id, lines in forward.items():
             self._send(self.registry.clients[client_id].conn, m.LogLines(lines))

@@ -342,6 +342,10 @@ class Worker:
             host.last_stats = time.monotonic()
         elif isinstance(msg, m.ActorExited):
             host.exit_reason = msg.reason
+        elif isinstance(msg, m.LogLines):  # an exception it raised, for its log
+            if host.actor_id is not None:
+                self._logs.extend((host.actor_id, stream, text) for _, stream, text in msg.lines)
+                self._schedule_log_flush()
         else:
             raise ProtocolError(
                 f"a worker does not take {type(msg).__name__} from an actor process"

@@ -235,7 +235,7 @@ class ActorDied(_Msg):
 
 
 class LogLines(_Msg):
-    """Lines an actor printed: `(actor_id, stream, line)` triples, stream "stdout"/"stderr"."""
+    """Actor output: `(actor_id, stream, line)`; stream "stdout", "stderr" or "exception"."""
 
     lines: list[tuple[str, str, str]]
 
