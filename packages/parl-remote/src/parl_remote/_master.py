@@ -19,7 +19,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 import uuid
@@ -32,7 +31,7 @@ from parl_remote._exceptions import ProtocolError
 from parl_remote._loop import run
 from parl_remote._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
 from parl_remote._transport import AsyncConnection, serve_async
-from parl_remote._util import owner_alive, write_json_atomic
+from parl_remote._util import outward_ip, owner_alive, write_json_atomic
 from parl_remote.protocol import messages as m
 
 __all__ = ["Master", "main"]
@@ -149,7 +148,7 @@ class Master:
             )
             return
         self._dashboard = runner
-        shown = socket.gethostname() if self.host in ("", "0.0.0.0", "::") else self.host
+        shown = outward_ip() if self.host in ("", "0.0.0.0", "::") else self.host
         shown = f"[{shown}]" if ":" in shown else shown
         self.dashboard_url = f"http://{shown}:{runner.addresses[0][1]}/"
         logger.info("dashboard at %s", self.dashboard_url)
@@ -466,7 +465,7 @@ class Master:
             msg.mem_total,
             msg.load_avg,
         )
-        peer.history.append((time.time(), msg.cpu_percent, msg.mem_used))
+        peer.record_load(time.time())
         for stats in msg.actors:
             actor = self.registry.actors.get(stats.actor_id)
             if actor is not None:

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ActorInfo", "ClientInfo", "Registry", "WorkerInfo"]
+__all__ = ["ActorInfo", "ClientInfo", "HISTORY_S", "Registry", "WorkerInfo"]
 
-_HISTORY = 600  # load samples kept per worker: 10 minutes at one a second
+HISTORY_S = 600.0  # each worker's load samples cover the last 10 minutes
 _ENDED = 1000  # recently ended actors kept for the dashboard
 
 
@@ -39,7 +39,13 @@ class WorkerInfo:
     cpu_percent: float = 0.0
     mem_used: int = 0
     load_avg: float = 0.0
-    history: deque = field(default_factory=lambda: deque(maxlen=_HISTORY))
+    history: deque = field(default_factory=deque)
+
+    def record_load(self, when: float) -> None:
+        """Add a load sample; drop those older than `HISTORY_S`."""
+        self.history.append((when, self.cpu_percent, self.mem_used))
+        while self.history and self.history[0][0] < when - HISTORY_S:
+            self.history.popleft()
 
     @property
     def vacant(self) -> int:

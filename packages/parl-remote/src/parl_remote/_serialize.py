@@ -10,6 +10,7 @@ go through cloudpickle, which pickles such classes and functions by value.
 from __future__ import annotations
 
 import builtins
+import os
 import pickle
 import traceback
 from typing import Any
@@ -98,10 +99,17 @@ def dumps_exception(exc: BaseException) -> bytes:
 
 
 def format_remote_traceback(exc: BaseException) -> str:
-    """The traceback of `exc` as text, for the caller."""
-    return "".join(traceback.format_exception(exc))
+    """The traceback of `exc` as text, for the caller, from the user's code down.
+
+    The actor process's own frames (the runtime that called the method) are left out.
+    """
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == _ACTOR_HOST_FILE:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
+_ACTOR_HOST_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_actor_host.py")
 _REMOTE_TYPES: dict[type, type] = {}
 
 

@@ -5,13 +5,21 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import tempfile
 import time
 from typing import Any
 
 import psutil
 
-__all__ = ["describe_exit", "kill_pid", "owner_alive", "read_json", "write_json_atomic"]
+__all__ = [
+    "describe_exit",
+    "kill_pid",
+    "outward_ip",
+    "owner_alive",
+    "read_json",
+    "write_json_atomic",
+]
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
@@ -37,6 +45,19 @@ def read_json(path: str | os.PathLike) -> Any:
             return json.load(f)
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+def outward_ip() -> str:
+    """The address other machines reach this one by (127.0.0.1 when offline).
+
+    No packet is sent: connecting a UDP socket only asks the kernel which interface routes out.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))
+            return s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
 
 
 def describe_exit(code: int | None) -> str:

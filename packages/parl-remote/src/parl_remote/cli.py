@@ -24,7 +24,7 @@ from parl_remote import _cluster
 from parl_remote._config import ensure_token, load_token, parl_home, settings, token_path
 from parl_remote._exceptions import ClusterError, RemoteError
 from parl_remote._transport import SyncConnection
-from parl_remote._util import read_json, write_json_atomic
+from parl_remote._util import outward_ip, read_json, write_json_atomic
 from parl_remote.protocol import messages as m
 
 __all__ = ["console_main", "format_status", "main"]
@@ -42,17 +42,6 @@ def _master_state(port: int) -> str:
 
 def _logs_dir() -> str:
     return os.path.join(parl_home(), "logs")
-
-
-def _outward_ip() -> str:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("10.255.255.255", 1))
-            return s.getsockname()[0]
-        except OSError:
-            return "127.0.0.1"
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -138,7 +127,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
     connect_host = "127.0.0.1" if args.host in _WILDCARDS else args.host
     worker_args = ["--address", f"{connect_host}:{args.port}", "--cpu_num", str(cpu_num)]
     if args.host in _WILDCARDS:
-        worker_args += ["--host", _outward_ip()]
+        worker_args += ["--host", outward_ip()]
     if args.gpu:
         worker_args += ["--gpu", args.gpu]
     workers = survivors
@@ -164,7 +153,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
             "started_at": time.time(),
         },
     )
-    reach = _outward_ip() if args.host in _WILDCARDS else args.host
+    reach = outward_ip() if args.host in _WILDCARDS else args.host
     if survivors:
         print(
             f"PARL master restarted on {args.host}:{args.port} (pid {master.pid}); "
