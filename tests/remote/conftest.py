@@ -49,11 +49,18 @@ class Cluster:
     logdir: str
     master: _cluster.ProcessInfo | None = None
     workers: list[_cluster.ProcessInfo] = field(default_factory=list)
+    dashboard: bool = False
+
+    @property
+    def dashboard_port(self) -> int:
+        """The dashboard's port (the cluster must be made with `dashboard=True`)."""
+        return int(self.master.ready["dashboard"].rstrip("/").rpartition(":")[2])
 
     def start_master(self) -> _cluster.ProcessInfo:
         self.master = _cluster.spawn(
             "parl_remote._master",
-            ["--host", "127.0.0.1", "--port", str(self.port)],
+            ["--host", "127.0.0.1", "--port", str(self.port)]
+            + (["--monitor_port", "0"] if self.dashboard else []),
             log=os.path.join(self.logdir, "master.log"),
             env=self.env,
         )
@@ -106,12 +113,12 @@ class Cluster:
             return f.read()
 
 
-def make_cluster(tmp_path, workers=(2,), **env_overrides) -> Cluster:
+def make_cluster(tmp_path, workers=(2,), *, dashboard: bool = False, **env_overrides) -> Cluster:
     port = free_port()
     token = secrets.token_hex(16)
     env = dict(os.environ, PARL_CLUSTER_TOKEN=token, PARL_HOME=str(tmp_path / "parl-home"))
     env.update({k: str(v) for k, v in env_overrides.items()})
-    cluster = Cluster(f"127.0.0.1:{port}", port, env, str(tmp_path))
+    cluster = Cluster(f"127.0.0.1:{port}", port, env, str(tmp_path), dashboard=dashboard)
     try:
         cluster.start_master()
         for cpu_num in workers:

@@ -62,7 +62,11 @@ def _send_raw(port: int, data: bytes, wait_reply: float = 0.3) -> bytes:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     cluster = make_cluster(
-        tmp_path_factory.mktemp("hostile"), workers=(3,), PARL_CONNECT_TIMEOUT_S=2
+        tmp_path_factory.mktemp("hostile"),
+        workers=(3,),
+        dashboard=True,
+        PARL_CONNECT_TIMEOUT_S=2,
+        PARL_IDLE_TIMEOUT_S=3,
     )
     yield cluster
     cluster.stop()
@@ -116,6 +120,31 @@ def _hostile_payloads(rng: random.Random, token: bytes):
     yield _frame(m.Refused("go away")) + rng.randbytes(100)
 
 
+def _http_garbage(rng: random.Random):
+    """Malformed and oversized HTTP for the dashboard's port."""
+    yield rng.randbytes(rng.randint(1, 4096))
+    yield b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\n\r\n"  # an over-long request line
+    yield b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX: " + b"b" * 20000 + b"\r\n\r\n"
+    yield b"POST /api/cluster HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\nxx"
+    yield b"GET /api/actors/%00%ff<script>/logs?offset=-1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    yield (
+        b"GET /live HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\n\r\n"  # an upgrade without its key
+    )
+
+
+def _http_get(port: int, path: str) -> tuple[int, bytes]:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
 def _authenticated_garbage(port: int, token: bytes, rng: random.Random) -> None:
     """A peer that knows the token and then sends frames that make no sense."""
     try:
@@ -163,6 +192,10 @@ def test_random_and_malformed_frames_to_every_port(client):
             for data in _hostile_payloads(rng, token):
                 _send_raw(port, data, wait_reply=0.05)
             _authenticated_garbage(port, token, rng)
+        for data in _http_garbage(rng):
+            _send_raw(client.dashboard_port, data, wait_reply=0.05)
+        status, body = _http_get(client.dashboard_port, "/api/cluster")
+        assert status == 200 and b'"workers"' in body  # the dashboard serves meanwhile
 
     hostile_round(0)  # warm-up: first-time allocations are not growth
     rss_before = {"master": master.memory_info().rss, "actor": actor.memory_info().rss}
@@ -187,7 +220,7 @@ def test_random_and_malformed_frames_to_every_port(client):
 
 def test_idle_and_slow_connections_are_bounded_and_timed_out(client):
     service = Service()
-    targets = [client.port, service._parl_ref.port]
+    targets = [client.port, service._parl_ref.port, client.dashboard_port]
     idle: list[socket.socket] = []
     try:
         for port in targets:
@@ -198,7 +231,8 @@ def test_idle_and_slow_connections_are_bounded_and_timed_out(client):
         assert service.add(2, 2) == 4  # served while 300 connections sit idle
         start = time.monotonic()
         # Each server closes a connection that has not finished the handshake within the
-        # 2 s handshake timeout (PARL_CONNECT_TIMEOUT_S), even one trickling bytes in.
+        # 2 s handshake timeout (PARL_CONNECT_TIMEOUT_S), even one trickling bytes in; the
+        # dashboard closes HTTP connections idle for 3 s (PARL_IDLE_TIMEOUT_S).
         for _ in range(8):
             try:
                 slow.send(b"\x10")

@@ -38,6 +38,8 @@ class Settings:
     """PARL_CONNECT_TIMEOUT_S: TCP connect plus handshake, per attempt."""
     max_message_bytes: int = 8 << 30
     """PARL_MAX_MESSAGE_BYTES: the largest message any process accepts."""
+    idle_timeout_s: float = 60.0
+    """PARL_IDLE_TIMEOUT_S: an HTTP connection to the dashboard idle this long is closed."""
     max_connections: int = 4096
     """PARL_MAX_CONNECTIONS: connections a server holds at once; more are closed at once."""
     log_lines_per_actor: int = 10_000

@@ -137,7 +137,9 @@ class Master:
             logger.info("no dashboard: parl-dashboard is not installed")
             return
         app = create_app(self.registry, token=None if is_loopback(self.host) else self.token)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=1.0, keepalive_timeout=settings.idle_timeout_s
+        )
         await runner.setup()
         try:
             await web.TCPSite(runner, self.host or None, self.monitor_port).start()
