@@ -243,3 +243,18 @@ def test_the_registry_tells_idle_from_busy(tmp_path):
             assert cluster.status()["actors"][0]["calls"] >= 2
     finally:
         cluster.stop()
+
+
+def test_each_actor_process_has_a_session_of_its_own(tmp_path):
+    # The kernel shares CPU time between sessions (autogroup): actors sharing their worker's
+    # session would share one process's worth of CPU between them on a busy machine.
+    cluster = make_cluster(tmp_path, workers=(2,))
+    try:
+        with client_env(cluster):
+            parl.connect(cluster.address)
+            a, b = Worky(), Worky()
+            sessions = {os.getsid(a.pid()), os.getsid(b.pid()), os.getsid(cluster.workers[0].pid)}
+            assert len(sessions) == 3
+            assert os.getsid(a.pid()) == a.pid()
+    finally:
+        cluster.stop()
