@@ -168,7 +168,9 @@ def test_connect_without_address_starts_a_local_cluster_owned_by_the_process(tmp
     try:
         pids = [int(p) for p in proc.stdout.readline().split()[1:]]
         assert proc.stdout.readline().split() == ["SLOTS", "2", "2"]
-        assert len(pids) == 4 and all(psutil.pid_exists(p) for p in pids)
+        assert len(pids) == 4
+        if ending == "kill":  # (an exiting script may already be stopping its cluster)
+            assert all(psutil.pid_exists(p) for p in pids)
         if ending == "kill":
             proc.send_signal(signal.SIGKILL)
         proc.wait(30)

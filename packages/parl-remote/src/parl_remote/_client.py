@@ -281,8 +281,9 @@ class Client:
         with contextlib.suppress(RuntimeError):  # the loop is already stopping
             self.loop.call_soon_threadsafe(send)
 
-    async def _fate(self, actor_id: str, wait: float) -> str:
+    async def _fate(self, actor_id: str, wait: float) -> str | None:
         deadline = time.monotonic() + wait
+        state = "unknown"
         while time.monotonic() < deadline:
             if actor_id in self.fates:
                 return self.fates[actor_id]
@@ -292,15 +293,21 @@ class Client:
                 )
             except (ClusterError, TimeoutError):
                 break
-            if reply.state == "dead" and reply.reason:
+            state = reply.state
+            if state == "dead" and reply.reason:
                 return reply.reason
             await asyncio.sleep(0.05)
-        return self.fates.get(
-            actor_id, "its process closed the connection (the master could not say why)"
-        )
+        if actor_id in self.fates:
+            return self.fates[actor_id]
+        if state in ("starting", "idle", "busy"):
+            return None  # the master still sees it alive: only the connection failed
+        return "its process closed the connection (the master could not say why)"
 
-    def fate(self, actor_id: str, wait: float = 2.0) -> str:
-        """Why an actor died (asking the master, waiting at most `wait` seconds for the news)."""
+    def fate(self, actor_id: str, wait: float = 2.0) -> str | None:
+        """Why an actor died, asking the master and waiting at most `wait` s for the news.
+
+        None means the master still counts the actor alive after that wait.
+        """
         if actor_id in self.fates:
             return self.fates[actor_id]
         if self._closed or not self._thread.is_alive():
@@ -313,7 +320,7 @@ class Client:
         except Exception:
             return "its process closed the connection"
 
-    async def afate(self, actor_id: str, wait: float = 2.0) -> str:
+    async def afate(self, actor_id: str, wait: float = 2.0) -> str | None:
         """`fate` from any event loop."""
         if actor_id in self.fates:
             return self.fates[actor_id]

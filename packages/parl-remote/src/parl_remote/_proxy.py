@@ -139,16 +139,33 @@ class _ActorRef:
         """Close every connection to the actor (or only wake the calls waiting on them)."""
         _close_all(self.conns, self.channels, self.lock, wake_only)
 
-    def died(self, wait: bool = True) -> RemoteActorDiedError:
-        """The error for calls on a dead actor (asking the master why, if not yet known)."""
+    def died(self, wait: bool = True) -> RemoteError:
+        """The error for a call whose connection broke.
+
+        The actor died, and why (asking the master if not yet known); or, if the master still
+        counts it alive, the connection alone was lost.
+        """
         if self.dead is None:
-            self.dead = self.client.fate(self.actor_id, 2.0 if wait else 0.0)
+            reason = self.client.fate(self.actor_id, 2.0 if wait else 0.0)
+            if reason is None:
+                return self._lost_error()
+            self.dead = reason
         return self._died_error()
 
-    async def adied(self) -> RemoteActorDiedError:
+    async def adied(self) -> RemoteError:
         if self.dead is None:
-            self.dead = await self.client.afate(self.actor_id)
+            reason = await self.client.afate(self.actor_id)
+            if reason is None:
+                return self._lost_error()
+            self.dead = reason
         return self._died_error()
+
+    def _lost_error(self) -> RemoteError:
+        return RemoteError(
+            f"lost the connection to {self.class_name} actor {self.actor_id} (pid {self.pid} on "
+            f"{self.host}), which the master still counts alive; the call may or may not have "
+            "run. Later calls connect again."
+        )
 
     def _died_error(self) -> RemoteActorDiedError:
         return RemoteActorDiedError(
