@@ -327,3 +327,16 @@ def test_a_second_thread_reaches_an_actor_busy_in_a_long_call(connected):
         settings.connect_timeout_s = old
     first.join(10)
     assert results == ["first", 2]
+
+
+def test_a_broken_connection_to_a_live_actor_is_not_a_death(connected):
+    import socket
+
+    a = Actor(1)
+    assert a.add(0, 0) == 1
+    for conn in list(a._parl_ref.pool):  # the network drops this client's connection
+        conn.sock.shutdown(socket.SHUT_RDWR)
+    with pytest.raises(parl.RemoteError, match="lost the connection.*still counts alive") as info:
+        a.add(1, 1)
+    assert not isinstance(info.value, parl.RemoteActorDiedError)
+    assert a.add(1, 1) == 3  # a later call connects again
