@@ -145,29 +145,6 @@ class Worky:
         return "done"
 
 
-def test_killing_a_worker_fails_its_actors_callers(tmp_path):
-    cluster = make_cluster(tmp_path, workers=(1, 1))
-    try:
-        with client_env(cluster):
-            parl.connect(cluster.address)
-            a, b = Worky(), Worky()
-            victim = next(
-                w
-                for w in cluster.workers
-                if a.pid() in [c.pid for c in psutil.Process(w.pid).children()]
-            )
-            os.kill(victim.pid, signal.SIGKILL)
-            with pytest.raises(parl.RemoteActorDiedError, match="disconnected|exited|killed"):
-                a.sleep(30)
-            assert b.pid()  # the other worker's actor is fine
-            wait_until(
-                lambda: cluster.status()["totals"]["workers"] == 1,
-                what="the master to drop the worker",
-            )
-    finally:
-        cluster.stop()
-
-
 def test_a_busy_actor_is_never_declared_dead(tmp_path):
     cluster = make_cluster(tmp_path, workers=(1,), PARL_HEARTBEAT_S=0.2, PARL_HEARTBEAT_TIMEOUT_S=1)
     try:

@@ -171,3 +171,55 @@ def test_kill_9_of_the_master_then_xparl_start_brings_the_cluster_back(tmp_path)
         assert stopped.returncode == 0, stopped.stderr
         for proc in [state["master"], *state["workers"]]:
             _cluster.ProcessInfo(proc["pid"], proc["create_time"], proc["log"]).stop()
+
+
+def test_kill_9_of_a_worker(tmp_path):
+    import json
+    import urllib.request
+
+    import psutil
+
+    cluster = make_cluster(tmp_path, workers=(1, 1), dashboard=True)
+    try:
+        with client_env(cluster):
+            parl.connect(cluster.address)
+            a, b = Probe(), Probe()
+            a_pid = a.pid()
+            victim = next(
+                w
+                for w in cluster.workers
+                if a_pid in [c.pid for c in psutil.Process(w.pid).children()]
+            )
+            outcome = {}
+
+            def call():
+                try:
+                    a.sleep(60)
+                except parl.RemoteActorDiedError as exc:
+                    outcome["error"] = exc
+
+            caller = threading.Thread(target=call)
+            caller.start()
+            time.sleep(0.3)
+            killed_at = time.monotonic()
+            os.kill(victim.pid, signal.SIGKILL)
+            caller.join(10)
+            # The pending call fails within 3 s: the actor process dies with its worker.
+            assert time.monotonic() - killed_at < 3
+            assert isinstance(outcome.get("error"), parl.RemoteActorDiedError)
+            with pytest.raises(parl.RemoteActorDiedError):
+                a.pid()
+            assert b.sleep(0) == "done"  # the other worker's actor is untouched
+            # Within 5 s the master has dropped the worker; xparl status and the dashboard agree.
+            wait_until(lambda: cluster.status()["totals"]["workers"] == 1, timeout=5, what="drop")
+            assert not psutil.pid_exists(a_pid) or psutil.Process(a_pid).status() == "zombie"
+            url = cluster.master.ready["dashboard"] + "api/cluster"
+            with urllib.request.urlopen(url, timeout=10) as response:
+                shown = json.load(response)
+            status = cluster.status()
+            assert shown["totals"]["workers"] == status["totals"]["workers"] == 1
+            assert [w["worker_id"] for w in shown["workers"]] == [
+                w["worker_id"] for w in status["workers"]
+            ]
+    finally:
+        cluster.stop()
