@@ -61,6 +61,16 @@ def test_dqn_example_with_prioritized_replay_and_no_dueling(tmp_path):
     assert result["env_steps"] == 1500
 
 
+def test_dqn_atari_example_runs_a_few_hundred_steps(tmp_path):
+    logdir = tmp_path / "out"
+    flags = ["--total-steps", "700", "--learning-starts", "500", "--buffer-size", "1000"]
+    result = run_example(
+        "dqn_atari", tmp_path, *flags, "--eval-every", "0", "--logdir", str(logdir), timeout=240
+    )
+    assert result["env_steps"] == 700 and result["episodes"] >= 1
+    assert os.path.getsize(logdir / "agent.ckpt") > 0
+
+
 # The learning thresholds of the issue: mean return of the last 10 training episodes.
 @pytest.mark.slow
 @pytest.mark.parametrize(

@@ -354,6 +354,8 @@ def train_off_policy(
     args: OffPolicyArgs,
     *,
     after_step: Callable[[int], None] | None = None,
+    reward_fn: Callable[[float], float] | None = None,
+    eval_policy: Callable[[np.ndarray], Any] | None = None,
 ) -> None:
     """Collect transitions into `memory` and learn from it, one environment step at a time.
 
@@ -371,6 +373,9 @@ def train_off_policy(
         args: the schedule (`total_steps`, `learning_starts`, `train_freq`, `gradient_steps`,
             `batch_size`).
         after_step: called with the step count after each step (e.g. to sync a target network).
+        reward_fn: maps each reward to the one stored (e.g. `np.sign`, Atari's reward
+            clipping); episode returns are still counted from the environment's rewards.
+        eval_policy: what evaluations run (default: `agent.predict`).
     """
     env.action_space.seed(run.seed)
     counter = EpisodeCounter()
@@ -379,7 +384,8 @@ def train_off_policy(
     for step in range(1, args.total_steps + 1):
         action = env.action_space.sample() if step <= args.learning_starts else agent.sample(obs)
         next_obs, reward, terminated, truncated, _ = env.step(action)
-        memory.append(obs, action, reward, next_obs, terminated)
+        stored = reward if reward_fn is None else reward_fn(reward)
+        memory.append(obs, action, stored, next_obs, terminated)
         obs = env.reset()[0] if terminated or truncated else next_obs
         episodes = counter.step(reward, terminated or truncated)
         if step > args.learning_starts and step % args.train_freq == 0:
@@ -388,7 +394,7 @@ def train_off_policy(
         if after_step is not None:
             after_step(step)
         run.record(step, episodes, stats)
-        run.maybe_evaluate(agent.predict)
+        run.maybe_evaluate(agent.predict if eval_policy is None else eval_policy)
         if run.done:
             break
 
