@@ -4,7 +4,8 @@ For each task, each seed runs the example (`examples/<algo>/train.py`, its defau
 hyperparameters) in a fresh process until the mean return of the last 10 training episodes
 first reaches the threshold, or the step cap. The table reports, per task, the median over the
 seeds of the env steps and wall seconds to the threshold (a run that misses it counts as the
-cap and its full time, and the table says how many missed).
+cap and its full time, and the table says how many missed). The clock starts when training
+starts, after the networks are built, on both sides.
 
 `--baseline sb3` also runs Stable-Baselines3 on the same tasks with the same hyperparameters,
 read from the same `Args` defaults. It is installed into its own virtual environment under

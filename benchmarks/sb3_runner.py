@@ -121,10 +121,9 @@ def build(algo: str, a: dict, seed: int, cap: int):
 def main() -> None:
     spec = json.loads(sys.argv[1])
     torch.set_num_threads(spec["args"]["torch_threads"])
-    start = time.perf_counter()
     model = build(spec["algo"], spec["args"], spec["seed"], spec["cap"])
     callback = StopAtThreshold(spec["threshold"])
-    callback.start = start
+    start = callback.start = time.perf_counter()  # like PARL's TrainingRun: after building
     model.learn(total_timesteps=spec["cap"], callback=callback)
     print(
         "RESULT",

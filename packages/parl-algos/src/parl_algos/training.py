@@ -171,7 +171,7 @@ def save_learning_curve(
         ax.plot(steps, running, label=f"mean of the last {window} episodes")
     if evals:
         x, y = zip(*evals, strict=True)
-        ax.plot(x, y, marker="o", label="evaluation mean return (greedy)")
+        ax.plot(x, y, marker="o", label="evaluation mean return")
     if target is not None:
         ax.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
     ax.set_xlabel("environment steps")
@@ -187,14 +187,15 @@ def save_learning_curve(
 class TrainingRun:
     """One training run of an example: seeding, logging, evaluation, checkpoint and curve.
 
-    Typical use, in a loop that steps environments and calls `agent.learn`::
+    Typical use, in a loop that steps environments and calls `agent.learn` (this is what
+    `train_off_policy` and `train_on_policy` do)::
 
         run = TrainingRun("DQN on CartPole-v1", args, total_steps=args.total_steps,
                           eval_env=gym.make("CartPole-v1"))
         while run.env_steps < args.total_steps and not run.done:
-            ...  # step, learn
-            run.record(episodes, stats)          # finished episodes, the last learn() stats
-            run.maybe_evaluate(agent.predict)    # on schedule
+            ...  # step the environments, learn
+            run.record(env_steps, episodes, stats)  # steps so far, finished episodes, stats
+            run.maybe_evaluate(agent.predict)       # on schedule
         result = run.finish(agent)
 
     Args:
@@ -247,6 +248,14 @@ class TrainingRun:
         self._next_log = 0
         self._start = time.perf_counter()
         self._bar = _progress_bar(total_steps, title) if progress else None
+
+    def start(self) -> None:
+        """Start the clock now: building networks and first imports are not training time.
+
+        The training loops call it just before their first step; `reached_seconds` and
+        `seconds` count from here (from construction when it is never called).
+        """
+        self._start = time.perf_counter()
 
     @property
     def done(self) -> bool:
@@ -381,6 +390,7 @@ def train_off_policy(
     counter = EpisodeCounter()
     obs, _ = env.reset(seed=run.seed)
     stats = None
+    run.start()
     for step in range(1, args.total_steps + 1):
         action = env.action_space.sample() if step <= args.learning_starts else agent.sample(obs)
         next_obs, reward, terminated, truncated, _ = env.step(action)
@@ -438,6 +448,7 @@ def train_on_policy(
         args: `n_steps` per environment between updates, and `total_steps`.
         before_learn: called with the env-step count before each update (e.g. to anneal).
     """
+    run.start()
     while collector.env_steps < args.total_steps and not run.done:
         trajectory = collector.collect(args.n_steps, agent.sample)
         if before_learn is not None:
