@@ -59,3 +59,28 @@ def test_bad_value_is_a_usage_error(capsys):
 def test_rejects_non_dataclasses():
     with pytest.raises(TypeError, match="expects a dataclass"):
         parse_args(int, [])
+
+
+@dataclass
+class BaseArgs:
+    seed: int = 1
+    """Seed of everything."""
+    logdir: str = "train_log/base"
+    """Where outputs go."""
+
+
+@dataclass
+class DerivedArgs(BaseArgs):
+    logdir: str = "train_log/derived"
+    lr: float = 0.1
+    """Learning rate."""
+
+
+def test_inherited_fields_keep_their_docstrings(capsys):
+    assert parse_args(DerivedArgs, ["--seed", "2"]) == DerivedArgs(seed=2)
+    with pytest.raises(SystemExit):
+        parse_args(DerivedArgs, ["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Seed of everything. (default: 1)" in out
+    assert "Where outputs go. (default: train_log/derived)" in out
+    assert "Learning rate. (default: 0.1)" in out

@@ -3,34 +3,15 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "quickstart", "train.py")
+from tests.e2e.example_runner import run_example
 
 
 def _run(tmp_path, *flags: str, timeout: float) -> dict:
-    code = (
-        "import json, runpy, sys\n"
-        f"sys.argv = [{SCRIPT!r}, *{list(flags)!r}]\n"
-        f"mod = runpy.run_path({SCRIPT!r}, run_name='quickstart')\n"
-        "print('RESULT', json.dumps(mod['main'](mod['parse_args'](mod['Args']))))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
+    return run_example("quickstart", tmp_path, *flags, timeout=timeout)
 
 
 def test_quickstart_writes_its_outputs(tmp_path):

@@ -3,6 +3,7 @@
 - `logger`: readable, timestamped logging; `logger.set_dir(d)` also writes `d/log.log`.
 - `summary`: TensorBoard scalars and histograms (`summary.add_scalar(tag, value, step)`).
 - `ReplayMemory`: a numpy ring buffer of transitions for off-policy algorithms.
+- `PrioritizedReplayMemory`: a `ReplayMemory` sampled in proportion to TD-error priorities.
 - `machine_info`: CPU and GPU counts, the machine's address, a free TCP port.
 - `parse_args`: a command line from a `@dataclass` of settings (the examples' `Args`).
 
@@ -18,11 +19,23 @@ if TYPE_CHECKING:  # pragma: no cover
     from parl.utils import machine_info, summary
     from parl.utils._args import parse_args
     from parl.utils._logger import logger
+    from parl.utils._prioritized_replay_memory import PrioritizedReplayMemory
     from parl.utils._replay_memory import ReplayMemory
 
-__all__ = ["ReplayMemory", "logger", "machine_info", "parse_args", "summary"]
+__all__ = [
+    "PrioritizedReplayMemory",
+    "ReplayMemory",
+    "logger",
+    "machine_info",
+    "parse_args",
+    "summary",
+]
 
 _LAZY: dict[str, tuple[str, str | None]] = {
+    "PrioritizedReplayMemory": (
+        "parl.utils._prioritized_replay_memory",
+        "PrioritizedReplayMemory",
+    ),
     "ReplayMemory": ("parl.utils._replay_memory", "ReplayMemory"),
     "logger": ("parl.utils._logger", "logger"),
     "machine_info": ("parl.utils.machine_info", None),

@@ -70,7 +70,8 @@ def parse_args(
     """Build `cls` (a dataclass) from command-line flags: field `lr` is set with `--lr 0.01`.
 
     Booleans take `--flag` / `--no-flag`; fields typed `X | None` also accept `none`. The
-    field's docstring and default are its `--help` text. `description` defaults to the running
+    field's docstring and default are its `--help` text; fields inherited from a dataclass base
+    keep the docstrings written there. `description` defaults to the running
     script's docstring.
     """
     if not dataclasses.is_dataclass(cls):
@@ -81,7 +82,10 @@ def parse_args(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     hints = typing.get_type_hints(cls)
-    docs = _field_docs(cls)
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):  # a subclass's docstring for a field wins
+        if dataclasses.is_dataclass(klass):
+            docs.update(_field_docs(klass))
     for field in dataclasses.fields(cls):
         flag = "--" + field.name.replace("_", "-")
         default = field.default

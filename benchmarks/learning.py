@@ -1,0 +1,196 @@
+"""Sample efficiency and wall time of the zoo's examples, optionally beside Stable-Baselines3.
+
+For each task, each seed runs the example (`examples/<algo>/train.py`, its default
+hyperparameters) in a fresh process until the mean return of the last 10 training episodes
+first reaches the threshold, or the step cap. The table reports, per task, the median over the
+seeds of the env steps and wall seconds to the threshold (a run that misses it counts as the
+cap and its full time, and the table says how many missed). The clock starts when training
+starts, after the networks are built, on both sides.
+
+`--baseline sb3` also runs Stable-Baselines3 on the same tasks with the same hyperparameters,
+read from the same `Args` defaults. It is installed into its own virtual environment under
+`.benchmarks/` (git-ignored), with torch pinned by `constraints.txt`; it is never a dependency of
+this repository.
+
+    python benchmarks/learning.py                                  # every task, seeds 1 2 3
+    python benchmarks/learning.py --tasks ppo,sac --seeds 1
+    python benchmarks/learning.py --baseline sb3 --json results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import runpy
+import statistics
+import subprocess
+import sys
+import tempfile
+import venv
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SB3_VERSION = "2.9.2"
+SB3_VENV = os.path.join(REPO, ".benchmarks", f"sb3-{SB3_VERSION}")
+SB3_RUNNER = os.path.join(REPO, "benchmarks", "sb3_runner.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    algo: str
+    env_id: str
+    threshold: float
+    cap: int
+
+
+TASKS = {
+    "dqn": Task("dqn", "CartPole-v1", 475.0, 100_000),
+    "ppo": Task("ppo", "CartPole-v1", 475.0, 100_000),
+    "a2c": Task("a2c", "CartPole-v1", 475.0, 300_000),
+    "ddpg": Task("ddpg", "Pendulum-v1", -200.0, 20_000),
+    "td3": Task("td3", "Pendulum-v1", -200.0, 20_000),
+    "sac": Task("sac", "Pendulum-v1", -200.0, 20_000),
+}
+
+
+def example_args(task: Task) -> dict:
+    """The example's default settings, as the baseline must reproduce them."""
+    script = os.path.join(REPO, "examples", task.algo, "train.py")
+    module = runpy.run_path(script, run_name="benchmark")
+    return dataclasses.asdict(module["Args"]())
+
+
+def run_ours(task: Task, seed: int, timeout: float) -> dict:
+    script = os.path.join(REPO, "examples", task.algo, "train.py")
+    with tempfile.TemporaryDirectory() as logdir:
+        flags = [
+            "--seed", str(seed), "--total-steps", str(task.cap),
+            "--target-return", str(task.threshold), "--stop-at-target",
+            "--eval-every", "0", "--logdir", logdir,
+        ]  # fmt: skip
+        code = (
+            "import json, runpy, sys\n"
+            f"sys.argv = [{script!r}, *{flags!r}]\n"
+            f"mod = runpy.run_path({script!r}, run_name='benchmark')\n"
+            "print('RESULT', json.dumps(mod['main'](mod['parse_args'](mod['Args']))))\n"
+        )
+        env = {**os.environ, "TQDM_DISABLE": "1"}
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True, text=True, timeout=timeout, check=True, env=env,
+        )  # fmt: skip
+    result = json.loads(
+        next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:]
+    )
+    return {
+        "reached_at": result["reached_at"],
+        "seconds": result["reached_seconds"] or result["seconds"],
+        "env_steps": result["env_steps"],
+    }
+
+
+def ensure_sb3() -> str:
+    """Create the baseline's virtual environment once; return its python."""
+    python = os.path.join(SB3_VENV, "bin", "python")
+    marker = os.path.join(SB3_VENV, ".installed")
+    if not os.path.exists(marker):
+        print(f"installing stable-baselines3=={SB3_VERSION} into {SB3_VENV} ...", flush=True)
+        venv.create(SB3_VENV, with_pip=True, clear=True)
+        subprocess.run(
+            [
+                python, "-m", "pip", "install", "--quiet",
+                "-c", os.path.join(REPO, "constraints.txt"),
+                f"stable-baselines3=={SB3_VERSION}", "torch", "gymnasium",
+            ],
+            check=True,
+        )  # fmt: skip
+        with open(marker, "w") as f:
+            f.write(SB3_VERSION + "\n")
+    return python
+
+
+def run_sb3(task: Task, seed: int, timeout: float) -> dict:
+    spec = {
+        "algo": task.algo,
+        "threshold": task.threshold,
+        "cap": task.cap,
+        "seed": seed,
+        "args": example_args(task),
+    }
+    out = subprocess.run(
+        [ensure_sb3(), SB3_RUNNER, json.dumps(spec)],
+        capture_output=True, text=True, timeout=timeout, check=True,
+    )  # fmt: skip
+    return json.loads(
+        next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:]
+    )
+
+
+def summarise(task: Task, runs: list[dict]) -> dict:
+    steps = [r["reached_at"] if r["reached_at"] is not None else task.cap for r in runs]
+    return {
+        "median_steps": statistics.median(steps),
+        "median_seconds": round(statistics.median(r["seconds"] for r in runs), 1),
+        "missed": sum(r["reached_at"] is None for r in runs),
+        "runs": runs,
+    }
+
+
+def cell(summary: dict, task: Task, seeds: int) -> str:
+    steps = summary["median_steps"]
+    text = (
+        f"{steps / 1000:.1f}k"
+        if steps < task.cap or not summary["missed"]
+        else f">{steps // 1000}k"
+    )
+    text += f" / {summary['median_seconds']:.1f} s"
+    if summary["missed"]:
+        text += f" ({summary['missed']}/{seeds} missed)"
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--tasks", default=",".join(TASKS), help="comma-separated: " + ", ".join(TASKS)
+    )
+    parser.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
+    parser.add_argument("--baseline", choices=["sb3"], help="also run Stable-Baselines3")
+    parser.add_argument("--json", help="write every run's numbers to this file")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    tasks = [TASKS[name] for name in args.tasks.split(",")]
+
+    results: dict[str, dict] = {}
+    for task in tasks:
+        for who, runner in [("parl", run_ours), *([("sb3", run_sb3)] if args.baseline else [])]:
+            runs = []
+            for seed in seeds:
+                run = runner(task, seed, args.timeout)
+                print(f"{task.algo} {task.env_id} {who} seed {seed}: {run}", flush=True)
+                runs.append({"seed": seed, **run})
+            results.setdefault(task.algo, {})[who] = summarise(task, runs)
+
+    header = "| task (threshold, cap) | PARL: steps / seconds |"
+    rule = "|---|---|"
+    if args.baseline:
+        header += " SB3 2.9.2: steps / seconds |"
+        rule += "---|"
+    print(f"\nmedian of seeds {args.seeds}: env steps until the mean return of the last 10 "
+          "episodes first reaches the threshold, and wall seconds to get there\n")  # fmt: skip
+    print(header)
+    print(rule)
+    for task in tasks:
+        row = f"| {task.algo.upper()} {task.env_id} (≥ {task.threshold:g}, {task.cap // 1000}k) |"
+        for who in ["parl", "sb3"] if args.baseline else ["parl"]:
+            row += f" {cell(results[task.algo][who], task, len(seeds))} |"
+        print(row)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

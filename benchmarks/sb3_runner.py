@@ -1,0 +1,141 @@
+"""One Stable-Baselines3 run for benchmarks/learning.py, inside the baseline's own venv.
+
+Reads a JSON spec (algorithm, threshold, cap, seed, and the PARL example's `Args` as a dict)
+from argv, maps the example's hyperparameters onto the SB3 algorithm of the same name, trains
+until the mean return of the last 10 training episodes reaches the threshold or the cap, and
+prints `RESULT {json}`. Imports nothing of PARL: only SB3, gymnasium, numpy and torch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.noise import NormalActionNoise
+
+
+class StopAtThreshold(BaseCallback):
+    """Track finished episodes (Monitor infos); stop once the last 10 average the threshold."""
+
+    def __init__(self, threshold: float) -> None:
+        super().__init__()
+        self.threshold = threshold
+        self.returns: list[float] = []
+        self.reached_at: int | None = None
+        self.reached_seconds: float | None = None
+        self.start = time.perf_counter()
+
+    def _on_step(self) -> bool:
+        for info in self.locals["infos"]:
+            if "episode" in info:
+                self.returns.append(float(info["episode"]["r"]))
+                if len(self.returns) >= 10 and np.mean(self.returns[-10:]) >= self.threshold:
+                    self.reached_at = self.num_timesteps
+                    self.reached_seconds = time.perf_counter() - self.start
+                    return False
+        return True
+
+
+def linear(initial: float):
+    return lambda progress_remaining: progress_remaining * initial
+
+
+def build(algo: str, a: dict, seed: int, cap: int):
+    hidden = [a["hidden_size"], a["hidden_size"]]
+    if algo in ("ppo", "a2c"):
+        env = make_vec_env(a["env_id"], n_envs=a["num_envs"], seed=seed)
+        common = dict(
+            n_steps=a["n_steps"],
+            gamma=a["gamma"],
+            gae_lambda=a["gae_lambda"],
+            ent_coef=a["ent_coef"],
+            vf_coef=a["vf_coef"],
+            max_grad_norm=a["max_grad_norm"],
+            policy_kwargs=dict(net_arch=dict(pi=hidden, vf=hidden)),
+            seed=seed,
+        )
+        if algo == "a2c":
+            return A2C("MlpPolicy", env, learning_rate=a["lr"], **common)
+        anneal = a["anneal"]
+        if a["variant"] != "clip" or a["clip_value"] is not None:
+            raise ValueError("the SB3 baseline covers PPO's clip variant without value clipping")
+        return PPO(
+            "MlpPolicy",
+            env,
+            learning_rate=linear(a["lr"]) if anneal else a["lr"],
+            clip_range=linear(a["clip_coef"]) if anneal else a["clip_coef"],
+            batch_size=a["minibatch_size"],
+            n_epochs=a["update_epochs"],
+            **common,
+        )
+    env = Monitor(gym.make(a["env_id"]))
+    common = dict(
+        learning_rate=a["lr"],
+        buffer_size=a["buffer_size"],
+        learning_starts=a["learning_starts"],
+        batch_size=a["batch_size"],
+        gamma=a["gamma"],
+        train_freq=a["train_freq"],
+        gradient_steps=a["gradient_steps"],
+        policy_kwargs=dict(net_arch=hidden),
+        seed=seed,
+    )
+    if algo == "dqn":
+        return DQN(
+            "MlpPolicy",
+            env,
+            target_update_interval=a["target_update_interval"],
+            exploration_fraction=a["exploration_fraction"],
+            exploration_final_eps=a["eps_end"],
+            **common,
+        )
+    if algo == "sac":
+        alpha = a["alpha"]
+        return SAC(
+            "MlpPolicy", env, tau=a["tau"], ent_coef="auto" if alpha is None else alpha, **common
+        )
+    n_actions = env.action_space.shape[0]
+    noise = NormalActionNoise(np.zeros(n_actions), a["exploration_noise"] * np.ones(n_actions))
+    if algo == "ddpg":
+        return DDPG("MlpPolicy", env, tau=a["tau"], action_noise=noise, **common)
+    return TD3(
+        "MlpPolicy",
+        env,
+        tau=a["tau"],
+        action_noise=noise,
+        policy_delay=a["policy_delay"],
+        target_policy_noise=a["policy_noise"],
+        target_noise_clip=a["noise_clip"],
+        **common,
+    )
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    torch.set_num_threads(spec["args"]["torch_threads"])
+    model = build(spec["algo"], spec["args"], spec["seed"], spec["cap"])
+    callback = StopAtThreshold(spec["threshold"])
+    start = callback.start = time.perf_counter()  # like PARL's TrainingRun: after building
+    model.learn(total_timesteps=spec["cap"], callback=callback)
+    print(
+        "RESULT",
+        json.dumps(
+            {
+                "reached_at": callback.reached_at,
+                "seconds": round(callback.reached_seconds or time.perf_counter() - start, 2),
+                "env_steps": model.num_timesteps,
+            }
+        ),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""Agents of the zoo's algorithms: numpy observations in, actions and updates out.
+
+- `ActorCriticAgent` drives `A2C` or `PPO` from trajectories of a `VectorCollector`: batched
+  sampling while collecting, the most probable action when evaluating, and GAE advantages
+  plus one `learn` call per trajectory.
+- `DQNAgent` acts epsilon-greedily with a linearly decaying epsilon and learns from a
+  `ReplayMemory` or a `PrioritizedReplayMemory` (updating its priorities).
+- `ContinuousAgent` drives `DDPG`, `TD3` or `SAC` from a `ReplayMemory`.
+
+Agents are where the environment's numpy meets the algorithm's tensors; the algorithms
+themselves never see numpy.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+import parl
+from parl.utils import PrioritizedReplayMemory, ReplayMemory
+from parl_algos.a2c import A2C, A2CStats
+from parl_algos.ddpg import DDPG, DDPGStats
+from parl_algos.dqn import DQN, DQNStats
+from parl_algos.ppo import PPO, PPOStats
+from parl_algos.rollout import AdvantageBatch, Trajectory, compute_advantages
+from parl_algos.sac import SAC, SACStats
+from parl_algos.td3 import TD3, TD3Stats
+
+__all__ = ["ActorCriticAgent", "ContinuousAgent", "DQNAgent"]
+
+
+class ActorCriticAgent(parl.Agent):
+    """The agent of `A2C` and `PPO` on vector environments.
+
+    Args:
+        algorithm: an `A2C` or a `PPO`.
+        gamma: discount factor of the advantages.
+        gae_lambda: the GAE lambda (1: Monte-Carlo advantages over the trajectory).
+    """
+
+    def __init__(self, algorithm: A2C | PPO, *, gamma: float, gae_lambda: float) -> None:
+        if not isinstance(algorithm, A2C | PPO):
+            raise TypeError(f"ActorCriticAgent drives A2C or PPO, got {type(algorithm).__name__}")
+        super().__init__(algorithm)
+        self.gamma = gamma
+        self.gae_lambda = gae_lambda
+
+    def sample(self, obs: np.ndarray) -> np.ndarray:
+        """Actions drawn from the policy for a batch of observations (collection)."""
+        return self.alg.sample(torch.as_tensor(obs)).cpu().numpy()
+
+    def predict(self, obs: np.ndarray):
+        """The most probable action for one observation (evaluation)."""
+        action = self.alg.predict(torch.as_tensor(obs).unsqueeze(0))[0].cpu().numpy()
+        return action.item() if action.ndim == 0 else action
+
+    def advantages(self, trajectory: Trajectory) -> AdvantageBatch:
+        """The trajectory as a flat batch with GAE advantages under the current value function."""
+        return compute_advantages(
+            trajectory, self.alg.value, gamma=self.gamma, gae_lambda=self.gae_lambda
+        )
+
+    def learn(self, trajectory: Trajectory) -> A2CStats | PPOStats:
+        """Update the algorithm from one trajectory of on-policy experience."""
+        b = self.advantages(trajectory)
+        if isinstance(self.alg, PPO):
+            return self.alg.learn(b.obs, b.action, b.advantage, b.value_target, value=b.value)
+        return self.alg.learn(b.obs, b.action, b.advantage, b.value_target)
+
+
+def _tensors(batch, device: torch.device) -> list[torch.Tensor]:
+    return [torch.as_tensor(np.asarray(x)).to(device) for x in batch]
+
+
+class DQNAgent(parl.Agent):
+    """Epsilon-greedy acting and replay learning for `DQN`.
+
+    Epsilon falls linearly from `eps_start` to `eps_end` over `eps_decay_steps` calls of
+    `sample`, then stays. With a `PrioritizedReplayMemory`, `learn` anneals the memory's beta
+    linearly to 1 over `beta_steps` updates, weights the loss and writes back the priorities.
+
+    Args:
+        algorithm: a `DQN`.
+        n_actions: the number of discrete actions.
+        eps_start: exploration rate at the start.
+        eps_end: exploration rate after the decay.
+        eps_decay_steps: `sample` calls over which epsilon decays.
+        beta_steps: updates over which a prioritized memory's beta rises to 1.
+        seed: seed of the exploration.
+    """
+
+    _state_attrs: ClassVar[tuple[str, ...]] = ("sample_steps", "learn_steps")
+
+    def __init__(
+        self,
+        algorithm: DQN,
+        n_actions: int,
+        *,
+        eps_start: float = 1.0,
+        eps_end: float = 0.05,
+        eps_decay_steps: int = 10_000,
+        beta_steps: int = 100_000,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(algorithm, DQN):
+            raise TypeError(f"DQNAgent drives DQN, got {type(algorithm).__name__}")
+        super().__init__(algorithm)
+        self.n_actions = n_actions
+        self.eps_start = eps_start
+        self.eps_end = eps_end
+        self.eps_decay_steps = max(int(eps_decay_steps), 1)
+        self.beta_steps = max(int(beta_steps), 1)
+        self.sample_steps = 0
+        self.learn_steps = 0
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def epsilon(self) -> float:
+        """The exploration rate of the next `sample` call."""
+        frac = min(self.sample_steps / self.eps_decay_steps, 1.0)
+        return self.eps_start + frac * (self.eps_end - self.eps_start)
+
+    def sample(self, obs: np.ndarray) -> int:
+        """A random action with probability epsilon, else the greedy one (collection)."""
+        eps = self.epsilon
+        self.sample_steps += 1
+        if self._rng.random() < eps:
+            return int(self._rng.integers(self.n_actions))
+        return self.predict(obs)
+
+    def predict(self, obs: np.ndarray) -> int:
+        """The action of the largest Q-value (evaluation)."""
+        obs_t = torch.as_tensor(np.asarray(obs)).unsqueeze(0).to(self.device)
+        return int(self.alg.predict(obs_t)[0].argmax())
+
+    def learn(self, memory: ReplayMemory, batch_size: int) -> DQNStats:
+        """One update from a minibatch of `memory` (prioritized or uniform)."""
+        self.learn_steps += 1
+        if isinstance(memory, PrioritizedReplayMemory):
+            beta_frac = min(self.learn_steps / self.beta_steps, 1.0)
+            beta = memory.beta + beta_frac * (1.0 - memory.beta)
+            *batch, weights, indices = memory.sample_batch(batch_size, beta=beta)
+            stats = self.alg.learn(*_tensors([*batch, weights], self.device))
+            memory.update_priorities(indices, stats.td_error)
+            return stats
+        return self.alg.learn(*_tensors(memory.sample_batch(batch_size), self.device))
+
+
+class ContinuousAgent(parl.Agent):
+    """Acting and replay learning for `DDPG`, `TD3` and `SAC` (actions in `[-1, 1]`).
+
+    Args:
+        algorithm: a `DDPG`, `TD3` or `SAC`.
+    """
+
+    def __init__(self, algorithm: DDPG | TD3 | SAC) -> None:
+        if not isinstance(algorithm, DDPG | TD3 | SAC):
+            raise TypeError(
+                f"ContinuousAgent drives DDPG, TD3 or SAC, got {type(algorithm).__name__}"
+            )
+        super().__init__(algorithm)
+
+    def sample(self, obs: np.ndarray) -> np.ndarray:
+        """An exploratory action for one observation (collection)."""
+        obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32)).unsqueeze(0).to(self.device)
+        return self.alg.sample(obs_t)[0].cpu().numpy()
+
+    def predict(self, obs: np.ndarray) -> np.ndarray:
+        """The deterministic action for one observation (evaluation)."""
+        obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32)).unsqueeze(0).to(self.device)
+        return self.alg.predict(obs_t)[0].cpu().numpy()
+
+    def learn(self, memory: ReplayMemory, batch_size: int) -> DDPGStats | TD3Stats | SACStats:
+        """One update from a uniformly sampled minibatch of `memory`."""
+        return self.alg.learn(*_tensors(memory.sample_batch(batch_size), self.device))

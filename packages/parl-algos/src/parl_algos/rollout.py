@@ -1,0 +1,270 @@
+"""Collecting on-policy experience from a vector of environments, apart from learning.
+
+`VectorCollector` steps a gymnasium vector environment with any `act(obs)` function (a local
+agent's sampler, or a remote actor's copy of the policy) and returns a `Trajectory` of numpy
+arrays, which can cross a process boundary as it is. `compute_advantages` turns a trajectory
+into the flat batch that `A2C.learn` and `PPO.learn` consume, given a value function. Episode
+returns are counted here, in one place, so every example reports them the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from parl_algos.functional import gae
+
+__all__ = [
+    "AdvantageBatch",
+    "Episode",
+    "EpisodeCounter",
+    "Trajectory",
+    "VectorCollector",
+    "compute_advantages",
+    "make_rescaled_env",
+    "make_vector_env",
+]
+
+
+class Episode(NamedTuple):
+    """One finished episode: the total env steps when it ended, its return and its length."""
+
+    env_step: int
+    ret: float
+    length: int
+
+
+class EpisodeCounter:
+    """Adds up rewards per environment and reports each episode as it ends.
+
+    Args:
+        num_envs: how many environments step together (1 for a plain `gymnasium.Env`).
+    """
+
+    def __init__(self, num_envs: int = 1) -> None:
+        self.num_envs = num_envs
+        self.env_steps = 0
+        self._returns = np.zeros(num_envs)
+        self._lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def step(self, reward, done) -> list[Episode]:
+        """Count one step of every environment; return the episodes it ended."""
+        self.env_steps += self.num_envs
+        self._returns += reward
+        self._lengths += 1
+        ended = []
+        for i in np.flatnonzero(done):
+            ended.append(Episode(self.env_steps, float(self._returns[i]), int(self._lengths[i])))
+            self._returns[i] = 0.0
+            self._lengths[i] = 0
+        return ended
+
+
+@dataclass
+class Trajectory:
+    """`T` steps of `N` environments, time-major.
+
+    Attributes:
+        obs: `(T + 1, N, *obs_shape)`: `obs[t]` is what `action[t]` was chosen from; `obs[T]` is
+            the observation after the last step (to bootstrap from). Where an episode ended at
+            step `t`, `obs[t + 1]` is the first observation of the next episode.
+        action: `(T, N, *act_shape)` the actions taken.
+        reward: `(T, N)` rewards.
+        terminated: `(T, N)` True where the step reached a terminal state.
+        truncated: `(T, N)` True where the step hit a time limit (and did not terminate).
+        final_obs: `(K, *obs_shape)` the last observation of each truncated episode, in the order
+            of `final_index`.
+        final_index: `(K, 2)` the `(t, n)` of each truncated step.
+        extras: `(T, N, ...)` arrays the `act` function returned beside each action (for example
+            the behaviour policy's logits that IMPALA's V-trace needs).
+    """
+
+    obs: np.ndarray
+    action: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_obs: np.ndarray
+    final_index: np.ndarray
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def done(self) -> np.ndarray:
+        """`(T, N)` True where an episode ended, for either reason."""
+        return self.terminated | self.truncated
+
+
+@dataclass(frozen=True)
+class AdvantageBatch:
+    """A trajectory flattened to `T * N` samples with advantages: what A2C and PPO learn from."""
+
+    obs: torch.Tensor
+    action: torch.Tensor
+    advantage: torch.Tensor
+    value_target: torch.Tensor
+    """`advantage + value`: the return estimate the value function regresses to."""
+    value: torch.Tensor
+    """The value estimate at collection time (PPO's value clipping is relative to it)."""
+
+
+def make_vector_env(env_id: str, num_envs: int, **kwargs: Any) -> gym.vector.SyncVectorEnv:
+    """`gym.make_vec(env_id, num_envs)`, stepped in this process, as `VectorCollector` needs it.
+
+    Sub-environments reset in the same step that ends their episode (gymnasium's `SAME_STEP`
+    autoreset), so every step returned is a real transition. `kwargs` go to `gym.make`.
+    """
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+        **kwargs,
+    )
+
+
+def make_rescaled_env(env_id: str, **kwargs: Any) -> gym.Env:
+    """`gym.make(env_id)` with its Box actions rescaled to `[-1, 1]`, the range of a tanh policy.
+
+    `kwargs` go to `gym.make`.
+    """
+    env = gym.make(env_id, **kwargs)
+    shape, dtype = env.action_space.shape, env.action_space.dtype
+    return gym.wrappers.RescaleAction(
+        env, np.full(shape, -1.0, dtype=dtype), np.full(shape, 1.0, dtype=dtype)
+    )
+
+
+class VectorCollector:
+    """Steps a vector environment with a policy and returns fixed-length trajectories.
+
+    The collector keeps the current observations between calls, so consecutive trajectories
+    continue the same episodes, and it counts every finished episode (`pop_episodes`).
+
+    Args:
+        envs: a gymnasium vector env with `SAME_STEP` autoreset (see `make_vector_env`).
+        seed: seed of the first reset (each sub-environment gets `seed + i`).
+    """
+
+    def __init__(self, envs: gym.vector.VectorEnv, *, seed: int | None = None) -> None:
+        mode = envs.metadata.get("autoreset_mode")
+        if mode != gym.vector.AutoresetMode.SAME_STEP:
+            raise ValueError(
+                f"VectorCollector needs a vector env with SAME_STEP autoreset, got {mode=}; "
+                "create it with parl_algos.rollout.make_vector_env or pass "
+                "vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP}"
+            )
+        self.envs = envs
+        self.num_envs = envs.num_envs
+        self.obs, _ = envs.reset(seed=seed)
+        self._counter = EpisodeCounter(self.num_envs)
+        self._episodes: list[Episode] = []
+
+    @property
+    def env_steps(self) -> int:
+        """Steps taken so far, summed over the environments."""
+        return self._counter.env_steps
+
+    def collect(
+        self,
+        n_steps: int,
+        act: Callable[[np.ndarray], np.ndarray | tuple[np.ndarray, dict[str, np.ndarray]]],
+    ) -> Trajectory:
+        """Run `n_steps` steps of every environment and return them.
+
+        Args:
+            n_steps: `T`, the steps per environment.
+            act: maps a batch of observations `(N, *obs_shape)` to the actions `(N, ...)`, or to
+                `(actions, extras)` where `extras` maps names to `(N, ...)` arrays to keep.
+        """
+        n = self.num_envs
+        obs = np.empty((n_steps + 1, *self.obs.shape), dtype=self.obs.dtype)
+        reward = np.empty((n_steps, n), dtype=np.float32)
+        terminated = np.empty((n_steps, n), dtype=bool)
+        truncated = np.empty((n_steps, n), dtype=bool)
+        actions: list[np.ndarray] = []
+        extras: dict[str, list[np.ndarray]] = {}
+        final_obs: list[np.ndarray] = []
+        final_index: list[tuple[int, int]] = []
+        for t in range(n_steps):
+            obs[t] = self.obs
+            out = act(self.obs)
+            action, extra = out if isinstance(out, tuple) else (out, {})
+            actions.append(np.asarray(action))
+            for name, value in extra.items():
+                extras.setdefault(name, []).append(np.asarray(value))
+            self.obs, reward[t], terminated[t], truncated[t], info = self.envs.step(action)
+            truncated[t] &= ~terminated[t]
+            for i in np.flatnonzero(truncated[t]):
+                final_obs.append(info["final_obs"][i])
+                final_index.append((t, i))
+            self._episodes += self._counter.step(reward[t], terminated[t] | truncated[t])
+        obs[n_steps] = self.obs
+        return Trajectory(
+            obs=obs,
+            action=np.stack(actions),
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=np.array(final_obs, dtype=obs.dtype).reshape(-1, *obs.shape[2:]),
+            final_index=np.array(final_index, dtype=np.int64).reshape(-1, 2),
+            extras={name: np.stack(values) for name, values in extras.items()},
+        )
+
+    def pop_episodes(self) -> list[Episode]:
+        """Return the episodes finished since the last call, oldest first."""
+        episodes, self._episodes = self._episodes, []
+        return episodes
+
+
+@torch.no_grad()
+def compute_advantages(
+    trajectory: Trajectory,
+    value_fn: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    gamma: float,
+    gae_lambda: float,
+) -> AdvantageBatch:
+    """Flatten `trajectory` into an `AdvantageBatch` with GAE advantages.
+
+    The values of all `T + 1` observations (and of the last observation of each truncated
+    episode, which is bootstrapped from) come from one batched call of `value_fn`.
+
+    Args:
+        trajectory: what `VectorCollector.collect` returned.
+        value_fn: maps a batch of observations `(B, *obs_shape)` to values `(B,)`.
+        gamma: discount factor.
+        gae_lambda: the GAE lambda (1 gives Monte-Carlo advantages, as A2C's n-step returns).
+    """
+    obs = torch.as_tensor(trajectory.obs)
+    steps, n = trajectory.reward.shape
+    all_obs = obs.reshape(-1, *obs.shape[2:])
+    if len(trajectory.final_obs):
+        all_obs = torch.cat([all_obs, torch.as_tensor(trajectory.final_obs)])
+    all_values = value_fn(all_obs).reshape(-1)
+    values = all_values[: (steps + 1) * n].reshape(steps + 1, n)
+    next_value = values[1:].clone()
+    if len(trajectory.final_obs):
+        t, i = torch.as_tensor(trajectory.final_index).unbind(1)
+        next_value[t, i] = all_values[(steps + 1) * n :]
+    advantage = gae(
+        torch.as_tensor(trajectory.reward),
+        values[:-1],
+        next_value,
+        torch.as_tensor(trajectory.terminated),
+        torch.as_tensor(trajectory.done),
+        gamma,
+        gae_lambda,
+    )
+    action = torch.as_tensor(trajectory.action)
+    return AdvantageBatch(
+        obs=obs[:-1].reshape(steps * n, *obs.shape[2:]),
+        action=action.reshape(steps * n, *action.shape[2:]),
+        advantage=advantage.reshape(-1),
+        value_target=(advantage + values[:-1]).reshape(-1),
+        value=values[:-1].reshape(-1),
+    )
