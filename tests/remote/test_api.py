@@ -6,6 +6,7 @@ import asyncio
 import gc
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -35,9 +36,12 @@ class Actor:
     def echo(self, x):
         return x
 
-    def sleep_then(self, seconds, value):
+    def sleep_then(self, seconds, value, started=None):
+        import pathlib
         import time
 
+        if started:
+            pathlib.Path(started).touch()
         time.sleep(seconds)
         return value
 
@@ -307,26 +311,28 @@ def test_handles_are_freed_by_reference_counting_alone(connected):
         gc.enable()
 
 
-def test_a_second_thread_reaches_an_actor_busy_in_a_long_call(connected):
+def test_a_second_thread_reaches_an_actor_busy_in_a_long_call(connected, tmp_path):
     # The first thread's call holds the actor's event loop; the second thread's connection
     # must still be accepted (its call then waits its turn) instead of timing out as "dead".
     a = Actor(0)
+    started = tmp_path / "started"
     results = []
-    first = threading.Thread(target=lambda: results.append(a.sleep_then(5, "first")))
+    first = threading.Thread(target=lambda: results.append(a.sleep_then(5, "first", str(started))))
     first.start()
-    import time
-
-    time.sleep(0.5)
+    wait_until(started.exists, what="the long call to start")
+    began = time.monotonic()
     from parl_remote._config import settings
 
     old = settings.connect_timeout_s
     settings.connect_timeout_s = 2.5  # shorter than the call in progress
     try:
-        results.append(a.add(1, 1))  # a new connection: the pool's only one is busy
+        assert a.add(1, 1) == 2  # a new connection: the pool's only one is busy
+        waited = time.monotonic() - began
     finally:
         settings.connect_timeout_s = old
     first.join(10)
-    assert results == ["first", 2]
+    assert results == ["first"]
+    assert waited > 4  # it waited its turn behind the 5 s call, in order
 
 
 def test_a_broken_connection_to_a_live_actor_is_not_a_death(connected):
