@@ -155,7 +155,7 @@ def test_out_of_band_buffers_arrive_intact_in_any_chunking():
 def test_zero_copy_reads_through_get_buffer():
     server, client = _pair()
     _handshake(server, client)
-    payload = bytes(range(256)) * 4096 * 4  # 4 MiB: read in place, from an mmap
+    payload = bytes(range(256)) * 4096 * 4  # 4 MiB: read in place
     wire = b"".join(bytes(f) for f in client.send(m.Result(id=1, payload=b""), [payload]))
     pos, direct_reads = 0, 0
     while pos < len(wire):

@@ -6,7 +6,9 @@ A frame is::
 
 (little-endian). The envelope is a msgpack-encoded `Message`; the buffers are the out-of-band
 pickle-5 buffers of its payload (numpy arrays), sent as they are and received straight into
-memory of their exact size: a large buffer is never copied into a bigger bytes object.
+memory of their exact size: a large buffer is never copied into a bigger bytes object. (That
+memory is a plain `bytearray`: the allocator reuses warm pages, which made 1-16 MB round trips
+two to five times faster than fresh anonymous mappings, page faults and all.)
 
 Every TCP connection starts with a mutual HMAC challenge-response on the cluster token
 (`Challenge` / `Hello` / `Welcome`); until it completes only those messages, each at most
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import mmap
 import os
 import pickle
 import struct
@@ -51,7 +52,6 @@ HANDSHAKE_LIMIT = 1024
 DEFAULT_MAX_MESSAGE_BYTES = 8 << 30
 _MAX_BUFFERS = 1 << 16
 _DIRECT_READ_MIN = 64 << 10  # read a payload buffer in place when this much of it remains
-_MMAP_MIN = 1 << 20  # payload buffers this large come from mmap: no zero-filling pass
 _SCRATCH = 256 << 10
 _HANDSHAKE_TYPES = (m.Challenge, m.Hello, m.Welcome, m.Refused)
 
@@ -80,11 +80,6 @@ def _digest(
 ) -> bytes:
     data = b"|".join((b"parl", label, role.encode(), server_nonce, client_nonce))
     return hmac.new(token, data, hashlib.sha256).digest()
-
-
-def _allocate(n: int) -> bytearray | mmap.mmap:
-    # Anonymous mmap pages are zero until touched: no pass over the memory before the read.
-    return mmap.mmap(-1, n) if n >= _MMAP_MIN else bytearray(n)
 
 
 class Connection:
@@ -315,7 +310,7 @@ class Connection:
         while len(self._buffers) < self._nbuf:
             n = self._lengths[len(self._buffers)]
             if n:
-                self._raw = _allocate(n)
+                self._raw = bytearray(n)
                 self._cur = memoryview(self._raw)
                 self._filled = 0
                 return
