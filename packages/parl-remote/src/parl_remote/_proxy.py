@@ -427,8 +427,7 @@ class _Channel:
             self.conn.send(msg, buffers, batch=True)
 
     def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
-        key = msg.id if isinstance(msg, m.Result | m.Error) else 0
-        callback = self.waiters.pop(key, None)
+        callback = self.waiters.pop(getattr(msg, "id", 0), None)  # Ready (to Init) has none
         if callback is not None:
             callback(msg, buffers, None)
 

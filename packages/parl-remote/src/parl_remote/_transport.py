@@ -217,6 +217,7 @@ class AsyncConnection(asyncio.BufferedProtocol):
         self._paused = False
         self._drain_waiters: list[asyncio.Future] = []
         self._batch: list = []
+        self._remaining = 0  # messages of the current read still to be handled
         self._exact_flow = exact_flow
 
     # protocol callbacks
@@ -249,13 +250,16 @@ class AsyncConnection(asyncio.BufferedProtocol):
             return
         if proto.has_output:
             self._flush_handshake()
+        on_message = self.on_message
+        events = proto.take_events()
         try:
-            while (event := proto.next_event()) is not NEED_DATA:
+            for i, event in enumerate(events):
+                self._remaining = len(events) - i - 1
                 if event is AUTHENTICATED:
                     if not self.authenticated.done():
                         self.authenticated.set_result(None)
                     continue
-                self.on_message(self, event[0], event[1])
+                on_message(self, event[0], event[1])
                 if self.closed:
                     return
         except (ProtocolError, AuthenticationError) as exc:
@@ -265,6 +269,8 @@ class AsyncConnection(asyncio.BufferedProtocol):
                 "closing the connection from %s after an internal error", self.peername
             )
             self.close()
+        finally:
+            self._remaining = 0
 
     def _flush_handshake(self) -> None:
         out = self.proto.data_to_send()
@@ -321,7 +327,7 @@ class AsyncConnection(asyncio.BufferedProtocol):
     @property
     def more_pending(self) -> bool:
         """Whether more received messages wait to be handled right after the current one."""
-        return self.proto.pending_events > 0
+        return self._remaining > 0
 
     def flush(self) -> None:
         """Write batched messages now."""

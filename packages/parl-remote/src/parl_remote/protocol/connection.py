@@ -54,6 +54,7 @@ _MAX_BUFFERS = 1 << 16
 _DIRECT_READ_MIN = 64 << 10  # read a payload buffer in place when this much of it remains
 _SCRATCH = 256 << 10
 _HANDSHAKE_TYPES = (m.Challenge, m.Hello, m.Welcome, m.Refused)
+_HANDSHAKE_SET = frozenset(_HANDSHAKE_TYPES)
 
 
 class _Sentinel:
@@ -144,11 +145,6 @@ class Connection:
         return []
 
     @property
-    def pending_events(self) -> int:
-        """How many received messages `next_event()` will return without more data."""
-        return len(self._events)
-
-    @property
     def has_output(self) -> bool:
         """True when receiving produced handshake frames that `data_to_send` will return."""
         return bool(self._outgoing)
@@ -221,6 +217,15 @@ class Connection:
             self._fail(exc)
             raise
 
+    def take_events(self) -> list:
+        """Return (and forget) every event available now, in one list.
+
+        The same events `next_event` would return, one by one, until `NEED_DATA`.
+        """
+        events = list(self._events)
+        self._events.clear()
+        return events
+
     def next_event(self) -> Any:
         """Return the next `(message, buffers)` pair, `AUTHENTICATED`, or `NEED_DATA`."""
         if self._events:
@@ -250,9 +255,21 @@ class Connection:
                 # Fast path: a whole buffer-less frame in hand, decoded without copying.
                 env_len, nbuf = _HEADER.unpack_from(mv, pos)
                 if nbuf == 0 and end - pos - _HEADER.size >= env_len:
-                    self._check_header(env_len, nbuf)
                     start = pos + _HEADER.size
-                    self._deliver(self._decode(mv[start : start + env_len]), ())
+                    if self._hs == _OPEN and 0 < env_len <= self.max_message_bytes:
+                        # The common case, inlined: an authenticated connection's small message.
+                        try:
+                            msg = m.decoder.decode(mv[start : start + env_len])
+                        except Exception:
+                            msg = self._decode(mv[start : start + env_len])  # raises ours
+                        if type(msg) in _HANDSHAKE_SET:
+                            raise ProtocolError(
+                                f"an unexpected {type(msg).__name__} after the handshake"
+                            )
+                        self._events.append((msg, ()))
+                    else:
+                        self._check_header(env_len, nbuf)
+                        self._deliver(self._decode(mv[start : start + env_len]), ())
                     pos = start + env_len
                     continue
             take = min(end - pos, self._need - len(self._in))
