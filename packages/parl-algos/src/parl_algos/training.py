@@ -261,9 +261,12 @@ class TrainingRun:
         """Start the clock now: building networks and first imports are not training time.
 
         The training loops call it just before their first step; `reached_seconds` and
-        `seconds` count from here (from construction when it is never called).
+        `seconds` count from here (from construction when it is never called), and so do the
+        progress bar's rate and time left (starting remote actors can take seconds).
         """
         self._start = time.perf_counter()
+        if self._bar is not None:
+            self._bar.reset()
 
     @property
     def done(self) -> bool:
