@@ -7,6 +7,12 @@ seeds of the env steps and wall seconds to the threshold (a run that misses it c
 cap and its full time, and the table says how many missed). The clock starts when training
 starts, after the networks are built, on both sides.
 
+The examples on remote actors (`a2c_parallel`, `impala`: 2 actors of a local cluster that each
+run starts) are set beside a single-process run of `examples/a2c/train.py` made in the same
+invocation, seed by seed: for A2C parallel with the same settings (the same 16 environments,
+batch and learning rate, in one process), for IMPALA with A2C's defaults. Their table also gives
+the whole command's wall time, cluster start-up and actor creation included.
+
 `--baseline sb3` also runs Stable-Baselines3 on the same tasks with the same hyperparameters,
 read from the same `Args` defaults. It is installed into its own virtual environment under
 `.benchmarks/` (git-ignored), with torch pinned by `constraints.txt`; it is never a dependency of
@@ -15,6 +21,7 @@ this repository.
     python benchmarks/learning.py                                  # every task, seeds 1 2 3
     python benchmarks/learning.py --tasks ppo,sac --seeds 1
     python benchmarks/learning.py --baseline sb3 --json results.json
+    python benchmarks/learning.py --tasks a2c_parallel,impala       # remote actors vs one process
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import venv
+from collections.abc import Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SB3_VERSION = "2.9.2"
@@ -42,6 +51,10 @@ class Task:
     env_id: str
     threshold: float
     cap: int
+    flags: tuple[str, ...] = ()
+    """Flags of the example beyond the defaults."""
+    single: tuple[str, ...] | None = None
+    """On remote actors: the flags of the single-process `examples/a2c` run to compare with."""
 
 
 TASKS = {
@@ -51,6 +64,15 @@ TASKS = {
     "ddpg": Task("ddpg", "Pendulum-v1", -200.0, 20_000),
     "td3": Task("td3", "Pendulum-v1", -200.0, 20_000),
     "sac": Task("sac", "Pendulum-v1", -200.0, 20_000),
+    "a2c_parallel": Task(
+        "a2c_parallel",
+        "CartPole-v1",
+        475.0,
+        300_000,
+        flags=("--actors", "2"),
+        single=("--num-envs", "16", "--lr", "1e-3"),
+    ),
+    "impala": Task("impala", "CartPole-v1", 475.0, 300_000, flags=("--actors", "2"), single=()),
 }
 
 
@@ -61,13 +83,18 @@ def example_args(task: Task) -> dict:
     return dataclasses.asdict(module["Args"]())
 
 
-def run_ours(task: Task, seed: int, timeout: float) -> dict:
-    script = os.path.join(REPO, "examples", task.algo, "train.py")
+def run_ours(
+    task: Task, seed: int, timeout: float, algo: str | None = None, extra: Sequence[str] = ()
+) -> dict:
+    """One run of `examples/<algo>/train.py` (default: the task's, with the task's flags)."""
+    if algo is None:
+        algo, extra = task.algo, task.flags
+    script = os.path.join(REPO, "examples", algo, "train.py")
     with tempfile.TemporaryDirectory() as logdir:
         flags = [
             "--seed", str(seed), "--total-steps", str(task.cap),
             "--target-return", str(task.threshold), "--stop-at-target",
-            "--eval-every", "0", "--logdir", logdir,
+            "--eval-every", "0", "--logdir", logdir, *extra,
         ]  # fmt: skip
         code = (
             "import json, runpy, sys\n"
@@ -76,10 +103,12 @@ def run_ours(task: Task, seed: int, timeout: float) -> dict:
             "print('RESULT', json.dumps(mod['main'](mod['parse_args'](mod['Args']))))\n"
         )
         env = {**os.environ, "TQDM_DISABLE": "1"}
+        start = time.perf_counter()
         out = subprocess.run(
             [sys.executable, "-c", code],
             capture_output=True, text=True, timeout=timeout, check=True, env=env,
         )  # fmt: skip
+        command_seconds = time.perf_counter() - start
     result = json.loads(
         next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:]
     )
@@ -87,7 +116,13 @@ def run_ours(task: Task, seed: int, timeout: float) -> dict:
         "reached_at": result["reached_at"],
         "seconds": result["reached_seconds"] or result["seconds"],
         "env_steps": result["env_steps"],
+        "command_seconds": round(command_seconds, 1),
     }
+
+
+def run_single(task: Task, seed: int, timeout: float) -> dict:
+    """The single-process A2C run that an example on remote actors is compared with."""
+    return run_ours(task, seed, timeout, "a2c", task.single)
 
 
 def ensure_sb3() -> str:
@@ -129,9 +164,11 @@ def run_sb3(task: Task, seed: int, timeout: float) -> dict:
 
 def summarise(task: Task, runs: list[dict]) -> dict:
     steps = [r["reached_at"] if r["reached_at"] is not None else task.cap for r in runs]
+    commands = [r["command_seconds"] for r in runs if "command_seconds" in r]
     return {
         "median_steps": statistics.median(steps),
         "median_seconds": round(statistics.median(r["seconds"] for r in runs), 1),
+        "median_command_seconds": round(statistics.median(commands), 1) if commands else None,
         "missed": sum(r["reached_at"] is None for r in runs),
         "runs": runs,
     }
@@ -150,6 +187,10 @@ def cell(summary: dict, task: Task, seeds: int) -> str:
     return text
 
 
+def _name(task: Task) -> str:
+    return f"{task.algo.upper()} {task.env_id} (≥ {task.threshold:g}, {task.cap // 1000}k)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -165,28 +206,49 @@ def main() -> None:
 
     results: dict[str, dict] = {}
     for task in tasks:
-        for who, runner in [("parl", run_ours), *([("sb3", run_sb3)] if args.baseline else [])]:
-            runs = []
-            for seed in seeds:
+        runners = [("parl", run_ours)]
+        if task.single is not None:
+            runners.append(("single", run_single))
+        elif args.baseline:
+            runners.append(("sb3", run_sb3))
+        runs: dict[str, list] = {who: [] for who, _ in runners}
+        for seed in seeds:  # seed by seed, so that both sides see the same load
+            for who, runner in runners:
                 run = runner(task, seed, args.timeout)
                 print(f"{task.algo} {task.env_id} {who} seed {seed}: {run}", flush=True)
-                runs.append({"seed": seed, **run})
-            results.setdefault(task.algo, {})[who] = summarise(task, runs)
+                runs[who].append({"seed": seed, **run})
+        results[task.algo] = {who: summarise(task, r) for who, r in runs.items()}
 
-    header = "| task (threshold, cap) | PARL: steps / seconds |"
-    rule = "|---|---|"
-    if args.baseline:
-        header += " SB3 2.9.2: steps / seconds |"
-        rule += "---|"
     print(f"\nmedian of seeds {args.seeds}: env steps until the mean return of the last 10 "
           "episodes first reaches the threshold, and wall seconds to get there\n")  # fmt: skip
-    print(header)
-    print(rule)
-    for task in tasks:
-        row = f"| {task.algo.upper()} {task.env_id} (≥ {task.threshold:g}, {task.cap // 1000}k) |"
-        for who in ["parl", "sb3"] if args.baseline else ["parl"]:
-            row += f" {cell(results[task.algo][who], task, len(seeds))} |"
-        print(row)
+    alone = [task for task in tasks if task.single is None]
+    if alone:
+        header = "| task (threshold, cap) | PARL: steps / seconds |"
+        rule = "|---|---|"
+        if args.baseline:
+            header += " SB3 2.9.2: steps / seconds |"
+            rule += "---|"
+        print(header)
+        print(rule)
+        for task in alone:
+            row = f"| {_name(task)} |"
+            for who in ["parl", "sb3"] if args.baseline else ["parl"]:
+                row += f" {cell(results[task.algo][who], task, len(seeds))} |"
+            print(row)
+    parallel = [task for task in tasks if task.single is not None]
+    if parallel:
+        print(
+            "\n| task (threshold, cap) | 2 remote actors: steps / seconds (whole command) "
+            "| examples/a2c in one process: steps / seconds (whole command) | its flags |"
+        )
+        print("|---|---|---|---|")
+        for task in parallel:
+            row = f"| {_name(task)} |"
+            for who in ["parl", "single"]:
+                summary = results[task.algo][who]
+                command = summary["median_command_seconds"]
+                row += f" {cell(summary, task, len(seeds))} ({command:.1f} s) |"
+            print(row + f" {' '.join(task.single) or 'defaults'} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

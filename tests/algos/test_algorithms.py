@@ -8,6 +8,7 @@ from torch import nn
 
 import parl
 from parl.algorithms import A2C, DQN, IMPALA, PPO, SAC, TD3
+from parl_algos.agents import IMPALAAgent
 from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP
 from tests.algos.models import FixedGaussianPolicy
 
@@ -154,3 +155,8 @@ def test_models_without_the_needed_methods_are_refused():
         SAC(ActorCriticMLP(4, 2))
     with pytest.raises(ValueError, match="lr=0 must be positive"):
         PPO(ActorCriticMLP(4, 2), lr=0)
+
+
+def test_impala_agent_drives_impala_only():
+    with pytest.raises(TypeError, match="IMPALAAgent drives IMPALA, got A2C"):
+        IMPALAAgent(A2C(ActorCriticMLP(4, 2)))

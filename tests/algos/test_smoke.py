@@ -19,7 +19,7 @@ import torch
 import parl
 from parl.algorithms import A2C, DDPG, DQN, IMPALA, PPO, SAC, TD3, PolicyGradient
 from parl.utils import PrioritizedReplayMemory, ReplayMemory
-from parl_algos.agents import ActorCriticAgent, ContinuousAgent, DQNAgent
+from parl_algos.agents import ActorCriticAgent, ContinuousAgent, DQNAgent, IMPALAAgent
 from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP
 from parl_algos.rollout import VectorCollector, make_rescaled_env, make_vector_env
 from tests.algos.models import QNet
@@ -99,35 +99,25 @@ class _LearnerAgent(parl.Agent):
 
 def _impala():
     def build():
-        return _LearnerAgent(IMPALA(ActorCriticMLP(4, 2), lr=1e-3))
+        return IMPALAAgent(IMPALA(ActorCriticMLP(4, 2), lr=1e-3))
 
-    def train(agent):
-        learner = agent.alg
-        behaviour = copy.deepcopy(learner.model)  # an actor's copy, one update behind
+    def train(learner):
+        actor = IMPALAAgent(IMPALA(copy.deepcopy(learner.alg.model)))  # one update behind
         envs = make_vector_env("CartPole-v1", 4)
         collector = VectorCollector(envs, seed=0)
-
-        def act(obs):
-            logits = behaviour.policy(torch.as_tensor(obs)).detach()
-            action = torch.distributions.Categorical(logits=logits).sample()
-            return action.numpy(), {"logits": logits.numpy()}
-
         stats = []
         for _ in range(6):
-            t = collector.collect(20, act)
-            assert t.extras["logits"].shape == (20, 4, 2)
-            behaviour.set_weights(learner.get_weights())  # weights arrive after the batch
-            stats.append(
-                learner.learn(
-                    torch.as_tensor(t.obs),
-                    torch.as_tensor(t.action),
-                    torch.as_tensor(t.extras["logits"]),
-                    torch.as_tensor(t.reward),
-                    torch.as_tensor(t.done),
-                )
-            )
+            t = collector.collect(20, actor.sample)
+            assert t.extras["logits"].shape == (20, 4, 2) and t.action.shape == (20, 4)
+            # The logits kept are the behaviour policy's own, for the actions it took.
+            obs = torch.as_tensor(t.obs[:-1].reshape(-1, 4))
+            expected = actor.alg.model.policy(obs).detach().numpy().reshape(20, 4, 2)
+            np.testing.assert_allclose(t.extras["logits"], expected, rtol=1e-5, atol=1e-6)
+            actor.set_weights(learner.get_weights())  # weights arrive after the batch
+            stats.append(learner.learn(t))
         envs.close()
         assert any(abs(s.mean_rho - 1.0) > 1e-6 for s in stats[1:])  # off-policy after updates
+        assert isinstance(learner.predict(t.obs[0, 0]), int)
         return stats
 
     return build, train

@@ -3,6 +3,8 @@
 - `ActorCriticAgent` drives `A2C` or `PPO` from trajectories of a `VectorCollector`: batched
   sampling while collecting, the most probable action when evaluating, and GAE advantages
   plus one `learn` call per trajectory.
+- `IMPALAAgent` is both halves of `IMPALA`: an actor's sampling, which keeps the behaviour
+  policy's logits beside each action, and the learner's `learn` from such trajectories.
 - `DQNAgent` acts epsilon-greedily with a linearly decaying epsilon and learns from a
   `ReplayMemory` or a `PrioritizedReplayMemory` (updating its priorities).
 - `ContinuousAgent` drives `DDPG`, `TD3` or `SAC` from a `ReplayMemory`.
@@ -17,18 +19,20 @@ from typing import ClassVar
 
 import numpy as np
 import torch
+from torch.distributions import Categorical
 
 import parl
 from parl.utils import PrioritizedReplayMemory, ReplayMemory
 from parl_algos.a2c import A2C, A2CStats
 from parl_algos.ddpg import DDPG, DDPGStats
 from parl_algos.dqn import DQN, DQNStats
+from parl_algos.impala import IMPALA, IMPALAStats
 from parl_algos.ppo import PPO, PPOStats
 from parl_algos.rollout import AdvantageBatch, Trajectory, compute_advantages
 from parl_algos.sac import SAC, SACStats
 from parl_algos.td3 import TD3, TD3Stats
 
-__all__ = ["ActorCriticAgent", "ContinuousAgent", "DQNAgent"]
+__all__ = ["ActorCriticAgent", "ContinuousAgent", "DQNAgent", "IMPALAAgent"]
 
 
 class ActorCriticAgent(parl.Agent):
@@ -68,6 +72,44 @@ class ActorCriticAgent(parl.Agent):
         if isinstance(self.alg, PPO):
             return self.alg.learn(b.obs, b.action, b.advantage, b.value_target, value=b.value)
         return self.alg.learn(b.obs, b.action, b.advantage, b.value_target)
+
+
+class IMPALAAgent(parl.Agent):
+    """The agent of `IMPALA`, on both sides: actors collect with it, the learner learns with it.
+
+    An actor holds one with a possibly stale copy of the learner's weights (`set_weights`) and
+    passes `sample` to a `VectorCollector`, which keeps the behaviour policy's logits in the
+    trajectory's `extras["logits"]`; the learner's `learn` takes such a trajectory as it is.
+
+    Args:
+        algorithm: an `IMPALA`.
+    """
+
+    def __init__(self, algorithm: IMPALA) -> None:
+        if not isinstance(algorithm, IMPALA):
+            raise TypeError(f"IMPALAAgent drives IMPALA, got {type(algorithm).__name__}")
+        super().__init__(algorithm)
+
+    @torch.no_grad()
+    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions drawn from the policy for a batch of observations, and the policy's logits."""
+        logits = self.alg.model.policy(torch.as_tensor(obs).to(self.device))
+        action = Categorical(logits=logits).sample()
+        return action.cpu().numpy(), {"logits": logits.cpu().numpy()}
+
+    def predict(self, obs: np.ndarray) -> int:
+        """The most probable action for one observation (evaluation)."""
+        return int(self.alg.predict(torch.as_tensor(obs).unsqueeze(0))[0])
+
+    def learn(self, trajectory: Trajectory) -> IMPALAStats:
+        """One V-trace update from a trajectory collected with `sample` (possibly stale)."""
+        t = trajectory
+        return self.alg.learn(
+            *(
+                torch.as_tensor(x).to(self.device)
+                for x in (t.obs, t.action, t.extras["logits"], t.reward, t.done)
+            )
+        )
 
 
 def _tensors(batch, device: torch.device) -> list[torch.Tensor]:
