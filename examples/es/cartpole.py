@@ -77,7 +77,7 @@ class Args:
     hidden_size: int = 16
     """Width of the policy's hidden layer."""
     chunk_size: int | None = None
-    """Candidates per remote call, each to whichever actor is free (default: 4 calls an actor)."""
+    """Candidates per remote call, each to whichever actor is free (default: 16 calls an actor)."""
     eval_every: int = 5
     """Evaluate the unperturbed weights every this many generations."""
     eval_episodes: int = 10
@@ -185,10 +185,11 @@ async def scatter(
     """`call(actor, chunk)` over `items` in chunks, each to whichever actor is free.
 
     Two calls are in flight per actor, so an actor never waits for a round trip. Without a
-    `chunk_size`, each actor gets about four chunks: enough to even out long and short
-    episodes, few enough that round trips stay cheap. Results come in the order of `items`.
+    `chunk_size`, each actor gets about sixteen chunks: the last one to finish holds up the
+    generation, so they are small (an episode or two), and with two in flight their round
+    trips cost nothing. Results come in the order of `items`.
     """
-    chunk_size = chunk_size or max(1, math.ceil(len(items) / (4 * len(actors))))
+    chunk_size = chunk_size or max(1, math.ceil(len(items) / (16 * len(actors))))
     starts = deque(range(0, len(items), chunk_size))
     results: list = [None] * len(items)
 
