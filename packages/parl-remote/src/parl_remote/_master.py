@@ -94,7 +94,7 @@ class Master:
             on_close=self._on_close,
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        self.registry.master_info = {"host": self.host, "port": self.port, "pid": os.getpid()}
+        self.registry.set_master_info(host=self.host, port=self.port, pid=os.getpid())
         self._spawn(self._liveness())
         if self.owner_pid:
             self._spawn(self._watch_owner())
@@ -242,21 +242,15 @@ class Master:
             old.conn.context = None
             old.conn.close()
         client = ClientInfo(msg.client_id, msg.hostname, msg.pid, msg.log_to_driver, conn=conn)
-        if old is not None:
-            client.actors = old.actors
-        for actor in self.registry.actors.values():
-            if actor.client_id == client.client_id:
-                client.actors.add(actor.actor_id)
         conn.context = client
-        self.registry.clients[client.client_id] = client
+        self.registry.add_client(client)
         conn.send(m.Accepted(self.registry.cluster_id, settings.heartbeat_s))
         logger.info(
             "client %s (%s pid %d) connected", client.client_id, client.hostname, client.pid
         )
-        self.registry.changed()
 
     def _drop_client(self, client: ClientInfo, reason: str) -> None:
-        self.registry.clients.pop(client.client_id, None)
+        self.registry.remove_client(client)
         if client.conn is not None:
             client.conn.context = None
             client.conn.close()
@@ -269,7 +263,6 @@ class Master:
             if actor is not None:
                 self._release(actor, reason)
         logger.info("client %s gone: %s", client.client_id, reason)
-        self.registry.changed()
 
     def _create_actor(self, conn: AsyncConnection, peer: Any, msg: m.CreateActor) -> None:
         self._require(peer, ClientInfo, msg)
@@ -324,10 +317,7 @@ class Master:
             gpus=worker.free_gpus[:n_gpu],
             max_memory_mb=request.msg.max_memory_mb,
         )
-        del worker.free_gpus[:n_gpu]
-        worker.actors.add(actor.actor_id)
-        request.client.actors.add(actor.actor_id)
-        self.registry.actors[actor.actor_id] = actor
+        self.registry.add_actor(actor)
         self.starting[actor.actor_id] = request
         self._send(
             worker.conn,
@@ -335,7 +325,6 @@ class Master:
                 actor.actor_id, actor.client_id, actor.class_name, actor.gpus, actor.max_memory_mb
             ),
         )
-        self.registry.changed()
         return True
 
     def _place_pending(self) -> None:
@@ -353,9 +342,7 @@ class Master:
 
     def _release(self, actor: ActorInfo, reason: str) -> None:
         """Stop an actor's process; its slot frees when the worker reports the exit."""
-        actor.released = True
-        if not actor.reason:
-            actor.reason = reason
+        self.registry.release_actor(actor, reason)
         worker = self.registry.workers.get(actor.worker_id)
         if worker is None:
             self.registry.end_actor(actor, reason)
@@ -404,7 +391,7 @@ class Master:
         )
         worker.free_gpus = list(msg.gpus)
         conn.context = worker
-        self.registry.workers[worker.worker_id] = worker
+        self.registry.add_worker(worker)
         conn.send(m.Accepted(self.registry.cluster_id, settings.heartbeat_s))
         grace = time.monotonic() + settings.client_grace_s
         for record in msg.actors:
@@ -428,13 +415,8 @@ class Master:
                 max_memory_mb=record.max_memory_mb,
                 created_at=record.started_at or time.time(),
             )
-            self.registry.actors[actor.actor_id] = actor
-            worker.actors.add(actor.actor_id)
-            worker.free_gpus = [g for g in worker.free_gpus if g not in actor.gpus]
-            client = self.registry.clients.get(actor.client_id)
-            if client is not None:
-                client.actors.add(actor.actor_id)
-            else:
+            self.registry.add_actor(actor)
+            if actor.client_id not in self.registry.clients:
                 self._adopted[actor.actor_id] = grace
         logger.info(
             "worker %s (%s, %d CPU slots, GPUs %s) registered with %d actors",
@@ -444,11 +426,10 @@ class Master:
             worker.gpus or "none",
             len(worker.actors),
         )
-        self.registry.changed()
         self._place_pending()
 
     def _drop_worker(self, worker: WorkerInfo, reason: str) -> None:
-        self.registry.workers.pop(worker.worker_id, None)
+        self.registry.remove_worker(worker)
         if worker.conn is not None:
             worker.conn.context = None
             worker.conn.close()
@@ -457,25 +438,10 @@ class Master:
             if actor is not None:
                 self._actor_ended(actor, reason)
         logger.warning("worker %s dropped: %s", worker.worker_id, reason)
-        self.registry.changed()
 
     def _heartbeat(self, conn: AsyncConnection, peer: Any, msg: m.WorkerHeartbeat) -> None:
         self._require(peer, WorkerInfo, msg)
-        peer.cpu_percent, peer.mem_used, peer.mem_total, peer.load_avg = (
-            msg.cpu_percent,
-            msg.mem_used,
-            msg.mem_total,
-            msg.load_avg,
-        )
-        peer.record_load(time.time())
-        for stats in msg.actors:
-            actor = self.registry.actors.get(stats.actor_id)
-            if actor is not None:
-                actor.cpu_percent, actor.rss_bytes = stats.cpu_percent, stats.rss_bytes
-                actor.calls, actor.errors = stats.calls, stats.errors
-                if actor.state in ("idle", "busy"):
-                    actor.state = "busy" if stats.busy else "idle"
-        self.registry.changed()
+        self.registry.worker_heartbeat(peer, msg)
 
     def _actor_started(self, conn: AsyncConnection, peer: Any, msg: m.ActorStarted) -> None:
         self._require(peer, WorkerInfo, msg)
@@ -484,7 +450,7 @@ class Master:
         if actor is None or request is None:
             conn.send(m.StopActor(msg.actor_id, "nobody is waiting for it any more"))
             return
-        actor.port, actor.pid = msg.port, msg.pid
+        self.registry.actor_started(actor, msg.port, msg.pid)
         self._send(
             request.conn,
             m.ActorAssigned(
@@ -496,7 +462,6 @@ class Master:
                 peer.worker_id,
             ),
         )
-        self.registry.changed()
 
     def _actor_start_failed(
         self, conn: AsyncConnection, peer: Any, msg: m.ActorStartFailed
@@ -513,8 +478,7 @@ class Master:
     def _actor_initialized(self, conn: AsyncConnection, peer: Any, msg: m.ActorInitialized) -> None:
         actor = self.registry.actors.get(msg.actor_id)
         if actor is not None and msg.ok:
-            actor.state = "idle"
-            self.registry.changed()
+            self.registry.actor_initialized(actor)
 
     def _actor_exited(self, conn: AsyncConnection, peer: Any, msg: m.ActorExited) -> None:
         self._require(peer, WorkerInfo, msg)
@@ -539,17 +503,16 @@ class Master:
 
     def _log_lines(self, conn: AsyncConnection, peer: Any, msg: m.LogLines) -> None:
         self._require(peer, WorkerInfo, msg)
+        self.registry.add_logs(msg.lines)
         forward: dict[str, list] = {}
         for entry in msg.lines:
-            actor_id, stream, line = entry
-            self.registry.add_log(actor_id, stream, line)
+            actor_id, stream, _ = entry
             actor = self.registry.find_actor(actor_id)
             client = self.registry.clients.get(actor.client_id) if actor is not None else None
             if client is not None and client.log_to_driver and stream != "exception":
                 forward.setdefault(client.client_id, []).append(entry)
         for client_id, lines in forward.items():
             self._send(self.registry.clients[client_id].conn, m.LogLines(lines))
-        self.registry.changed()
 
     _handlers: ClassVar[dict[type, Any]] = {
         m.RegisterClient: _register_client,

@@ -1,8 +1,10 @@
 """The master's registry: the one source of truth about workers, clients and actors.
 
-The master mutates it as messages arrive; `xparl status` and the dashboard read it (through
-`snapshot()` and the per-actor log buffers). Listeners registered with `subscribe` are told,
-without arguments, whenever something changed, so that live views update at once.
+The master changes it as messages arrive, only through its methods (`add_worker`,
+`end_actor`, ...), each of which tells the listeners registered with `subscribe` (without
+arguments) that something changed, so that live views update at once and no caller has to
+remember to. `xparl status` and the dashboard read it (through `snapshot()` and the per-actor
+log buffers).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from parl_remote.protocol import messages as m
 
 __all__ = ["ActorInfo", "ClientInfo", "HISTORY_S", "Registry", "WorkerInfo"]
 
@@ -137,12 +141,87 @@ class Registry:
         self._listeners.add(listener)
         return lambda: self._listeners.discard(listener)
 
-    def changed(self) -> None:
-        """Tell every listener that something changed."""
+    def _changed(self) -> None:
         for listener in list(self._listeners):
             listener()
 
+    def set_master_info(self, **info: Any) -> None:
+        """Record where the master listens (host, port, pid)."""
+        self.master_info = dict(info)
+        self._changed()
+
+    # -- clients ---------------------------------------------------------------------------
+    def add_client(self, client: ClientInfo) -> None:
+        """Register a connected client; one reconnecting under its id keeps its actors."""
+        old = self.clients.get(client.client_id)
+        if old is not None:
+            client.actors = old.actors
+        for actor in self.actors.values():
+            if actor.client_id == client.client_id:
+                client.actors.add(actor.actor_id)
+        self.clients[client.client_id] = client
+        self._changed()
+
+    def remove_client(self, client: ClientInfo) -> None:
+        """Forget a client (its actors are ended apart, as their processes exit)."""
+        self.clients.pop(client.client_id, None)
+        self._changed()
+
+    # -- workers ---------------------------------------------------------------------------
+    def add_worker(self, worker: WorkerInfo) -> None:
+        """Register a worker with all its slots free (`add_actor` fills those it kept)."""
+        self.workers[worker.worker_id] = worker
+        self._changed()
+
+    def remove_worker(self, worker: WorkerInfo) -> None:
+        """Forget a worker (its actors are ended apart, with the reason)."""
+        self.workers.pop(worker.worker_id, None)
+        self._changed()
+
+    def worker_heartbeat(self, worker: WorkerInfo, beat: m.WorkerHeartbeat) -> None:
+        """Record a worker's load and its actors' statistics."""
+        worker.cpu_percent, worker.mem_used = beat.cpu_percent, beat.mem_used
+        worker.mem_total, worker.load_avg = beat.mem_total, beat.load_avg
+        worker.record_load(time.time())
+        for stats in beat.actors:
+            actor = self.actors.get(stats.actor_id)
+            if actor is not None:
+                actor.cpu_percent, actor.rss_bytes = stats.cpu_percent, stats.rss_bytes
+                actor.calls, actor.errors = stats.calls, stats.errors
+                if actor.state in ("idle", "busy"):
+                    actor.state = "busy" if stats.busy else "idle"
+        self._changed()
+
     # -- actors ----------------------------------------------------------------------------
+    def add_actor(self, actor: ActorInfo) -> None:
+        """Record a live actor: it takes a slot and its GPUs on its worker, and joins its client."""
+        self.actors[actor.actor_id] = actor
+        worker = self.workers.get(actor.worker_id)
+        if worker is not None:
+            worker.actors.add(actor.actor_id)
+            worker.free_gpus = [g for g in worker.free_gpus if g not in actor.gpus]
+        client = self.clients.get(actor.client_id)
+        if client is not None:
+            client.actors.add(actor.actor_id)
+        self._changed()
+
+    def actor_started(self, actor: ActorInfo, port: int, pid: int) -> None:
+        """Its process took the actor and listens on `port`."""
+        actor.port, actor.pid = port, pid
+        self._changed()
+
+    def actor_initialized(self, actor: ActorInfo) -> None:
+        """Its constructor returned: the actor is idle."""
+        actor.state = "idle"
+        self._changed()
+
+    def release_actor(self, actor: ActorInfo, reason: str) -> None:
+        """Its owner let it go (its process is being stopped); the first reason given stays."""
+        actor.released = True
+        if not actor.reason:
+            actor.reason = reason
+        self._changed()
+
     def end_actor(self, actor: ActorInfo, reason: str) -> None:
         """Move a live actor to the recently ended list, with why it ended."""
         if actor.state == "dead":
@@ -163,7 +242,7 @@ class Registry:
         client = self.clients.get(actor.client_id)
         if client is not None:
             client.actors.discard(actor.actor_id)
-        self.changed()
+        self._changed()
 
     def find_actor(self, actor_id: str) -> ActorInfo | None:
         """A live actor, or a recently ended one."""
@@ -176,14 +255,17 @@ class Registry:
         return None
 
     # -- logs ------------------------------------------------------------------------------
-    def add_log(self, actor_id: str, stream: str, line: str) -> None:
-        """Keep one output line of an actor (the oldest go when over the limit)."""
-        buf = self.logs.get(actor_id)
-        if buf is None:
-            buf = self.logs[actor_id] = deque(maxlen=self._log_lines)
-            self.log_counts[actor_id] = 0
-        self.log_counts[actor_id] += 1
-        buf.append((self.log_counts[actor_id], time.time(), stream, line))
+    def add_logs(self, entries: list[tuple[str, str, str]]) -> None:
+        """Keep output lines `(actor_id, stream, line)` (each actor's oldest go over the limit)."""
+        now = time.time()
+        for actor_id, stream, line in entries:
+            buf = self.logs.get(actor_id)
+            if buf is None:
+                buf = self.logs[actor_id] = deque(maxlen=self._log_lines)
+                self.log_counts[actor_id] = 0
+            self.log_counts[actor_id] += 1
+            buf.append((self.log_counts[actor_id], now, stream, line))
+        self._changed()
 
     def read_log(
         self, actor_id: str, offset: int = 0
