@@ -1,8 +1,9 @@
 """The master: the cluster's control plane, and its one source of truth.
 
 Workers register their slots with it; clients ask it for actors. It places each actor on a
-worker with a free slot (and the GPUs asked for), hands the client the actor's address, and from
-then on stays off the call path: calls go straight from client to actor. It watches heartbeats
+worker with a free slot (and the GPUs asked for; the decisions are `_placement`'s, this module
+sends them and keeps their timer), hands the client the actor's address, and from then on stays
+off the call path: calls go straight from client to actor. It watches heartbeats
 both ways, frees the actors of clients that disappear, tells clients when their actors die and
 why, keeps each actor's recent output, and answers `xparl status` (and serves the dashboard,
 when installed) from the same registry.
@@ -22,13 +23,12 @@ import signal
 import sys
 import time
 import uuid
-from collections import deque
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ProtocolError
 from parl_remote._loop import run
+from parl_remote._placement import Placement, Send
 from parl_remote._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
 from parl_remote._transport import AsyncConnection, serve_async
 from parl_remote._util import outward_ip, owner_alive, write_json_atomic
@@ -37,17 +37,6 @@ from parl_remote.protocol import messages as m
 __all__ = ["Master", "main"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(eq=False)
-class _Request:
-    """A client's request for an actor, waiting for a slot."""
-
-    conn: AsyncConnection
-    client: ClientInfo
-    msg: m.CreateActor
-    deadline: float
-    timer: asyncio.TimerHandle | None = None
 
 
 class Master:
@@ -69,8 +58,8 @@ class Master:
         self.ready_file = ready_file
         self.monitor_port = monitor_port
         self.registry = Registry(uuid.uuid4().hex[:12], settings.log_lines_per_actor)
-        self.pending: deque[_Request] = deque()
-        self.starting: dict[str, _Request] = {}
+        self.placement = Placement(self.registry)
+        self._deadline: asyncio.TimerHandle | None = None  # of the oldest waiting request
         self._adopted: dict[str, float] = {}  # actor id -> when its client must be back
         self._done: asyncio.Future | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -210,6 +199,22 @@ class Master:
             with contextlib.suppress(ConnectionError):
                 conn.send(msg)
 
+    def _apply(self, sends: list[Send]) -> None:
+        """Send placement's messages, and keep its one timer at its next deadline."""
+        for send in sends:
+            self._send(send.to, send.message)
+        deadline = self.placement.next_deadline()
+        if self._deadline is not None and self._deadline.when() != deadline:
+            self._deadline.cancel()
+            self._deadline = None
+        if deadline is not None and self._deadline is None:
+            loop = asyncio.get_running_loop()
+            self._deadline = loop.call_at(deadline, self._deadline_passed, deadline)
+
+    def _deadline_passed(self, deadline: float) -> None:
+        self._deadline = None
+        self._apply(self.placement.expire(deadline))
+
     # -- dispatch --------------------------------------------------------------------------
     def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
         peer = conn.context
@@ -254,10 +259,7 @@ class Master:
         if client.conn is not None:
             client.conn.context = None
             client.conn.close()
-        for request in [r for r in self.pending if r.client is client]:
-            self.pending.remove(request)
-            if request.timer is not None:
-                request.timer.cancel()
+        self.placement.client_gone(client)
         for actor_id in list(client.actors):
             actor = self.registry.actors.get(actor_id)
             if actor is not None:
@@ -266,73 +268,8 @@ class Master:
 
     def _create_actor(self, conn: AsyncConnection, peer: Any, msg: m.CreateActor) -> None:
         self._require(peer, ClientInfo, msg)
-        request = _Request(conn, peer, msg, time.monotonic() + msg.wait_s)
-        if not self._try_place(request):
-            self.pending.append(request)
-            request.timer = asyncio.get_running_loop().call_later(
-                max(msg.wait_s, 0.0), self._expire, request
-            )
-
-    def _expire(self, request: _Request) -> None:
-        if request not in self.pending:
-            return
-        self.pending.remove(request)
-        totals = self.registry.snapshot()["totals"]
-        if request.msg.n_gpu and not any(
-            len(w.gpus) >= request.msg.n_gpu for w in self.registry.workers.values()
-        ):
-            why = (
-                f"no worker offers {request.msg.n_gpu} GPUs "
-                "(start workers with `xparl connect --gpu ...`)"
-            )
-        else:
-            why = (
-                f"the cluster has {totals['cpu_total']} CPU slots on {totals['workers']} workers, "
-                f"{totals['cpu_used']} in use"
-            )
-        reason = (
-            "no free CPU "
-            f"slot{' with ' + str(request.msg.n_gpu) + ' GPUs' if request.msg.n_gpu else ''} "
-            f"for {request.msg.class_name} within {request.msg.wait_s:g} s: {why}. Free actors "
-            "(`del actor`), add workers (`xparl connect`), or wait longer (PARL_RESOURCE_WAIT_S)"
-        )
-        self._send(request.conn, m.CreateFailed(request.msg.request_id, "resource", reason))
-
-    def _try_place(self, request: _Request) -> bool:
-        n_gpu = request.msg.n_gpu
-        candidates = [
-            w
-            for w in self.registry.workers.values()
-            if w.vacant > 0 and len(w.free_gpus) >= n_gpu and w.conn is not None
-        ]
-        if not candidates:
-            return False
-        worker = max(candidates, key=lambda w: (w.vacant, -len(w.free_gpus) if not n_gpu else 0))
-        actor = ActorInfo(
-            actor_id=uuid.uuid4().hex[:12],
-            class_name=request.msg.class_name,
-            client_id=request.client.client_id,
-            worker_id=worker.worker_id,
-            host=worker.host,
-            gpus=worker.free_gpus[:n_gpu],
-            max_memory_mb=request.msg.max_memory_mb,
-        )
-        self.registry.add_actor(actor)
-        self.starting[actor.actor_id] = request
-        self._send(
-            worker.conn,
-            m.StartActor(
-                actor.actor_id, actor.client_id, actor.class_name, actor.gpus, actor.max_memory_mb
-            ),
-        )
-        return True
-
-    def _place_pending(self) -> None:
-        for request in list(self.pending):
-            if self._try_place(request):
-                self.pending.remove(request)
-                if request.timer is not None:
-                    request.timer.cancel()
+        now = asyncio.get_running_loop().time()
+        self._apply(self.placement.request(conn, peer, msg, now))
 
     def _release_actor(self, conn: AsyncConnection, peer: Any, msg: m.ReleaseActor) -> None:
         self._require(peer, ClientInfo, msg)
@@ -426,7 +363,7 @@ class Master:
             worker.gpus or "none",
             len(worker.actors),
         )
-        self._place_pending()
+        self._apply(self.placement.place_pending())
 
     def _drop_worker(self, worker: WorkerInfo, reason: str) -> None:
         self.registry.remove_worker(worker)
@@ -445,35 +382,13 @@ class Master:
 
     def _actor_started(self, conn: AsyncConnection, peer: Any, msg: m.ActorStarted) -> None:
         self._require(peer, WorkerInfo, msg)
-        actor = self.registry.actors.get(msg.actor_id)
-        request = self.starting.pop(msg.actor_id, None)
-        if actor is None or request is None:
-            conn.send(m.StopActor(msg.actor_id, "nobody is waiting for it any more"))
-            return
-        self.registry.actor_started(actor, msg.port, msg.pid)
-        self._send(
-            request.conn,
-            m.ActorAssigned(
-                request.msg.request_id,
-                actor.actor_id,
-                actor.host,
-                actor.port,
-                actor.pid,
-                peer.worker_id,
-            ),
-        )
+        self._apply(self.placement.started(peer, msg.actor_id, msg.port, msg.pid))
 
     def _actor_start_failed(
         self, conn: AsyncConnection, peer: Any, msg: m.ActorStartFailed
     ) -> None:
         self._require(peer, WorkerInfo, msg)
-        request = self.starting.pop(msg.actor_id, None)
-        actor = self.registry.actors.get(msg.actor_id)
-        if actor is not None:
-            self.registry.end_actor(actor, msg.reason)
-        if request is not None:
-            self._send(request.conn, m.CreateFailed(request.msg.request_id, "error", msg.reason))
-        self._place_pending()
+        self._apply(self.placement.start_failed(msg.actor_id, msg.reason))
 
     def _actor_initialized(self, conn: AsyncConnection, peer: Any, msg: m.ActorInitialized) -> None:
         actor = self.registry.actors.get(msg.actor_id)
@@ -485,18 +400,10 @@ class Master:
         actor = self.registry.actors.get(msg.actor_id)
         if actor is not None and actor.worker_id == peer.worker_id:
             self._actor_ended(actor, actor.reason if actor.released else msg.reason)
-            self._place_pending()
+            self._apply(self.placement.place_pending())
 
     def _actor_ended(self, actor: ActorInfo, reason: str) -> None:
-        request = self.starting.pop(actor.actor_id, None)
-        if request is not None:
-            self._send(
-                request.conn,
-                m.CreateFailed(
-                    request.msg.request_id, "error", f"the actor's process died: {reason}"
-                ),
-            )
-        self.registry.end_actor(actor, reason)
+        self._apply(self.placement.actor_ended(actor, reason))
         client = self.registry.clients.get(actor.client_id)
         if client is not None and not actor.released:
             self._send(client.conn, m.ActorDied(actor.actor_id, reason))
