@@ -6,7 +6,8 @@ sends them and keeps their timer), hands the client the actor's address, and fro
 off the call path: calls go straight from client to actor. It watches heartbeats
 both ways, frees the actors of clients that disappear, tells clients when their actors die and
 why, keeps each actor's recent output, and answers `xparl status` (and serves the dashboard,
-when installed) from the same registry.
+or whichever app is registered under the entry-point group `parl_remote.master_apps`, see
+`_master_apps`) from the same registry.
 
 A master killed without `xparl stop` can be started again on the same port: workers
 re-register with the actors they kept, clients reconnect, and the registry is rebuilt.
@@ -28,10 +29,11 @@ from typing import Any, ClassVar
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ProtocolError
 from parl_remote._loop import run
+from parl_remote._master_apps import serve_master_app
 from parl_remote._placement import Placement, Send
 from parl_remote._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
 from parl_remote._transport import AsyncConnection, serve_async
-from parl_remote._util import outward_ip, owner_alive, write_json_atomic
+from parl_remote._util import owner_alive, write_json_atomic
 from parl_remote.protocol import messages as m
 
 __all__ = ["Master", "main"]
@@ -111,38 +113,12 @@ class Master:
                 await self._dashboard.cleanup()
 
     async def _start_dashboard(self) -> None:
-        """Serve the dashboard from this loop on `monitor_port`, if parl-dashboard is installed.
-
-        It reads this master's registry. Beyond loopback it asks for the cluster token. A
-        dashboard that cannot start leaves the master serving without one.
-        """
+        """Serve the registered master app (the dashboard) on `monitor_port`, if one is."""
         if self.monitor_port is None:
             return
-        try:
-            from aiohttp import web
-
-            from parl_dashboard import create_app, is_loopback
-        except ImportError:
-            logger.info("no dashboard: parl-dashboard is not installed")
-            return
-        app = create_app(self.registry, token=None if is_loopback(self.host) else self.token)
-        runner = web.AppRunner(
-            app, access_log=None, shutdown_timeout=1.0, keepalive_timeout=settings.idle_timeout_s
-        )
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, self.host or None, self.monitor_port).start()
-        except OSError as exc:
-            await runner.cleanup()
-            logger.warning(
-                "no dashboard: it could not listen on %s:%d: %s", self.host, self.monitor_port, exc
-            )
-            return
-        self._dashboard = runner
-        shown = outward_ip() if self.host in ("", "0.0.0.0", "::") else self.host
-        shown = f"[{shown}]" if ":" in shown else shown
-        self.dashboard_url = f"http://{shown}:{runner.addresses[0][1]}/"
-        logger.info("dashboard at %s", self.dashboard_url)
+        served = await serve_master_app(self.registry, self.host, self.monitor_port, self.token)
+        if served is not None:
+            self._dashboard, self.dashboard_url = served.runner, served.url
 
     def stop(self, reason: str) -> None:
         """Stop serving (workers are told to stop only by `xparl stop`, see ShutdownCluster)."""
@@ -298,7 +274,7 @@ class Master:
             conn.send(m.ActorState(msg.request_id, msg.actor_id, actor.state, actor.reason))
 
     def _status(self, conn: AsyncConnection, peer: Any, msg: m.StatusRequest) -> None:
-        conn.send(m.StatusReply(msg.request_id, self.registry.snapshot()))
+        conn.send(m.StatusReply(msg.request_id, self.registry.snapshot().as_dict()))
 
     def _shutdown_cluster(self, conn: AsyncConnection, peer: Any, msg: m.ShutdownCluster) -> None:
         for worker in list(self.registry.workers.values()):
