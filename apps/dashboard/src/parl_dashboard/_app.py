@@ -1,8 +1,10 @@
 """The dashboard's aiohttp application: pages, the JSON API, live updates, and who may see them.
 
-`create_app(registry)` builds an application that reads the master's live registry; the master
-serves it from its own event loop (an `AppRunner` and a `TCPSite` on `--monitor_port`), so the
-dashboard, the API and `xparl status` share one source of truth. Routes:
+`create_app(registry)` builds an application that reads the master's live registry (through
+the public, read-only side of `parl_remote.Registry`). The master finds `master_app` through
+the entry-point group `parl_remote.master_apps` and serves it from its own event loop (an
+`AppRunner` and a `TCPSite` on `--monitor_port`), so the dashboard, the API and `xparl status`
+share one source of truth. Routes:
 
     GET /                           the cluster: totals, workers, load charts
     GET /actors?client=&state=      live and recently ended actors
@@ -42,12 +44,13 @@ from parl_dashboard._data import (
     log_data,
 )
 from parl_dashboard._live import Live, View
-from parl_remote._registry import Registry
+from parl_remote import Registry
 
 __all__ = [
     "create_app",
     "guard_key",
     "live_key",
+    "master_app",
     "registry_key",
     "routes",
     "websockets_key",
@@ -89,6 +92,17 @@ def create_app(registry: Registry, *, token: bytes | None = None) -> web.Applica
     app.on_shutdown.append(_close_websockets)
     app.on_response_prepare.append(_security_headers)
     return app
+
+
+def master_app(registry: Registry, *, host: str, token: bytes | None) -> web.Application:
+    """The dashboard as the master serves it: its `parl_remote.master_apps` entry point.
+
+    Args:
+        registry: the master's registry, read live.
+        host: the address the master binds: beyond loopback, the dashboard asks for the token.
+        token: the cluster token.
+    """
+    return create_app(registry, token=None if is_loopback(host) else token)
 
 
 async def _live_updates(app: web.Application) -> AsyncIterator[None]:

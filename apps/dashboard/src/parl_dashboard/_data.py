@@ -1,16 +1,18 @@
 """What the dashboard shows, as plain data read from the master's registry.
 
 The JSON API returns these dictionaries as they are, and the HTML pages render them, so a page
-and the API never disagree. The cluster and client views start from `Registry.snapshot()`, the
-data `xparl status` prints; actors come from the registry's live and recently ended actors.
+and the API never disagree. Everything comes from the
+registry's public, read-only side (`parl_remote.Registry`): its frozen `snapshot()` (the data
+`xparl status` prints, with the live and recently ended actors), worker load histories and
+log pages.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from typing import Any, get_args
 
-from parl_remote._registry import ActorInfo, Registry
+from parl_remote import ActorStatus, ClusterStatus, Registry
+from parl_remote.protocol.messages import ActorStateName
 
 __all__ = [
     "STATES",
@@ -22,7 +24,7 @@ __all__ = [
     "log_data",
 ]
 
-STATES = ("starting", "idle", "busy", "dead")
+STATES = get_args(ActorStateName)
 """Every state an actor can be in; "live" filters for all but dead."""
 
 
@@ -32,12 +34,10 @@ def cluster_data(registry: Registry) -> dict[str, Any]:
     A worker's `history` holds `[time, cpu_percent, mem_used]` samples, one per heartbeat,
     oldest first (the last 10 minutes at the default heartbeat of one second).
     """
-    snapshot = registry.snapshot()
+    snapshot = registry.snapshot(ended=0).as_dict()
     for worker in snapshot["workers"]:
-        info = registry.workers.get(worker["worker_id"])
-        history = list(info.history) if info is not None else []
+        history = registry.worker_history(worker["worker_id"])
         worker["history"] = [[t, cpu, mem] for t, cpu, mem in history]
-    snapshot["totals"]["ended_actors"] = len(registry.ended)
     return {key: snapshot[key] for key in ("cluster_id", "master", "totals", "workers")}
 
 
@@ -51,42 +51,41 @@ def actors_data(
         client: keep only the actors of this client id.
         state: keep only actors in this state; "live" keeps every state but dead.
     """
-    now = time.time()
-    actors: list[ActorInfo] = [*registry.actors.values(), *reversed(registry.ended)]
+    snapshot = registry.snapshot(ended=None)
     rows = []
-    for actor in actors:
+    for actor in [*snapshot.actors, *reversed(snapshot.ended_actors)]:
         if client and actor.client_id != client:
             continue
         if state and (actor.state == "dead" if state == "live" else actor.state != state):
             continue
-        rows.append(_actor_row(registry, actor, now))
+        rows.append(_actor_row(snapshot, actor))
     return rows
 
 
 def actor_data(registry: Registry, actor_id: str) -> dict[str, Any] | None:
     """One live or recently ended actor, as `actors_data` lists it; None if unknown."""
-    actor = registry.find_actor(actor_id)
-    return None if actor is None else _actor_row(registry, actor, time.time())
+    actor = registry.actor_status(actor_id)
+    return None if actor is None else _actor_row(registry.snapshot(ended=0), actor)
 
 
-def _actor_row(registry: Registry, actor: ActorInfo, now: float) -> dict[str, Any]:
-    row = actor.as_dict(now)
-    worker = registry.workers.get(actor.worker_id)
-    row["worker_hostname"] = worker.hostname if worker is not None else ""
+def _actor_row(snapshot: ClusterStatus, actor: ActorStatus) -> dict[str, Any]:
+    row = actor.as_dict()
+    hostnames = (w.hostname for w in snapshot.workers if w.worker_id == actor.worker_id)
+    row["worker_hostname"] = next(hostnames, "")
     return row
 
 
 def client_ids(registry: Registry) -> list[str]:
     """Every client id that owns a live or recently ended actor, or is connected, sorted."""
-    ids = {a.client_id for a in registry.actors.values()}
-    ids.update(a.client_id for a in registry.ended)
-    ids.update(registry.clients)
+    snapshot = registry.snapshot(ended=None)
+    ids = {a.client_id for a in (*snapshot.actors, *snapshot.ended_actors)}
+    ids.update(c.client_id for c in snapshot.clients)
     return sorted(ids)
 
 
 def clients_data(registry: Registry) -> list[dict[str, Any]]:
     """One entry per connected client: host, pid, live actors, when it connected."""
-    return registry.snapshot()["clients"]
+    return [client.as_dict() for client in registry.snapshot(ended=0).clients]
 
 
 def log_data(registry: Registry, actor_id: str, offset: int = 0) -> dict[str, Any] | None:
@@ -98,17 +97,16 @@ def log_data(registry: Registry, actor_id: str, offset: int = 0) -> dict[str, An
     stream "exception" is the traceback of an exception the actor raised, several lines in
     one entry.
     """
-    actor = registry.find_actor(actor_id)
-    if actor is None and actor_id not in registry.logs:
-        return None
-    lines, last = registry.read_log(actor_id, max(offset, 0))
-    buf = registry.logs.get(actor_id)
-    first = buf[0][0] if buf else last + 1
+    page = registry.read_log(actor_id, max(offset, 0))
+    if page is None:
+        if registry.actor_status(actor_id) is None:
+            return None
+        return {"actor_id": actor_id, "first": 1, "last": 0, "lines": []}
     return {
         "actor_id": actor_id,
-        "first": first,
-        "last": last,
+        "first": page.first,
+        "last": page.last,
         "lines": [
-            {"n": n, "time": t, "stream": stream, "text": text} for n, t, stream, text in lines
+            {"n": n, "time": t, "stream": stream, "text": text} for n, t, stream, text in page.lines
         ],
     }

@@ -28,7 +28,7 @@ from parl_dashboard._data import (
     cluster_data,
     log_data,
 )
-from parl_remote._registry import Registry
+from parl_remote import Registry
 
 __all__ = ["Live", "View", "Viewer"]
 
@@ -80,7 +80,8 @@ class View:
         if self.kind == "clients":
             return _html.clients_fragments(clients_data(registry))
         actor = actor_data(registry, self.actor_id)
-        retained = len(registry.logs.get(self.actor_id, ()))
+        page = registry.read_log(self.actor_id, limit=0)
+        retained = page.retained if page is not None else 0
         return {"actor-head": _html.log_head_fragment(actor, self.actor_id, retained)}
 
 

@@ -12,6 +12,10 @@ class Actor:
 actor = Actor()
 actor.add(1, 2)                      # 3, computed in another process
 await actor.aio.add(1, 2)            # the same, from async code
+
+`Registry` and the frozen status records (`ClusterStatus`, ...) are the reading side of the
+master's registry, for apps the master serves (the dashboard; see the entry-point group
+`parl_remote.master_apps`).
 """
 
 from __future__ import annotations
@@ -31,15 +35,32 @@ from parl_remote._exceptions import (
     ResourceError,
 )
 from parl_remote._proxy import ActorHandle, AsyncActorHandle, RemoteFuture, remote_class
+from parl_remote._registry import Registry
+from parl_remote._status import (
+    ActorStatus,
+    ClientStatus,
+    ClusterStatus,
+    ClusterTotals,
+    LogPage,
+    MasterStatus,
+    WorkerStatus,
+)
 
 __all__ = [
     "ActorHandle",
+    "ActorStatus",
     "AsyncActorHandle",
     "AuthenticationError",
+    "ClientStatus",
     "ClusterError",
+    "ClusterStatus",
+    "ClusterTotals",
     "FutureGetRepeatedlyError",
+    "LogPage",
+    "MasterStatus",
     "NotConnectedError",
     "ProtocolError",
+    "Registry",
     "RemoteActorDiedError",
     "RemoteAttributeError",
     "RemoteError",
@@ -47,6 +68,7 @@ __all__ = [
     "RemoteMethodError",
     "RemoteSerializeError",
     "ResourceError",
+    "WorkerStatus",
     "connect",
     "disconnect",
     "remote_class",

@@ -1,11 +1,13 @@
 """The master: the cluster's control plane, and its one source of truth.
 
 Workers register their slots with it; clients ask it for actors. It places each actor on a
-worker with a free slot (and the GPUs asked for), hands the client the actor's address, and from
-then on stays off the call path: calls go straight from client to actor. It watches heartbeats
+worker with a free slot (and the GPUs asked for; the decisions are `_placement`'s, this module
+sends them and keeps their timer), hands the client the actor's address, and from then on stays
+off the call path: calls go straight from client to actor. It watches heartbeats
 both ways, frees the actors of clients that disappear, tells clients when their actors die and
 why, keeps each actor's recent output, and answers `xparl status` (and serves the dashboard,
-when installed) from the same registry.
+or whichever app is registered under the entry-point group `parl_remote.master_apps`, see
+`_master_apps`) from the same registry.
 
 A master killed without `xparl stop` can be started again on the same port: workers
 re-register with the actors they kept, clients reconnect, and the registry is rebuilt.
@@ -22,32 +24,21 @@ import signal
 import sys
 import time
 import uuid
-from collections import deque
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ProtocolError
 from parl_remote._loop import run
+from parl_remote._master_apps import serve_master_app
+from parl_remote._placement import Placement, Send
 from parl_remote._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
 from parl_remote._transport import AsyncConnection, serve_async
-from parl_remote._util import outward_ip, owner_alive, write_json_atomic
+from parl_remote._util import owner_alive, write_json_atomic
 from parl_remote.protocol import messages as m
 
 __all__ = ["Master", "main"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(eq=False)
-class _Request:
-    """A client's request for an actor, waiting for a slot."""
-
-    conn: AsyncConnection
-    client: ClientInfo
-    msg: m.CreateActor
-    deadline: float
-    timer: asyncio.TimerHandle | None = None
 
 
 class Master:
@@ -69,8 +60,8 @@ class Master:
         self.ready_file = ready_file
         self.monitor_port = monitor_port
         self.registry = Registry(uuid.uuid4().hex[:12], settings.log_lines_per_actor)
-        self.pending: deque[_Request] = deque()
-        self.starting: dict[str, _Request] = {}
+        self.placement = Placement(self.registry)
+        self._deadline: asyncio.TimerHandle | None = None  # of the oldest waiting request
         self._adopted: dict[str, float] = {}  # actor id -> when its client must be back
         self._done: asyncio.Future | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -94,7 +85,7 @@ class Master:
             on_close=self._on_close,
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        self.registry.master_info = {"host": self.host, "port": self.port, "pid": os.getpid()}
+        self.registry.set_master_info(host=self.host, port=self.port, pid=os.getpid())
         self._spawn(self._liveness())
         if self.owner_pid:
             self._spawn(self._watch_owner())
@@ -122,38 +113,12 @@ class Master:
                 await self._dashboard.cleanup()
 
     async def _start_dashboard(self) -> None:
-        """Serve the dashboard from this loop on `monitor_port`, if parl-dashboard is installed.
-
-        It reads this master's registry. Beyond loopback it asks for the cluster token. A
-        dashboard that cannot start leaves the master serving without one.
-        """
+        """Serve the registered master app (the dashboard) on `monitor_port`, if one is."""
         if self.monitor_port is None:
             return
-        try:
-            from aiohttp import web
-
-            from parl_dashboard import create_app, is_loopback
-        except ImportError:
-            logger.info("no dashboard: parl-dashboard is not installed")
-            return
-        app = create_app(self.registry, token=None if is_loopback(self.host) else self.token)
-        runner = web.AppRunner(
-            app, access_log=None, shutdown_timeout=1.0, keepalive_timeout=settings.idle_timeout_s
-        )
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, self.host or None, self.monitor_port).start()
-        except OSError as exc:
-            await runner.cleanup()
-            logger.warning(
-                "no dashboard: it could not listen on %s:%d: %s", self.host, self.monitor_port, exc
-            )
-            return
-        self._dashboard = runner
-        shown = outward_ip() if self.host in ("", "0.0.0.0", "::") else self.host
-        shown = f"[{shown}]" if ":" in shown else shown
-        self.dashboard_url = f"http://{shown}:{runner.addresses[0][1]}/"
-        logger.info("dashboard at %s", self.dashboard_url)
+        served = await serve_master_app(self.registry, self.host, self.monitor_port, self.token)
+        if served is not None:
+            self._dashboard, self.dashboard_url = served.runner, served.url
 
     def stop(self, reason: str) -> None:
         """Stop serving (workers are told to stop only by `xparl stop`, see ShutdownCluster)."""
@@ -210,6 +175,22 @@ class Master:
             with contextlib.suppress(ConnectionError):
                 conn.send(msg)
 
+    def _apply(self, sends: list[Send]) -> None:
+        """Send placement's messages, and keep its one timer at its next deadline."""
+        for send in sends:
+            self._send(send.to, send.message)
+        deadline = self.placement.next_deadline()
+        if self._deadline is not None and self._deadline.when() != deadline:
+            self._deadline.cancel()
+            self._deadline = None
+        if deadline is not None and self._deadline is None:
+            loop = asyncio.get_running_loop()
+            self._deadline = loop.call_at(deadline, self._deadline_passed, deadline)
+
+    def _deadline_passed(self, deadline: float) -> None:
+        self._deadline = None
+        self._apply(self.placement.expire(deadline))
+
     # -- dispatch --------------------------------------------------------------------------
     def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
         peer = conn.context
@@ -242,108 +223,29 @@ class Master:
             old.conn.context = None
             old.conn.close()
         client = ClientInfo(msg.client_id, msg.hostname, msg.pid, msg.log_to_driver, conn=conn)
-        if old is not None:
-            client.actors = old.actors
-        for actor in self.registry.actors.values():
-            if actor.client_id == client.client_id:
-                client.actors.add(actor.actor_id)
         conn.context = client
-        self.registry.clients[client.client_id] = client
+        self.registry.add_client(client)
         conn.send(m.Accepted(self.registry.cluster_id, settings.heartbeat_s))
         logger.info(
             "client %s (%s pid %d) connected", client.client_id, client.hostname, client.pid
         )
-        self.registry.changed()
 
     def _drop_client(self, client: ClientInfo, reason: str) -> None:
-        self.registry.clients.pop(client.client_id, None)
+        self.registry.remove_client(client)
         if client.conn is not None:
             client.conn.context = None
             client.conn.close()
-        for request in [r for r in self.pending if r.client is client]:
-            self.pending.remove(request)
-            if request.timer is not None:
-                request.timer.cancel()
+        self.placement.client_gone(client)
         for actor_id in list(client.actors):
             actor = self.registry.actors.get(actor_id)
             if actor is not None:
                 self._release(actor, reason)
         logger.info("client %s gone: %s", client.client_id, reason)
-        self.registry.changed()
 
     def _create_actor(self, conn: AsyncConnection, peer: Any, msg: m.CreateActor) -> None:
         self._require(peer, ClientInfo, msg)
-        request = _Request(conn, peer, msg, time.monotonic() + msg.wait_s)
-        if not self._try_place(request):
-            self.pending.append(request)
-            request.timer = asyncio.get_running_loop().call_later(
-                max(msg.wait_s, 0.0), self._expire, request
-            )
-
-    def _expire(self, request: _Request) -> None:
-        if request not in self.pending:
-            return
-        self.pending.remove(request)
-        totals = self.registry.snapshot()["totals"]
-        if request.msg.n_gpu and not any(
-            len(w.gpus) >= request.msg.n_gpu for w in self.registry.workers.values()
-        ):
-            why = (
-                f"no worker offers {request.msg.n_gpu} GPUs "
-                "(start workers with `xparl connect --gpu ...`)"
-            )
-        else:
-            why = (
-                f"the cluster has {totals['cpu_total']} CPU slots on {totals['workers']} workers, "
-                f"{totals['cpu_used']} in use"
-            )
-        reason = (
-            "no free CPU "
-            f"slot{' with ' + str(request.msg.n_gpu) + ' GPUs' if request.msg.n_gpu else ''} "
-            f"for {request.msg.class_name} within {request.msg.wait_s:g} s: {why}. Free actors "
-            "(`del actor`), add workers (`xparl connect`), or wait longer (PARL_RESOURCE_WAIT_S)"
-        )
-        self._send(request.conn, m.CreateFailed(request.msg.request_id, "resource", reason))
-
-    def _try_place(self, request: _Request) -> bool:
-        n_gpu = request.msg.n_gpu
-        candidates = [
-            w
-            for w in self.registry.workers.values()
-            if w.vacant > 0 and len(w.free_gpus) >= n_gpu and w.conn is not None
-        ]
-        if not candidates:
-            return False
-        worker = max(candidates, key=lambda w: (w.vacant, -len(w.free_gpus) if not n_gpu else 0))
-        actor = ActorInfo(
-            actor_id=uuid.uuid4().hex[:12],
-            class_name=request.msg.class_name,
-            client_id=request.client.client_id,
-            worker_id=worker.worker_id,
-            host=worker.host,
-            gpus=worker.free_gpus[:n_gpu],
-            max_memory_mb=request.msg.max_memory_mb,
-        )
-        del worker.free_gpus[:n_gpu]
-        worker.actors.add(actor.actor_id)
-        request.client.actors.add(actor.actor_id)
-        self.registry.actors[actor.actor_id] = actor
-        self.starting[actor.actor_id] = request
-        self._send(
-            worker.conn,
-            m.StartActor(
-                actor.actor_id, actor.client_id, actor.class_name, actor.gpus, actor.max_memory_mb
-            ),
-        )
-        self.registry.changed()
-        return True
-
-    def _place_pending(self) -> None:
-        for request in list(self.pending):
-            if self._try_place(request):
-                self.pending.remove(request)
-                if request.timer is not None:
-                    request.timer.cancel()
+        now = asyncio.get_running_loop().time()
+        self._apply(self.placement.request(conn, peer, msg, now))
 
     def _release_actor(self, conn: AsyncConnection, peer: Any, msg: m.ReleaseActor) -> None:
         self._require(peer, ClientInfo, msg)
@@ -353,9 +255,7 @@ class Master:
 
     def _release(self, actor: ActorInfo, reason: str) -> None:
         """Stop an actor's process; its slot frees when the worker reports the exit."""
-        actor.released = True
-        if not actor.reason:
-            actor.reason = reason
+        self.registry.release_actor(actor, reason)
         worker = self.registry.workers.get(actor.worker_id)
         if worker is None:
             self.registry.end_actor(actor, reason)
@@ -374,7 +274,7 @@ class Master:
             conn.send(m.ActorState(msg.request_id, msg.actor_id, actor.state, actor.reason))
 
     def _status(self, conn: AsyncConnection, peer: Any, msg: m.StatusRequest) -> None:
-        conn.send(m.StatusReply(msg.request_id, self.registry.snapshot()))
+        conn.send(m.StatusReply(msg.request_id, self.registry.snapshot().as_dict()))
 
     def _shutdown_cluster(self, conn: AsyncConnection, peer: Any, msg: m.ShutdownCluster) -> None:
         for worker in list(self.registry.workers.values()):
@@ -404,7 +304,7 @@ class Master:
         )
         worker.free_gpus = list(msg.gpus)
         conn.context = worker
-        self.registry.workers[worker.worker_id] = worker
+        self.registry.add_worker(worker)
         conn.send(m.Accepted(self.registry.cluster_id, settings.heartbeat_s))
         grace = time.monotonic() + settings.client_grace_s
         for record in msg.actors:
@@ -428,13 +328,8 @@ class Master:
                 max_memory_mb=record.max_memory_mb,
                 created_at=record.started_at or time.time(),
             )
-            self.registry.actors[actor.actor_id] = actor
-            worker.actors.add(actor.actor_id)
-            worker.free_gpus = [g for g in worker.free_gpus if g not in actor.gpus]
-            client = self.registry.clients.get(actor.client_id)
-            if client is not None:
-                client.actors.add(actor.actor_id)
-            else:
+            self.registry.add_actor(actor)
+            if actor.client_id not in self.registry.clients:
                 self._adopted[actor.actor_id] = grace
         logger.info(
             "worker %s (%s, %d CPU slots, GPUs %s) registered with %d actors",
@@ -444,11 +339,10 @@ class Master:
             worker.gpus or "none",
             len(worker.actors),
         )
-        self.registry.changed()
-        self._place_pending()
+        self._apply(self.placement.place_pending())
 
     def _drop_worker(self, worker: WorkerInfo, reason: str) -> None:
-        self.registry.workers.pop(worker.worker_id, None)
+        self.registry.remove_worker(worker)
         if worker.conn is not None:
             worker.conn.context = None
             worker.conn.close()
@@ -457,99 +351,51 @@ class Master:
             if actor is not None:
                 self._actor_ended(actor, reason)
         logger.warning("worker %s dropped: %s", worker.worker_id, reason)
-        self.registry.changed()
 
     def _heartbeat(self, conn: AsyncConnection, peer: Any, msg: m.WorkerHeartbeat) -> None:
         self._require(peer, WorkerInfo, msg)
-        peer.cpu_percent, peer.mem_used, peer.mem_total, peer.load_avg = (
-            msg.cpu_percent,
-            msg.mem_used,
-            msg.mem_total,
-            msg.load_avg,
-        )
-        peer.record_load(time.time())
-        for stats in msg.actors:
-            actor = self.registry.actors.get(stats.actor_id)
-            if actor is not None:
-                actor.cpu_percent, actor.rss_bytes = stats.cpu_percent, stats.rss_bytes
-                actor.calls, actor.errors = stats.calls, stats.errors
-                if actor.state in ("idle", "busy"):
-                    actor.state = "busy" if stats.busy else "idle"
-        self.registry.changed()
+        self.registry.worker_heartbeat(peer, msg)
 
     def _actor_started(self, conn: AsyncConnection, peer: Any, msg: m.ActorStarted) -> None:
         self._require(peer, WorkerInfo, msg)
-        actor = self.registry.actors.get(msg.actor_id)
-        request = self.starting.pop(msg.actor_id, None)
-        if actor is None or request is None:
-            conn.send(m.StopActor(msg.actor_id, "nobody is waiting for it any more"))
-            return
-        actor.port, actor.pid = msg.port, msg.pid
-        self._send(
-            request.conn,
-            m.ActorAssigned(
-                request.msg.request_id,
-                actor.actor_id,
-                actor.host,
-                actor.port,
-                actor.pid,
-                peer.worker_id,
-            ),
-        )
-        self.registry.changed()
+        self._apply(self.placement.started(peer, msg.actor_id, msg.port, msg.pid))
 
     def _actor_start_failed(
         self, conn: AsyncConnection, peer: Any, msg: m.ActorStartFailed
     ) -> None:
         self._require(peer, WorkerInfo, msg)
-        request = self.starting.pop(msg.actor_id, None)
-        actor = self.registry.actors.get(msg.actor_id)
-        if actor is not None:
-            self.registry.end_actor(actor, msg.reason)
-        if request is not None:
-            self._send(request.conn, m.CreateFailed(request.msg.request_id, "error", msg.reason))
-        self._place_pending()
+        self._apply(self.placement.start_failed(msg.actor_id, msg.reason))
 
     def _actor_initialized(self, conn: AsyncConnection, peer: Any, msg: m.ActorInitialized) -> None:
         actor = self.registry.actors.get(msg.actor_id)
         if actor is not None and msg.ok:
-            actor.state = "idle"
-            self.registry.changed()
+            self.registry.actor_initialized(actor)
 
     def _actor_exited(self, conn: AsyncConnection, peer: Any, msg: m.ActorExited) -> None:
         self._require(peer, WorkerInfo, msg)
         actor = self.registry.actors.get(msg.actor_id)
         if actor is not None and actor.worker_id == peer.worker_id:
             self._actor_ended(actor, actor.reason if actor.released else msg.reason)
-            self._place_pending()
+            self._apply(self.placement.place_pending())
 
     def _actor_ended(self, actor: ActorInfo, reason: str) -> None:
-        request = self.starting.pop(actor.actor_id, None)
-        if request is not None:
-            self._send(
-                request.conn,
-                m.CreateFailed(
-                    request.msg.request_id, "error", f"the actor's process died: {reason}"
-                ),
-            )
-        self.registry.end_actor(actor, reason)
+        self._apply(self.placement.actor_ended(actor, reason))
         client = self.registry.clients.get(actor.client_id)
         if client is not None and not actor.released:
             self._send(client.conn, m.ActorDied(actor.actor_id, reason))
 
     def _log_lines(self, conn: AsyncConnection, peer: Any, msg: m.LogLines) -> None:
         self._require(peer, WorkerInfo, msg)
+        self.registry.add_logs(msg.lines)
         forward: dict[str, list] = {}
         for entry in msg.lines:
-            actor_id, stream, line = entry
-            self.registry.add_log(actor_id, stream, line)
+            actor_id, stream, _ = entry
             actor = self.registry.find_actor(actor_id)
             client = self.registry.clients.get(actor.client_id) if actor is not None else None
             if client is not None and client.log_to_driver and stream != "exception":
                 forward.setdefault(client.client_id, []).append(entry)
         for client_id, lines in forward.items():
             self._send(self.registry.clients[client_id].conn, m.LogLines(lines))
-        self.registry.changed()
 
     _handlers: ClassVar[dict[type, Any]] = {
         m.RegisterClient: _register_client,

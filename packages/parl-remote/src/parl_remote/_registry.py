@@ -1,8 +1,12 @@
 """The master's registry: the one source of truth about workers, clients and actors.
 
-The master mutates it as messages arrive; `xparl status` and the dashboard read it (through
-`snapshot()` and the per-actor log buffers). Listeners registered with `subscribe` are told,
-without arguments, whenever something changed, so that live views update at once.
+The master changes it as messages arrive, only through its methods (`add_worker`,
+`end_actor`, ...), each of which tells the listeners registered with `subscribe` (without
+arguments) that something changed, so that live views update at once and no caller has to
+remember to. Readers (`xparl status`, the dashboard, any master app) use `subscribe` and the
+methods that return frozen records (`snapshot`, `actor_status`, `worker_history`,
+`read_log`): `Registry` is public as `parl_remote.Registry` for that reading side, while its
+changing side and its mutable records (`WorkerInfo`, ...) are the master's own.
 """
 
 from __future__ import annotations
@@ -13,6 +17,18 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from parl_remote._status import (
+    ActorStatus,
+    ClientStatus,
+    ClusterStatus,
+    ClusterTotals,
+    LogPage,
+    MasterStatus,
+    WorkerStatus,
+)
+from parl_remote.protocol import messages as m
+from parl_remote.protocol.messages import ActorStateName
 
 __all__ = ["ActorInfo", "ClientInfo", "HISTORY_S", "Registry", "WorkerInfo"]
 
@@ -52,6 +68,25 @@ class WorkerInfo:
         """CPU slots without an actor."""
         return self.cpu_num - len(self.actors)
 
+    def status(self, now: float) -> WorkerStatus:
+        """A frozen copy, as readers see it."""
+        return WorkerStatus(
+            worker_id=self.worker_id,
+            hostname=self.hostname,
+            host=self.host,
+            pid=self.pid,
+            cpu_num=self.cpu_num,
+            cpu_used=len(self.actors),
+            cpu_vacant=self.vacant,
+            gpus=tuple(self.gpus),
+            free_gpus=tuple(self.free_gpus),
+            cpu_percent=self.cpu_percent,
+            mem_used=self.mem_used,
+            mem_total=self.mem_total,
+            load_avg=self.load_avg,
+            uptime_s=now - self.registered_at,
+        )
+
 
 @dataclass(eq=False)
 class ClientInfo:
@@ -66,6 +101,12 @@ class ClientInfo:
     last_seen: float = field(default_factory=time.monotonic)
     actors: set[str] = field(default_factory=set)
 
+    def status(self) -> ClientStatus:
+        """A frozen copy, as readers see it."""
+        return ClientStatus(
+            self.client_id, self.hostname, self.pid, len(self.actors), self.connected_at
+        )
+
 
 @dataclass(eq=False)
 class ActorInfo:
@@ -75,7 +116,7 @@ class ActorInfo:
     class_name: str
     client_id: str
     worker_id: str
-    state: str = "starting"  # starting, idle, busy, dead
+    state: ActorStateName = "starting"
     reason: str = ""
     host: str = ""
     port: int = 0
@@ -90,32 +131,40 @@ class ActorInfo:
     rss_bytes: int = 0
     released: bool = False
 
-    def as_dict(self, now: float) -> dict[str, Any]:
-        """Plain data for the status reply and the dashboard's API."""
+    def status(self, now: float) -> ActorStatus:
+        """A frozen copy, as readers see it."""
         end = self.ended_at or now
-        return {
-            "actor_id": self.actor_id,
-            "class_name": self.class_name,
-            "client_id": self.client_id,
-            "worker_id": self.worker_id,
-            "state": self.state,
-            "reason": self.reason,
-            "host": self.host,
-            "port": self.port,
-            "pid": self.pid,
-            "gpus": list(self.gpus),
-            "calls": self.calls,
-            "errors": self.errors,
-            "cpu_percent": self.cpu_percent,
-            "rss_bytes": self.rss_bytes,
-            "created_at": self.created_at,
-            "ended_at": self.ended_at,
-            "uptime_s": max(end - self.created_at, 0.0),
-        }
+        return ActorStatus(
+            actor_id=self.actor_id,
+            class_name=self.class_name,
+            client_id=self.client_id,
+            worker_id=self.worker_id,
+            state=self.state,
+            reason=self.reason,
+            host=self.host,
+            port=self.port,
+            pid=self.pid,
+            gpus=tuple(self.gpus),
+            calls=self.calls,
+            errors=self.errors,
+            cpu_percent=self.cpu_percent,
+            rss_bytes=self.rss_bytes,
+            created_at=self.created_at,
+            ended_at=self.ended_at,
+            uptime_s=max(end - self.created_at, 0.0),
+        )
 
 
 class Registry:
-    """Workers, clients, live and recently ended actors, and each actor's retained output."""
+    """Workers, clients, live and recently ended actors, and each actor's retained output.
+
+    The master owns it and changes it; readers get frozen records from `snapshot()`,
+    `actor_status()`, `worker_history()` and `read_log()`, and subscribe to be told of changes.
+
+    Args:
+        cluster_id: the id of the master, new each time it starts.
+        log_lines_per_actor: how many of each actor's output lines are retained.
+    """
 
     def __init__(self, cluster_id: str, log_lines_per_actor: int = 10_000) -> None:
         self.cluster_id = cluster_id
@@ -137,12 +186,87 @@ class Registry:
         self._listeners.add(listener)
         return lambda: self._listeners.discard(listener)
 
-    def changed(self) -> None:
-        """Tell every listener that something changed."""
+    def _changed(self) -> None:
         for listener in list(self._listeners):
             listener()
 
+    def set_master_info(self, host: str, port: int, pid: int) -> None:
+        """Record where the master listens."""
+        self.master_info = {"host": host, "port": port, "pid": pid}
+        self._changed()
+
+    # -- clients ---------------------------------------------------------------------------
+    def add_client(self, client: ClientInfo) -> None:
+        """Register a connected client; one reconnecting under its id keeps its actors."""
+        old = self.clients.get(client.client_id)
+        if old is not None:
+            client.actors = old.actors
+        for actor in self.actors.values():
+            if actor.client_id == client.client_id:
+                client.actors.add(actor.actor_id)
+        self.clients[client.client_id] = client
+        self._changed()
+
+    def remove_client(self, client: ClientInfo) -> None:
+        """Forget a client (its actors are ended apart, as their processes exit)."""
+        self.clients.pop(client.client_id, None)
+        self._changed()
+
+    # -- workers ---------------------------------------------------------------------------
+    def add_worker(self, worker: WorkerInfo) -> None:
+        """Register a worker with all its slots free (`add_actor` fills those it kept)."""
+        self.workers[worker.worker_id] = worker
+        self._changed()
+
+    def remove_worker(self, worker: WorkerInfo) -> None:
+        """Forget a worker (its actors are ended apart, with the reason)."""
+        self.workers.pop(worker.worker_id, None)
+        self._changed()
+
+    def worker_heartbeat(self, worker: WorkerInfo, beat: m.WorkerHeartbeat) -> None:
+        """Record a worker's load and its actors' statistics."""
+        worker.cpu_percent, worker.mem_used = beat.cpu_percent, beat.mem_used
+        worker.mem_total, worker.load_avg = beat.mem_total, beat.load_avg
+        worker.record_load(time.time())
+        for stats in beat.actors:
+            actor = self.actors.get(stats.actor_id)
+            if actor is not None:
+                actor.cpu_percent, actor.rss_bytes = stats.cpu_percent, stats.rss_bytes
+                actor.calls, actor.errors = stats.calls, stats.errors
+                if actor.state in ("idle", "busy"):
+                    actor.state = "busy" if stats.busy else "idle"
+        self._changed()
+
     # -- actors ----------------------------------------------------------------------------
+    def add_actor(self, actor: ActorInfo) -> None:
+        """Record a live actor: it takes a slot and its GPUs on its worker, and joins its client."""
+        self.actors[actor.actor_id] = actor
+        worker = self.workers.get(actor.worker_id)
+        if worker is not None:
+            worker.actors.add(actor.actor_id)
+            worker.free_gpus = [g for g in worker.free_gpus if g not in actor.gpus]
+        client = self.clients.get(actor.client_id)
+        if client is not None:
+            client.actors.add(actor.actor_id)
+        self._changed()
+
+    def actor_started(self, actor: ActorInfo, port: int, pid: int) -> None:
+        """Its process took the actor and listens on `port`."""
+        actor.port, actor.pid = port, pid
+        self._changed()
+
+    def actor_initialized(self, actor: ActorInfo) -> None:
+        """Its constructor returned: the actor is idle."""
+        actor.state = "idle"
+        self._changed()
+
+    def release_actor(self, actor: ActorInfo, reason: str) -> None:
+        """Its owner let it go (its process is being stopped); the first reason given stays."""
+        actor.released = True
+        if not actor.reason:
+            actor.reason = reason
+        self._changed()
+
     def end_actor(self, actor: ActorInfo, reason: str) -> None:
         """Move a live actor to the recently ended list, with why it ended."""
         if actor.state == "dead":
@@ -163,7 +287,7 @@ class Registry:
         client = self.clients.get(actor.client_id)
         if client is not None:
             client.actors.discard(actor.actor_id)
-        self.changed()
+        self._changed()
 
     def find_actor(self, actor_id: str) -> ActorInfo | None:
         """A live actor, or a recently ended one."""
@@ -176,78 +300,84 @@ class Registry:
         return None
 
     # -- logs ------------------------------------------------------------------------------
-    def add_log(self, actor_id: str, stream: str, line: str) -> None:
-        """Keep one output line of an actor (the oldest go when over the limit)."""
+    def add_logs(self, entries: list[tuple[str, str, str]]) -> None:
+        """Keep output lines `(actor_id, stream, line)` (each actor's oldest go over the limit)."""
+        now = time.time()
+        for actor_id, stream, line in entries:
+            buf = self.logs.get(actor_id)
+            if buf is None:
+                buf = self.logs[actor_id] = deque(maxlen=self._log_lines)
+                self.log_counts[actor_id] = 0
+            self.log_counts[actor_id] += 1
+            buf.append((self.log_counts[actor_id], now, stream, line))
+        self._changed()
+
+    # -- reading -----------------------------------------------------------------------------
+    def read_log(
+        self, actor_id: str, offset: int = 0, *, limit: int | None = None
+    ) -> LogPage | None:
+        """An actor's retained lines numbered above `offset` (at most `limit` of them).
+
+        None if the registry never kept output of that actor (or dropped it with the actor).
+        """
         buf = self.logs.get(actor_id)
         if buf is None:
-            buf = self.logs[actor_id] = deque(maxlen=self._log_lines)
-            self.log_counts[actor_id] = 0
-        self.log_counts[actor_id] += 1
-        buf.append((self.log_counts[actor_id], time.time(), stream, line))
-
-    def read_log(
-        self, actor_id: str, offset: int = 0
-    ) -> tuple[list[tuple[int, float, str, str]], int]:
-        """Lines numbered above `offset` (still retained), and the number of the last line."""
-        buf = self.logs.get(actor_id)
-        if not buf:
-            return [], self.log_counts.get(actor_id, 0)
-        first = buf[0][0]
+            return None
+        last = self.log_counts[actor_id]
+        first = buf[0][0] if buf else last + 1
         start = max(offset - first + 1, 0)
-        lines = list(itertools.islice(buf, start, None))
-        return lines, self.log_counts[actor_id]
+        stop = None if limit is None else start + max(limit, 0)
+        lines = tuple(itertools.islice(buf, start, stop))
+        return LogPage(actor_id, first, last, len(buf), lines)
 
-    # -- views -----------------------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
-        """The whole cluster as plain data (what `xparl status` prints)."""
+    def actor_status(self, actor_id: str) -> ActorStatus | None:
+        """A live or recently ended actor; None if the registry does not know it."""
+        actor = self.find_actor(actor_id)
+        return None if actor is None else actor.status(time.time())
+
+    def worker_history(self, worker_id: str) -> tuple[tuple[float, float, int], ...]:
+        """A worker's `(time, cpu_percent, mem_used)` samples of the last 10 minutes."""
+        worker = self.workers.get(worker_id)
+        return () if worker is None else tuple(worker.history)
+
+    def snapshot(self, *, ended: int | None = 100) -> ClusterStatus:
+        """The whole cluster (what `xparl status` prints), with the `ended` latest ended actors.
+
+        Args:
+            ended: how many of the recently ended actors to include, the latest; None for all
+                the registry keeps.
+        """
         now = time.time()
-        workers = [
-            {
-                "worker_id": w.worker_id,
-                "hostname": w.hostname,
-                "host": w.host,
-                "pid": w.pid,
-                "cpu_num": w.cpu_num,
-                "cpu_used": len(w.actors),
-                "cpu_vacant": w.vacant,
-                "gpus": list(w.gpus),
-                "free_gpus": list(w.free_gpus),
-                "cpu_percent": w.cpu_percent,
-                "mem_used": w.mem_used,
-                "mem_total": w.mem_total,
-                "load_avg": w.load_avg,
-                "uptime_s": now - w.registered_at,
-            }
-            for w in self.workers.values()
-        ]
-        clients = [
-            {
-                "client_id": c.client_id,
-                "hostname": c.hostname,
-                "pid": c.pid,
-                "actors": len(c.actors),
-                "connected_at": c.connected_at,
-            }
-            for c in self.clients.values()
-        ]
-        cpu_total = sum(w.cpu_num for w in self.workers.values())
-        cpu_used = sum(len(w.actors) for w in self.workers.values())
-        return {
-            "cluster_id": self.cluster_id,
-            "master": dict(self.master_info, uptime_s=now - self.started_at),
-            "totals": {
-                "workers": len(self.workers),
-                "cpu_total": cpu_total,
-                "cpu_used": cpu_used,
-                "cpu_vacant": cpu_total - cpu_used,
-                "actors": len(self.actors),
-                "clients": len(self.clients),
-                # several workers on one machine report the same memory: count each host once
-                "mem_used": sum({w.hostname: w.mem_used for w in self.workers.values()}.values()),
-                "mem_total": sum({w.hostname: w.mem_total for w in self.workers.values()}.values()),
-            },
-            "workers": workers,
-            "clients": clients,
-            "actors": [a.as_dict(now) for a in self.actors.values()],
-            "ended_actors": [a.as_dict(now) for a in list(self.ended)[-100:]],
-        }
+        workers = list(self.workers.values())
+        cpu_total = sum(w.cpu_num for w in workers)
+        cpu_used = sum(len(w.actors) for w in workers)
+        # several workers on one machine report the same memory: count each host once
+        mem_used = sum({w.hostname: w.mem_used for w in workers}.values())
+        mem_total = sum({w.hostname: w.mem_total for w in workers}.values())
+        totals = ClusterTotals(
+            workers=len(workers),
+            cpu_total=cpu_total,
+            cpu_used=cpu_used,
+            cpu_vacant=cpu_total - cpu_used,
+            actors=len(self.actors),
+            clients=len(self.clients),
+            mem_used=mem_used,
+            mem_total=mem_total,
+            ended_actors=len(self.ended),
+        )
+        info = self.master_info
+        master = MasterStatus(
+            info.get("host", ""), info.get("port", 0), info.get("pid", 0), now - self.started_at
+        )
+        kept = list(self.ended)
+        if ended is not None:
+            kept = kept[len(kept) - min(max(ended, 0), len(kept)) :]
+        return ClusterStatus(
+            cluster_id=self.cluster_id,
+            master=master,
+            totals=totals,
+            workers=tuple(w.status(now) for w in workers),
+            clients=tuple(c.status() for c in self.clients.values()),
+            actors=tuple(a.status(now) for a in self.actors.values()),
+            ended_actors=tuple(a.status(now) for a in kept),
+        )

@@ -5,7 +5,9 @@ actor costs a message, not a Python start-up. It is the parent of every actor pr
 machine: it sees each one exit the instant it does and reports why (exit code, signal, the
 memory limit it enforced, `sys.exit`), captures their stdout and stderr line by line for the
 master, and samples their CPU and memory for the dashboard. An actor's process is never reused:
-when an actor ends, its slot gets a fresh warm process.
+when an actor ends, its slot gets a fresh warm process (how one is started and measured:
+`_actor_process`). Messages from the master and from actor processes are dispatched by tables
+from message type to handler, as in the master.
 
 If the master goes away without `xparl stop`, the worker keeps its actors serving their clients
 and keeps trying to re-register for `PARL_MASTER_GRACE_S` seconds; a restarted master gets the
@@ -27,11 +29,11 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import psutil
 
+from parl_remote._actor_process import ActorProcess, spawn_host, tree_rss
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ClusterError, ProtocolError
 from parl_remote._link import MasterLink
@@ -48,33 +50,6 @@ logger = logging.getLogger(__name__)
 _LOG_FLUSH_S = 0.05
 _LOG_BACKLOG = 100_000
 _MEMORY_CHECK_S = 0.25
-_BUSY_AFTER_S = 2.5  # an actor process silent this long is inside a synchronous method
-
-
-@dataclass(eq=False)
-class _Host:
-    """One actor process: warm (no actor yet) or running an actor."""
-
-    proc: asyncio.subprocess.Process
-    death_w: int
-    ready: asyncio.Future
-    ctl: AsyncConnection | None = None
-    port: int = 0
-    actor_id: str | None = None
-    client_id: str = ""
-    class_name: str = ""
-    gpus: list[str] = field(default_factory=list)
-    max_memory_mb: float = 0.0
-    started_at: float = 0.0
-    workdir: str = ""
-    exit_reason: str | None = None
-    assigned: asyncio.Future | None = None
-    calls: int = 0
-    errors: int = 0
-    busy: bool = False
-    last_stats: float = field(default_factory=time.monotonic)
-    ps: psutil.Process | None = None
-    readers: list[asyncio.Task] = field(default_factory=list)
 
 
 class Worker:
@@ -103,7 +78,7 @@ class Worker:
         self.ready_file = ready_file
         self.worker_id = uuid.uuid4().hex[:12]
         self.run_dir = tempfile.mkdtemp(prefix=f"parl-worker-{self.worker_id}-")
-        self.hosts: set[_Host] = set()
+        self.hosts: set[ActorProcess] = set()
         self.link = MasterLink(
             master_host,
             master_port,
@@ -203,7 +178,7 @@ class Worker:
             pid=os.getpid(),
             cpu_num=self.cpu_num,
             gpus=self.gpus,
-            actors=[self._record(h) for h in self.hosts if h.actor_id is not None],
+            actors=[h.record() for h in self.hosts if h.actor_id is not None],
             mem_total=psutil.virtual_memory().total,
         )
 
@@ -217,44 +192,32 @@ class Worker:
         self.stop(await self.link.maintain(give_up_after=settings.master_grace_s))
 
     def _on_master(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
-        if isinstance(msg, m.StartActor):
-            self._spawn(self._start_actor(conn, msg))
-        elif isinstance(msg, m.StopActor):
-            self._stop_actor(msg.actor_id, msg.reason)
-        elif isinstance(msg, m.ShutdownWorker):
-            self.stop(msg.reason)
-        else:
+        handler = self._master_handlers.get(type(msg))
+        if handler is None:
             raise ProtocolError(f"a worker does not take {type(msg).__name__} from the master")
+        handler(self, msg)
+
+    def _start_actor_msg(self, msg: m.StartActor) -> None:
+        self._spawn(self._start_actor(msg))
+
+    def _stop_actor_msg(self, msg: m.StopActor) -> None:
+        self._stop_actor(msg.actor_id, msg.reason)
+
+    def _shutdown_msg(self, msg: m.ShutdownWorker) -> None:
+        self.stop(msg.reason)
+
+    _master_handlers: ClassVar[dict[type, Any]] = {
+        m.StartActor: _start_actor_msg,
+        m.StopActor: _stop_actor_msg,
+        m.ShutdownWorker: _shutdown_msg,
+    }
 
     def _to_master(self, msg: Any) -> None:
         self.link.send(msg)
 
-    def _record(self, host: _Host) -> m.ActorRecord:
-        return m.ActorRecord(
-            actor_id=host.actor_id or "",
-            client_id=host.client_id,
-            class_name=host.class_name,
-            port=host.port,
-            pid=host.proc.pid,
-            gpus=host.gpus,
-            max_memory_mb=host.max_memory_mb,
-            started_at=host.started_at,
-        )
-
     def _heartbeat(self) -> m.WorkerHeartbeat:
         vm = psutil.virtual_memory()
-        stats = []
-        for host in self.hosts:
-            if host.actor_id is None or host.ps is None:
-                continue
-            try:
-                cpu = host.ps.cpu_percent(None)
-                rss = _tree_rss(host.ps)
-            except psutil.Error:
-                continue
-            # A host reports every second unless a synchronous method holds its loop.
-            busy = host.busy or time.monotonic() - host.last_stats > _BUSY_AFTER_S
-            stats.append(m.ActorStats(host.actor_id, cpu, rss, host.calls, host.errors, busy))
+        stats = [s for s in (host.stats() for host in self.hosts) if s is not None]
         return m.WorkerHeartbeat(
             cpu_percent=psutil.cpu_percent(None),
             mem_used=vm.total - vm.available,
@@ -274,42 +237,10 @@ class Worker:
 
     async def _start_host(self) -> None:
         loop = asyncio.get_running_loop()
-        parent, child = socket.socketpair()
-        death_r, death_w = os.pipe()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        if self.token is not None:
-            env["PARL_CLUSTER_TOKEN"] = self.token.decode()
-        host = None
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "parl_remote._actor_host",
-                "--ctl-fd",
-                str(child.fileno()),
-                "--death-fd",
-                str(death_r),
-                "--host",
-                self.host or "127.0.0.1",
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                pass_fds=(child.fileno(), death_r),
-                env=env,
-                cwd=self.run_dir,
-                limit=1 << 20,
-                # Its own session: the kernel shares CPU fairly between sessions (autogroup),
-                # and actors sharing the worker's would share one process's worth between them.
-                start_new_session=True,
-            )
-            host = _Host(proc=proc, death_w=death_w, ready=loop.create_future())
-            self.hosts.add(host)
-        finally:
-            child.close()
-            os.close(death_r)
-            if host is None:
-                parent.close()
-                os.close(death_w)
+        host, parent = await spawn_host(
+            host=self.host or "127.0.0.1", token=self.token, run_dir=self.run_dir
+        )
+        self.hosts.add(host)
         _, host.ctl = await loop.create_connection(
             lambda: AsyncConnection(
                 Connection("worker", is_server=True, token=None, trusted=True),
@@ -318,50 +249,64 @@ class Worker:
             sock=parent,
         )
         host.readers = [
-            self._spawn(self._read_lines(host, proc.stdout, "stdout")),
-            self._spawn(self._read_lines(host, proc.stderr, "stderr")),
+            self._spawn(self._read_lines(host, host.proc.stdout, "stdout")),
+            self._spawn(self._read_lines(host, host.proc.stderr, "stderr")),
         ]
         self._spawn(self._wait_exit(host))
 
-    def _on_host(self, host: _Host, msg: Any) -> None:
-        if isinstance(msg, m.HostReady):
-            host.port = msg.port
-            with contextlib.suppress(psutil.Error):
-                host.ps = psutil.Process(msg.pid)
-                host.ps.cpu_percent(None)
-            if not host.ready.done():
-                host.ready.set_result(None)
-            self._spawn(self._notify_warm())
-        elif isinstance(msg, m.Assigned):
-            if host.assigned is not None and not host.assigned.done():
-                host.assigned.set_result(None)
-        elif isinstance(msg, m.ActorInitialized):
-            self._to_master(msg)  # a failed constructor: the client releases the actor
-        elif isinstance(msg, m.ActorStats):
-            host.calls, host.errors, host.busy = msg.calls, msg.errors, msg.busy
-            host.last_stats = time.monotonic()
-        elif isinstance(msg, m.ActorExited):
-            host.exit_reason = msg.reason
-        elif isinstance(msg, m.LogLines):  # an exception it raised, for its log
-            if host.actor_id is not None:
-                self._logs.extend((host.actor_id, stream, text) for _, stream, text in msg.lines)
-                self._schedule_log_flush()
-        else:
+    def _on_host(self, host: ActorProcess, msg: Any) -> None:
+        handler = self._host_handlers.get(type(msg))
+        if handler is None:
             raise ProtocolError(
                 f"a worker does not take {type(msg).__name__} from an actor process"
             )
+        handler(self, host, msg)
+
+    def _host_ready(self, host: ActorProcess, msg: m.HostReady) -> None:
+        host.port = msg.port
+        with contextlib.suppress(psutil.Error):
+            host.ps = psutil.Process(msg.pid)
+            host.ps.cpu_percent(None)
+        if not host.ready.done():
+            host.ready.set_result(None)
+        self._spawn(self._notify_warm())
+
+    def _host_assigned(self, host: ActorProcess, msg: m.Assigned) -> None:
+        if host.assigned is not None and not host.assigned.done():
+            host.assigned.set_result(None)
+
+    def _host_initialized(self, host: ActorProcess, msg: m.ActorInitialized) -> None:
+        self._to_master(msg)  # a failed constructor: the client releases the actor
+
+    def _host_stats(self, host: ActorProcess, msg: m.ActorStats) -> None:
+        host.calls, host.errors, host.busy = msg.calls, msg.errors, msg.busy
+        host.last_stats = time.monotonic()
+
+    def _host_exiting(self, host: ActorProcess, msg: m.ActorExited) -> None:
+        host.exit_reason = msg.reason
+
+    def _host_log(self, host: ActorProcess, msg: m.LogLines) -> None:
+        if host.actor_id is not None:  # an exception it raised, for its log
+            self._logs.extend((host.actor_id, stream, text) for _, stream, text in msg.lines)
+            self._schedule_log_flush()
+
+    _host_handlers: ClassVar[dict[type, Any]] = {
+        m.HostReady: _host_ready,
+        m.Assigned: _host_assigned,
+        m.ActorInitialized: _host_initialized,
+        m.ActorStats: _host_stats,
+        m.ActorExited: _host_exiting,
+        m.LogLines: _host_log,
+    }
 
     async def _notify_warm(self) -> None:
         async with self._warm_changed:
             self._warm_changed.notify_all()
 
-    def _warm_host(self) -> _Host | None:
-        for host in self.hosts:
-            if host.actor_id is None and host.ready.done() and host.exit_reason is None:
-                return host
-        return None
+    def _warm_host(self) -> ActorProcess | None:
+        return next((host for host in self.hosts if host.warm), None)
 
-    async def _start_actor(self, conn: AsyncConnection, msg: m.StartActor) -> None:
+    async def _start_actor(self, msg: m.StartActor) -> None:
         deadline = time.monotonic() + settings.connect_timeout_s * 3
         host = self._warm_host()
         while host is None:
@@ -410,7 +355,7 @@ class Worker:
                 return
         self._to_master(m.ActorExited(actor_id, "its worker no longer had it"))
 
-    async def _wait_exit(self, host: _Host) -> None:
+    async def _wait_exit(self, host: ActorProcess) -> None:
         code = await host.proc.wait()
         # Let the last lines it printed reach the master before the news of its death.
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
@@ -441,7 +386,7 @@ class Worker:
                 ):
                     continue
                 try:
-                    rss = _tree_rss(host.ps)
+                    rss = tree_rss(host.ps)
                 except psutil.Error:
                     continue
                 if rss > host.max_memory_mb * 1e6:
@@ -453,7 +398,9 @@ class Worker:
             await asyncio.sleep(_MEMORY_CHECK_S)
 
     # -- logs ------------------------------------------------------------------------------
-    async def _read_lines(self, host: _Host, stream: asyncio.StreamReader, name: str) -> None:
+    async def _read_lines(
+        self, host: ActorProcess, stream: asyncio.StreamReader, name: str
+    ) -> None:
         while True:
             try:
                 raw = await stream.readline()
@@ -480,14 +427,6 @@ class Worker:
             lines = list(self._logs)
             self._logs.clear()
             self._to_master(m.LogLines(lines))
-
-
-def _tree_rss(proc: psutil.Process) -> int:
-    rss = proc.memory_info().rss
-    for child in proc.children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            rss += child.memory_info().rss
-    return rss
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,7 +25,7 @@ Who sends what:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -37,10 +37,12 @@ __all__ = [
     "ActorDied",
     "ActorExited",
     "ActorInitialized",
+    "ActorQueryState",
     "ActorRecord",
     "ActorStarted",
     "ActorStartFailed",
     "ActorState",
+    "ActorStateName",
     "ActorStats",
     "Assign",
     "Assigned",
@@ -48,6 +50,7 @@ __all__ = [
     "Challenge",
     "CreateActor",
     "CreateFailed",
+    "CreateFailedKind",
     "Error",
     "Hello",
     "HostReady",
@@ -429,6 +432,16 @@ Message = (
     | ActorInitialized
     | ActorStats
 )
+
+# -- states named on the wire and in the registry ----------------------------------------------
+ActorStateName = Literal["starting", "idle", "busy", "dead"]
+"""An actor's state: placed and starting, idle, inside a call, or ended."""
+
+ActorQueryState = Literal["starting", "idle", "busy", "dead", "unknown"]
+"""What `ActorState` answers: an actor's state, or "unknown" when the master never knew it."""
+
+CreateFailedKind = Literal["resource", "error"]
+"""Why `CreateFailed`: no slot within the wait ("resource"), or the actor could not start."""
 
 encoder = msgspec.msgpack.Encoder()
 decoder = msgspec.msgpack.Decoder(Message)

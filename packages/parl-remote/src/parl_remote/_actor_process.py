@@ -1,0 +1,136 @@
+"""The worker's view of one actor process: how it is started, described and measured.
+
+An actor process (`_actor_host`) starts warm, without an actor, in a session of its own, with
+a control socket and a death pipe shared with its worker (`spawn_host`); `ActorProcess` holds
+what the worker knows of it. The worker (`_worker`) drives them; this module only starts one,
+turns one into the records it reports to the master (`record`, `stats`), and measures its
+memory (`tree_rss`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from parl_remote._transport import AsyncConnection
+from parl_remote.protocol import messages as m
+
+__all__ = ["ActorProcess", "spawn_host", "tree_rss"]
+
+_BUSY_AFTER_S = 2.5  # an actor process silent this long is inside a synchronous method
+
+
+@dataclass(eq=False)
+class ActorProcess:
+    """One actor process: warm (no actor yet) or running an actor."""
+
+    proc: asyncio.subprocess.Process
+    death_w: int
+    ready: asyncio.Future
+    ctl: AsyncConnection | None = None
+    port: int = 0
+    actor_id: str | None = None
+    client_id: str = ""
+    class_name: str = ""
+    gpus: list[str] = field(default_factory=list)
+    max_memory_mb: float = 0.0
+    started_at: float = 0.0
+    workdir: str = ""
+    exit_reason: str | None = None
+    assigned: asyncio.Future | None = None
+    calls: int = 0
+    errors: int = 0
+    busy: bool = False
+    last_stats: float = field(default_factory=time.monotonic)
+    ps: psutil.Process | None = None
+    readers: list[asyncio.Task] = field(default_factory=list)
+
+    @property
+    def warm(self) -> bool:
+        """Ready for an actor, and not running one."""
+        return self.actor_id is None and self.ready.done() and self.exit_reason is None
+
+    def record(self) -> m.ActorRecord:
+        """The actor it runs, as the worker re-registers it with a master."""
+        return m.ActorRecord(
+            actor_id=self.actor_id or "",
+            client_id=self.client_id,
+            class_name=self.class_name,
+            port=self.port,
+            pid=self.proc.pid,
+            gpus=self.gpus,
+            max_memory_mb=self.max_memory_mb,
+            started_at=self.started_at,
+        )
+
+    def stats(self) -> m.ActorStats | None:
+        """Its actor's load for the worker's heartbeat; None without an actor or a process."""
+        if self.actor_id is None or self.ps is None:
+            return None
+        try:
+            cpu = self.ps.cpu_percent(None)
+            rss = tree_rss(self.ps)
+        except psutil.Error:
+            return None
+        # A host reports every second unless a synchronous method holds its loop.
+        busy = self.busy or time.monotonic() - self.last_stats > _BUSY_AFTER_S
+        return m.ActorStats(self.actor_id, cpu, rss, self.calls, self.errors, busy)
+
+
+async def spawn_host(
+    *, host: str, token: bytes | None, run_dir: str
+) -> tuple[ActorProcess, socket.socket]:
+    """Start a warm actor process; return it and the worker's end of its control socket."""
+    loop = asyncio.get_running_loop()
+    parent, child = socket.socketpair()
+    death_r, death_w = os.pipe()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if token is not None:
+        env["PARL_CLUSTER_TOKEN"] = token.decode()
+    started = None
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "parl_remote._actor_host",
+            "--ctl-fd",
+            str(child.fileno()),
+            "--death-fd",
+            str(death_r),
+            "--host",
+            host,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            pass_fds=(child.fileno(), death_r),
+            env=env,
+            cwd=run_dir,
+            limit=1 << 20,
+            # Its own session: the kernel shares CPU fairly between sessions (autogroup),
+            # and actors sharing the worker's would share one process's worth between them.
+            start_new_session=True,
+        )
+        started = ActorProcess(proc=proc, death_w=death_w, ready=loop.create_future())
+    finally:
+        child.close()
+        os.close(death_r)
+        if started is None:
+            parent.close()
+            os.close(death_w)
+    return started, parent
+
+
+def tree_rss(proc: psutil.Process) -> int:
+    """Resident memory of a process and all its descendants, bytes."""
+    rss = proc.memory_info().rss
+    for child in proc.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            rss += child.memory_info().rss
+    return rss

@@ -1,0 +1,103 @@
+"""The registry: every change goes through a method that tells the listeners."""
+
+from __future__ import annotations
+
+import dataclasses
+from unittest.mock import ANY
+
+import pytest
+
+from parl_remote._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
+from parl_remote.protocol import messages as m
+
+
+def test_every_change_notifies_the_listeners():
+    registry = Registry("cluster")
+    calls = []
+    unsubscribe = registry.subscribe(lambda: calls.append(1))
+
+    def notified(change) -> bool:
+        before = len(calls)
+        change()
+        return len(calls) > before
+
+    worker = WorkerInfo("w1", "box", "10.0.0.1", 1, 2, ["0", "1"], 100)
+    worker.free_gpus = ["0", "1"]
+    client = ClientInfo("c1", "laptop", 7, False)
+    actor = ActorInfo("a1", "Learner", "c1", "w1", gpus=["1"])
+    beat = m.WorkerHeartbeat(50.0, 10, 100, 0.5, [m.ActorStats("a1", 99.0, 5, 3, 1, True)])
+    assert notified(lambda: registry.set_master_info(host="127.0.0.1", port=1, pid=2))
+    assert notified(lambda: registry.add_worker(worker))
+    assert notified(lambda: registry.add_client(client))
+    assert notified(lambda: registry.add_actor(actor))
+    assert worker.actors == {"a1"} and worker.free_gpus == ["0"] and client.actors == {"a1"}
+    assert notified(lambda: registry.actor_started(actor, 4321, 99))
+    assert notified(lambda: registry.actor_initialized(actor))
+    assert actor.state == "idle"
+    assert notified(lambda: registry.worker_heartbeat(worker, beat))
+    assert (actor.state, actor.calls, worker.cpu_percent, len(worker.history)) == ("busy", 3, 50, 1)
+    assert notified(lambda: registry.add_logs([("a1", "stdout", "hello")]))
+    assert notified(lambda: registry.release_actor(actor, "released by its client"))
+    assert notified(lambda: registry.release_actor(actor, "a later reason"))
+    assert actor.released and actor.reason == "released by its client"
+    assert notified(lambda: registry.end_actor(actor, "its process exited"))
+    assert worker.actors == set() and worker.free_gpus == ["0", "1"] and client.actors == set()
+    assert notified(lambda: registry.remove_client(client))
+    assert notified(lambda: registry.remove_worker(worker))
+    assert registry.workers == {} and registry.clients == {} and registry.actors == {}
+    unsubscribe()
+    assert not notified(lambda: registry.add_worker(worker))
+
+
+def test_a_reconnecting_client_keeps_its_actors():
+    registry = Registry("cluster")
+    registry.add_worker(WorkerInfo("w1", "box", "10.0.0.1", 1, 2, [], 100))
+    registry.add_actor(ActorInfo("a1", "Learner", "c1", "w1"))  # adopted: its client is away
+    registry.add_client(ClientInfo("c1", "laptop", 7, False))
+    assert registry.clients["c1"].actors == {"a1"}
+    again = ClientInfo("c1", "laptop", 7, False)
+    registry.add_client(again)
+    assert registry.clients["c1"] is again and again.actors == {"a1"}
+
+
+def test_logs_are_numbered_and_bounded_per_actor():
+    registry = Registry("cluster", log_lines_per_actor=3)
+    assert registry.read_log("a1") is None
+    registry.add_logs([("a1", "stdout", f"line {i}") for i in range(5)])
+    page = registry.read_log("a1")
+    assert (page.first, page.last, page.retained) == (3, 5, 3)
+    assert [(n, text) for n, _, _, text in page.lines] == [
+        (3, "line 2"),
+        (4, "line 3"),
+        (5, "line 4"),
+    ]
+    assert [n for n, *_ in registry.read_log("a1", offset=4).lines] == [5]
+    assert registry.read_log("a1", limit=0).lines == ()
+
+
+def test_readers_get_frozen_records_and_the_status_reply_plain_data():
+    registry = Registry("cluster")
+    registry.set_master_info("127.0.0.1", 8010, 42)
+    worker = WorkerInfo("w1", "box", "10.0.0.1", 1, 2, ["0"], 100)
+    worker.free_gpus = ["0"]
+    registry.add_worker(worker)
+    registry.add_client(ClientInfo("c1", "laptop", 7, False))
+    registry.add_actor(ActorInfo("a1", "Learner", "c1", "w1", gpus=["0"]))
+    registry.add_actor(ActorInfo("a2", "Learner", "c1", "w1"))
+    registry.end_actor(registry.actors["a2"], "released by its client")
+    snapshot = registry.snapshot()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snapshot.cluster_id = "other"  # type: ignore[misc]
+    assert snapshot.totals.cpu_used == 1 and snapshot.totals.ended_actors == 1
+    assert snapshot.workers[0].free_gpus == () and snapshot.actors[0].gpus == ("0",)
+    assert [a.actor_id for a in snapshot.ended_actors] == ["a2"]
+    assert registry.snapshot(ended=0).ended_actors == ()
+    assert registry.actor_status("a2").reason == "released by its client"
+    assert registry.actor_status("nobody") is None
+    plain = snapshot.as_dict()
+    assert plain["master"] == {"host": "127.0.0.1", "port": 8010, "pid": 42, "uptime_s": ANY}
+    assert plain["workers"][0]["gpus"] == ["0"] and plain["actors"][0]["state"] == "starting"
+    assert plain["clients"] == [
+        {"client_id": "c1", "hostname": "laptop", "pid": 7, "actors": 1, "connected_at": ANY}
+    ]
+    assert m.decoder.decode(m.encoder.encode(m.StatusReply(1, plain))).status == plain
