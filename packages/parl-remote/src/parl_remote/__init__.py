@@ -17,6 +17,7 @@ await actor.aio.add(1, 2)            # the same, from async code
 from __future__ import annotations
 
 from parl_remote._client import connect, disconnect
+from parl_remote._drivers import RemoteFuture
 from parl_remote._exceptions import (
     AuthenticationError,
     ClusterError,
@@ -30,7 +31,7 @@ from parl_remote._exceptions import (
     RemoteSerializeError,
     ResourceError,
 )
-from parl_remote._proxy import ActorHandle, AsyncActorHandle, RemoteFuture, remote_class
+from parl_remote._remote_class import ActorHandle, AsyncActorHandle, remote_class
 
 __all__ = [
     "ActorHandle",

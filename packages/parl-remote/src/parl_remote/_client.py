@@ -131,7 +131,6 @@ class Client:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
-                await self.loop.shutdown_asyncgens()  # closes future-mode connections
                 if self.link.conn is not None:
                     self.link.conn.close()
                 await asyncio.sleep(0.01)  # let the transport close
@@ -281,6 +280,12 @@ class Client:
         with contextlib.suppress(RuntimeError):  # the loop is already stopping
             self.loop.call_soon_threadsafe(send)
 
+    def known_fate(self, actor_id: str) -> str | None:
+        """Why an actor died, if this client knows without asking (None: it does not)."""
+        if actor_id in self.fates:
+            return self.fates[actor_id]
+        return "this client is closed" if self._closed else None
+
     async def _fate(self, actor_id: str, wait: float) -> str | None:
         deadline = time.monotonic() + wait
         state = "unknown"
@@ -308,9 +313,10 @@ class Client:
 
         None means the master still counts the actor alive after that wait.
         """
-        if actor_id in self.fates:
-            return self.fates[actor_id]
-        if self._closed or not self._thread.is_alive():
+        reason = self.known_fate(actor_id)
+        if reason is not None:
+            return reason
+        if not self._thread.is_alive():
             return "this client is closed"
         future: ConcurrentFuture = asyncio.run_coroutine_threadsafe(
             self._fate(actor_id, wait), self.loop
@@ -322,10 +328,9 @@ class Client:
 
     async def afate(self, actor_id: str, wait: float = 2.0) -> str | None:
         """`fate` from any event loop."""
-        if actor_id in self.fates:
-            return self.fates[actor_id]
-        if self._closed:
-            return "this client is closed"
+        reason = self.known_fate(actor_id)
+        if reason is not None:
+            return reason
         return await asyncio.wrap_future(
             asyncio.run_coroutine_threadsafe(self._fate(actor_id, wait), self.loop)
         )
