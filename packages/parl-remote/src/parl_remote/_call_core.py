@@ -37,6 +37,7 @@ __all__ = ["ActorCore", "Replies", "error_from", "init_payload", "message_id"]
 W = TypeVar("W")
 INIT = "__init__"
 _NONE = pickle.dumps(None, protocol=5)
+_METHOD, _GETATTR, _SETATTR = m.CallKind.METHOD, m.CallKind.GETATTR, m.CallKind.SETATTR
 _CALL_IDS = (m.Call, m.Result, m.Error)
 _INIT_IDS = (m.Init, m.Ready)
 
@@ -166,12 +167,12 @@ class ActorCore:
         `copy` (a call sent later, or kept in flight while the caller goes on) each is copied
         once, so the caller may change its arrays after the call returns.
         """
-        if kind == m.CallKind.GETATTR:
+        if kind == _GETATTR:
             data, buffers = _NONE, []
         else:
             # Arguments are not checked against the signature here (it would cost more than
             # the call): a mismatch raises the method's own TypeError, from the actor.
-            value: Any = args[0] if kind == m.CallKind.SETATTR else (args, kwargs)
+            value: Any = (args, kwargs) if kind == _METHOD else args[0]
             try:
                 data, buffers = ser.dumps(value)
             except Exception as exc:
@@ -183,7 +184,7 @@ class ActorCore:
     def _unsendable(
         self, kind: m.CallKind, name: str, args: tuple, kwargs: dict
     ) -> RemoteSerializeError:
-        if kind == m.CallKind.SETATTR:
+        if kind == _SETATTR:
             named = {f"the value for {name!r}": args[0]}
         else:
             named = _named_arguments(args, kwargs)

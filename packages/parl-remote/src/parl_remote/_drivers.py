@@ -42,10 +42,10 @@ def request(conn: SyncConnection, msg: Any, buffers: list | tuple = ()) -> tuple
     """
     key = message_id(msg)
     conn.send(msg, buffers)
-    while True:
+    reply = conn.receive()
+    while message_id(reply[0]) != key:
         reply = conn.receive()
-        if message_id(reply[0]) == key:
-            return reply
+    return reply
 
 
 async def arequest(
@@ -97,13 +97,17 @@ class BlockingDriver:
         return self.core.result(reply, rbuffers, name)
 
     def request(self, msg: Any, buffers: list) -> tuple[Any, tuple]:
-        """Send `msg` on an idle connection (a new one if none is idle); return its reply."""
+        """Send `msg` on an idle connection (a new one if none is idle); return its reply.
+
+        A connection carries one request at a time, so the next message is the reply.
+        """
         try:
             conn = self.pool.pop()
         except IndexError:
             conn = self._open()
         try:
-            reply = request(conn, msg, buffers)
+            conn.send(msg, buffers)
+            reply = conn.receive()
         except (ConnectionError, OSError):
             self._discard(conn)
             raise self.core.fate_error(self._fate()) from None
