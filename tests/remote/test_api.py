@@ -340,7 +340,7 @@ def test_a_broken_connection_to_a_live_actor_is_not_a_death(connected):
 
     a = Actor(1)
     assert a.add(0, 0) == 1
-    for conn in list(a._parl_ref.pool):  # the network drops this client's connection
+    for conn in list(a._parl_ref.blocking.pool):  # the network drops this client's connection
         conn.sock.shutdown(socket.SHUT_RDWR)
     with pytest.raises(parl.RemoteError, match="lost the connection.*still counts alive") as info:
         a.add(1, 1)

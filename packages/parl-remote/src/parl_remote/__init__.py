@@ -21,6 +21,7 @@ master's registry, for apps the master serves (the dashboard; see the entry-poin
 from __future__ import annotations
 
 from parl_remote._client import connect, disconnect
+from parl_remote._drivers import RemoteFuture
 from parl_remote._exceptions import (
     AuthenticationError,
     ClusterError,
@@ -34,8 +35,8 @@ from parl_remote._exceptions import (
     RemoteSerializeError,
     ResourceError,
 )
-from parl_remote._proxy import ActorHandle, AsyncActorHandle, RemoteFuture, remote_class
 from parl_remote._registry import Registry
+from parl_remote._remote_class import ActorHandle, AsyncActorHandle, remote_class
 from parl_remote._status import (
     ActorStatus,
     ClientStatus,

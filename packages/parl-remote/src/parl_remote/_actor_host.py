@@ -33,7 +33,7 @@ import threading
 import time
 import zipfile
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar
 
 from parl_remote import _serialize as ser
 from parl_remote._config import load_token, settings
@@ -47,7 +47,6 @@ __all__ = ["ActorHost", "main"]
 
 logger = logging.getLogger(__name__)
 
-METHOD, GETATTR, SETATTR = 0, 1, 2
 _STATS_EVERY_S = 1.0
 _MAX_HANDSHAKES = 64
 _QUICK_S = 200e-6  # methods quicker than this may have their replies batched
@@ -147,18 +146,27 @@ class ActorHost:
 
     # -- the worker's channel ------------------------------------------------------------------
     def _on_ctl(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
-        if isinstance(msg, m.Assign) and self.actor_id is None:
-            os.environ.update(msg.env)
-            self.actor_id, self.class_name = msg.actor_id, msg.class_name
-            if msg.workdir:
-                os.makedirs(msg.workdir, exist_ok=True)
-                os.chdir(msg.workdir)
-                sys.path.insert(0, msg.workdir)
-            conn.send(m.Assigned(msg.actor_id))
-        else:
+        handler = self._ctl_handlers.get(type(msg))
+        if handler is None:
             raise ProtocolError(
                 f"an actor process does not take {type(msg).__name__} from its worker"
             )
+        handler(self, conn, msg)
+
+    def _assign(self, conn: AsyncConnection, msg: m.Assign) -> None:
+        if self.actor_id is not None:
+            raise ProtocolError(
+                f"an actor process of actor {self.actor_id} does not take a second Assign"
+            )
+        os.environ.update(msg.env)
+        self.actor_id, self.class_name = msg.actor_id, msg.class_name
+        if msg.workdir:
+            os.makedirs(msg.workdir, exist_ok=True)
+            os.chdir(msg.workdir)
+            sys.path.insert(0, msg.workdir)
+        conn.send(m.Assigned(msg.actor_id))
+
+    _ctl_handlers: ClassVar[dict[type, Any]] = {m.Assign: _assign}
 
     def _on_ctl_closed(self, conn: AsyncConnection, exc: Exception | None) -> None:
         os._exit(1)  # the worker is gone: so is every actor it ran
@@ -175,14 +183,15 @@ class ActorHost:
 
     # -- clients -------------------------------------------------------------------------------
     def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
-        if isinstance(msg, m.Call):
-            self._backlog.append((conn, msg, buffers))
-            if len(self._backlog) == 1:
-                self._process()
-        elif isinstance(msg, m.Init):
-            self._init(conn, msg)
-        else:
+        handler = self._handlers.get(type(msg))
+        if handler is None:
             raise ProtocolError(f"an actor process does not take {type(msg).__name__}")
+        handler(self, conn, msg, buffers)
+
+    def _queue_call(self, conn: AsyncConnection, msg: m.Call, buffers: tuple) -> None:
+        self._backlog.append((conn, msg, buffers))
+        if len(self._backlog) == 1:
+            self._process()
 
     def _process(self) -> None:
         """Run queued calls in arrival order, unless a large reply is still being written.
@@ -216,7 +225,7 @@ class ActorHost:
         for conn in corked:
             conn.flush()
 
-    def _init(self, conn: AsyncConnection, msg: m.Init) -> None:
+    def _init(self, conn: AsyncConnection, msg: m.Init, buffers: tuple) -> None:
         if self.actor_id is None or msg.actor_id != self.actor_id:
             self._send(
                 conn,
@@ -235,17 +244,8 @@ class ActorHost:
                     bundle.extractall(os.getcwd())
             cls, args, kwargs = ser.loads(msg.payload)
         except Exception as exc:
-            self._send(
-                conn,
-                m.Error(
-                    0,
-                    "serialize",
-                    type(exc).__name__,
-                    f"the actor process could not load the class {self.class_name} or its "
-                    f"arguments: {type(exc).__name__}: {exc}",
-                    ser.format_remote_traceback(exc),
-                ),
-            )
+            text = f"the actor process could not load the class {self.class_name} or its arguments"
+            self._send(conn, _unpickling_error(0, text, exc))
             self._report_init(ok=False)
             return
         try:
@@ -258,6 +258,8 @@ class ActorHost:
             return
         self._send(conn, m.Ready(actor_id=self.actor_id, pid=os.getpid()))
         self._report_init(ok=True)
+
+    _handlers: ClassVar[dict[type, Any]] = {m.Call: _queue_call, m.Init: _init}
 
     def _report_init(self, ok: bool) -> None:
         if self.ctl is not None and self.actor_id is not None:
@@ -286,64 +288,63 @@ class ActorHost:
             payload = ser.loads(msg.payload, buffers)
         except Exception as exc:
             self.errors += 1
-            self._send(
-                conn,
-                m.Error(
-                    msg.id,
-                    "serialize",
-                    type(exc).__name__,
-                    f"the actor could not unpickle the arguments of {where}(): "
-                    f"{type(exc).__name__}: {exc}",
-                    ser.format_remote_traceback(exc),
-                ),
-            )
+            text = f"the actor could not unpickle the arguments of {where}()"
+            self._send(conn, _unpickling_error(msg.id, text, exc))
             return
-        if msg.kind == METHOD:
-            entry = self._method(msg.name)
-            if entry is None:
-                self._missing(conn, msg)
-                return
-            fn, is_async = entry
-            args, kwargs = payload
-            if is_async:
-                self._start_async(conn, msg.id, where, fn, args, kwargs)
-                return
-            start = time.perf_counter()
-            try:
-                result = fn(*args, **kwargs)
-            except SystemExit as exc:
-                self._exit_from_user(exc)
-            except BaseException as exc:
-                self.calls += 1
-                self.errors += 1
-                self._send(conn, self._error(msg.id, where, exc))
-                return
-            finally:
-                took = time.perf_counter() - start
-                last = self._durations.get(msg.name, took)
-                self._durations[msg.name] = took if took > _QUICK_S else 0.8 * last + 0.2 * took
+        self._kinds[msg.kind](self, conn, msg, where, payload)
+
+    def _run_method(self, conn: AsyncConnection, msg: m.Call, where: str, payload: Any) -> None:
+        entry = self._method(msg.name)
+        if entry is None:
+            self._missing(conn, msg)
+            return
+        fn, is_async = entry
+        args, kwargs = payload
+        if is_async:
+            self._start_async(conn, msg.id, where, fn, args, kwargs)
+            return
+        start = time.perf_counter()
+        try:
+            result = fn(*args, **kwargs)
+        except SystemExit as exc:
+            self._exit_from_user(exc)
+        except BaseException as exc:
             self.calls += 1
-            self._reply(conn, msg.id, where, result)
-        elif msg.kind == GETATTR:
-            try:
-                value = getattr(self.instance, msg.name)
-            except AttributeError:
-                self._missing(conn, msg)
-                return
-            except BaseException as exc:
-                self._send(conn, self._error(msg.id, where, exc))
-                return
-            self._reply(conn, msg.id, where, value)
-        elif msg.kind == SETATTR:
-            try:
-                setattr(self.instance, msg.name, payload)
-                self.methods.pop(msg.name, None)
-            except BaseException as exc:
-                self._send(conn, self._error(msg.id, where, exc))
-                return
-            self._reply(conn, msg.id, where, None)
-        else:
-            raise ProtocolError(f"a Call of unknown kind {msg.kind}")
+            self.errors += 1
+            self._send(conn, self._error(msg.id, where, exc))
+            return
+        finally:
+            took = time.perf_counter() - start
+            last = self._durations.get(msg.name, took)
+            self._durations[msg.name] = took if took > _QUICK_S else 0.8 * last + 0.2 * took
+        self.calls += 1
+        self._reply(conn, msg.id, where, result)
+
+    def _get_attribute(self, conn: AsyncConnection, msg: m.Call, where: str, _: Any) -> None:
+        try:
+            value = getattr(self.instance, msg.name)
+        except AttributeError:
+            self._missing(conn, msg)
+            return
+        except BaseException as exc:
+            self._send(conn, self._error(msg.id, where, exc))
+            return
+        self._reply(conn, msg.id, where, value)
+
+    def _set_attribute(self, conn: AsyncConnection, msg: m.Call, where: str, value: Any) -> None:
+        try:
+            setattr(self.instance, msg.name, value)
+            self.methods.pop(msg.name, None)
+        except BaseException as exc:
+            self._send(conn, self._error(msg.id, where, exc))
+            return
+        self._reply(conn, msg.id, where, None)
+
+    _kinds: ClassVar[dict[m.CallKind, Any]] = {
+        m.CallKind.METHOD: _run_method,
+        m.CallKind.GETATTR: _get_attribute,
+        m.CallKind.SETATTR: _set_attribute,
+    }
 
     def _start_async(
         self, conn: AsyncConnection, call_id: int, where: str, fn: Any, args: Any, kwargs: Any
@@ -448,6 +449,16 @@ class ActorHost:
             except Exception:
                 pass
         os._exit(status)
+
+
+def _unpickling_error(call_id: int, text: str, exc: Exception) -> m.Error:
+    return m.Error(
+        call_id,
+        "serialize",
+        type(exc).__name__,
+        f"{text}: {type(exc).__name__}: {exc}",
+        ser.format_remote_traceback(exc),
+    )
 
 
 def _watch_worker(death_fd: int) -> None:

@@ -25,10 +25,12 @@ import uuid
 import weakref
 from collections.abc import Iterable
 from concurrent.futures import Future as ConcurrentFuture
-from typing import Any
+from typing import Any, ClassVar
 
 from parl_remote._bundle import Bundle
+from parl_remote._call_core import Replies
 from parl_remote._config import load_token, settings
+from parl_remote._drivers import arequest
 from parl_remote._exceptions import (
     AuthenticationError,
     ClusterError,
@@ -89,7 +91,7 @@ class Client:
         self.refs: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self.fates: dict[str, str] = {}
         self._ids = itertools.count(1)
-        self._replies: dict[int, asyncio.Future] = {}
+        self._requests: Replies[asyncio.Future] = Replies()  # to the master, by request id
         self._closed = False
         self._maintainer: ConcurrentFuture | None = None
         self._soon: list[tuple] = []
@@ -131,7 +133,6 @@ class Client:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
-                await self.loop.shutdown_asyncgens()  # closes future-mode connections
                 if self.link.conn is not None:
                     self.link.conn.close()
                 await asyncio.sleep(0.01)  # let the transport close
@@ -171,29 +172,41 @@ class Client:
         )
 
     def _on_master(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
-        if isinstance(msg, m.ActorDied):
-            self.fates[msg.actor_id] = msg.reason
-            ref = self.refs.get(msg.actor_id)
-            if ref is not None:
-                ref.mark_dead(msg.reason)
-        elif isinstance(msg, m.LogLines):
-            self._echo(msg.lines)
-        elif isinstance(
-            msg, m.ActorAssigned | m.CreateFailed | m.ActorState | m.StatusReply | m.Ack
-        ):
-            waiter = self._replies.pop(msg.request_id, None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(msg)
-        else:
+        handler = self._handlers.get(type(msg))
+        if handler is None:
             raise ProtocolError(f"a client does not take {type(msg).__name__} from the master")
+        handler(self, msg)
+
+    def _actor_died(self, msg: m.ActorDied) -> None:
+        self.fates[msg.actor_id] = msg.reason
+        ref = self.refs.get(msg.actor_id)
+        if ref is not None:
+            ref.mark_dead(msg.reason)
+
+    def _log_lines(self, msg: m.LogLines) -> None:
+        self._echo(msg.lines)
+
+    def _reply(self, msg: Any) -> None:
+        waiter = self._requests.match(msg)
+        if waiter is not None and not waiter.done():
+            waiter.set_result((msg, ()))
+
+    _handlers: ClassVar[dict[type, Any]] = {
+        m.ActorDied: _actor_died,
+        m.LogLines: _log_lines,
+        m.ActorAssigned: _reply,
+        m.CreateFailed: _reply,
+        m.ActorState: _reply,
+        m.StatusReply: _reply,
+        m.Ack: _reply,
+    }
 
     def _on_master_lost(self) -> None:
-        for waiter in self._replies.values():
+        for waiter in self._requests.take_all():
             if not waiter.done():
                 waiter.set_exception(
                     ClusterError(f"the connection to the PARL master at {self.address} was lost")
                 )
-        self._replies.clear()
 
     def _echo(self, lines: list) -> None:
         for actor_id, stream, line in lines:
@@ -211,14 +224,9 @@ class Client:
                 "down); actors already created keep working, and new ones can be created once it "
                 "is back (the client reconnects by itself)"
             )
-        request_id = next(self._ids)
-        waiter = self.loop.create_future()
-        self._replies[request_id] = waiter
-        try:
-            conn.send(msg_for_id(request_id))
-            return await asyncio.wait_for(waiter, timeout)
-        finally:
-            self._replies.pop(request_id, None)
+        msg = msg_for_id(next(self._ids))
+        reply, _ = await asyncio.wait_for(arequest(conn, self._requests, msg), timeout)
+        return reply
 
     # -- API used by actor handles (any thread) ---------------------------------------------
     async def _create(
@@ -281,6 +289,12 @@ class Client:
         with contextlib.suppress(RuntimeError):  # the loop is already stopping
             self.loop.call_soon_threadsafe(send)
 
+    def known_fate(self, actor_id: str) -> str | None:
+        """Why an actor died, if this client knows without asking (None: it does not)."""
+        if actor_id in self.fates:
+            return self.fates[actor_id]
+        return "this client is closed" if self._closed else None
+
     async def _fate(self, actor_id: str, wait: float) -> str | None:
         deadline = time.monotonic() + wait
         state = "unknown"
@@ -308,9 +322,10 @@ class Client:
 
         None means the master still counts the actor alive after that wait.
         """
-        if actor_id in self.fates:
-            return self.fates[actor_id]
-        if self._closed or not self._thread.is_alive():
+        reason = self.known_fate(actor_id)
+        if reason is not None:
+            return reason
+        if not self._thread.is_alive():
             return "this client is closed"
         future: ConcurrentFuture = asyncio.run_coroutine_threadsafe(
             self._fate(actor_id, wait), self.loop
@@ -322,10 +337,9 @@ class Client:
 
     async def afate(self, actor_id: str, wait: float = 2.0) -> str | None:
         """`fate` from any event loop."""
-        if actor_id in self.fates:
-            return self.fates[actor_id]
-        if self._closed:
-            return "this client is closed"
+        reason = self.known_fate(actor_id)
+        if reason is not None:
+            return reason
         return await asyncio.wrap_future(
             asyncio.run_coroutine_threadsafe(self._fate(actor_id, wait), self.loop)
         )

@@ -22,6 +22,7 @@ from typing import Any
 
 from parl_remote import _cluster
 from parl_remote._config import ensure_token, load_token, parl_home, settings, token_path
+from parl_remote._drivers import request
 from parl_remote._exceptions import ClusterError, RemoteError
 from parl_remote._transport import SyncConnection
 from parl_remote._util import outward_ip, read_json, write_json_atomic
@@ -61,11 +62,8 @@ def _request(
     )
     try:
         conn.sock.settimeout(timeout)
-        conn.send(msg_for_id(1))
-        while True:
-            msg, _ = conn.receive()
-            if getattr(msg, "request_id", None) == 1:
-                return msg
+        reply, _ = request(conn, msg_for_id(1))
+        return reply
     finally:
         conn.close()
 

@@ -25,6 +25,7 @@ Who sends what:
 
 from __future__ import annotations
 
+import enum
 from typing import Any, Literal
 
 import msgspec
@@ -47,11 +48,13 @@ __all__ = [
     "Assign",
     "Assigned",
     "Call",
+    "CallKind",
     "Challenge",
     "CreateActor",
     "CreateFailed",
     "CreateFailedKind",
     "Error",
+    "ErrorKind",
     "Hello",
     "HostReady",
     "Init",
@@ -130,13 +133,32 @@ class Ready(_Msg):
     pid: int
 
 
+class CallKind(enum.IntEnum):
+    """What a `Call` does with `name` on the actor."""
+
+    METHOD = 0
+    """Call the method: `payload` pickles `(args, kwargs)`."""
+    GETATTR = 1
+    """Read the attribute: `payload` pickles None."""
+    SETATTR = 2
+    """Write the attribute: `payload` pickles the value."""
+
+
+ErrorKind = Literal["raised", "attribute", "serialize", "error"]
+"""Why an `Error` came back: the user's code raised (`payload` pickles the exception when it
+can), no such attribute, a value could not be pickled or unpickled, or the runtime refused."""
+
+CreateFailedKind = Literal["resource", "error"]
+"""Why a `CreateFailed` came back: no slot within the wait, or anything else."""
+
+
 class Call(_Msg):
-    """Run `name` on the actor: a method (kind 0), getattr (1) or setattr (2)."""
+    """Run `name` on the actor, as `kind` says."""
 
     id: int
     name: str
     payload: bytes
-    kind: int = 0
+    kind: CallKind = CallKind.METHOD
 
 
 class Result(_Msg):
@@ -150,7 +172,7 @@ class Error(_Msg):
     """Call `id` (or `Init`, id 0) failed; `payload` pickles the exception when it can."""
 
     id: int
-    kind: str
+    kind: ErrorKind
     type_name: str
     message: str
     traceback: str = ""
@@ -204,7 +226,7 @@ class CreateFailed(_Msg):
     """No actor: `kind` is "resource" (no slot in time) or "error"."""
 
     request_id: int
-    kind: str
+    kind: CreateFailedKind
     reason: str
 
 
@@ -439,9 +461,6 @@ ActorStateName = Literal["starting", "idle", "busy", "dead"]
 
 ActorQueryState = Literal["starting", "idle", "busy", "dead", "unknown"]
 """What `ActorState` answers: an actor's state, or "unknown" when the master never knew it."""
-
-CreateFailedKind = Literal["resource", "error"]
-"""Why `CreateFailed`: no slot within the wait ("resource"), or the actor could not start."""
 
 encoder = msgspec.msgpack.Encoder()
 decoder = msgspec.msgpack.Decoder(Message)

@@ -1,0 +1,433 @@
+"""`@parl.remote_class` and actor handles: method names bound to the call drivers.
+
+`remote_class(cls)` returns a proxy class with the same name and methods. Instantiating it
+places an actor in the cluster and returns a *blocking handle*: `actor.add(1, 2)` runs on the
+actor and returns the result. `actor.aio` is the *awaitable handle* of the same actor (`await
+actor.aio.add(1, 2)`), and `await Actor.aio(...)` creates one from async code; `handle.sync`
+goes back. With `wait=False`, blocking-handle methods return a `RemoteFuture` instead of
+waiting.
+
+All handles of one actor share one `_ActorRef`: the actor's call core and its drivers (the
+blocking one; a pipelined one per event loop that used it). Handles only bind names to them:
+blocking methods to `BlockingDriver.call`, awaitable ones to `PipelinedDriver.acall`, future
+mode to the client loop's pipelined driver. The actor lives as long as some handle (or a bound
+method of one, or a call in flight) does: when the last goes, the ref's finalizer frees the
+actor and its CPU slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from parl_remote import _serialize as ser
+from parl_remote._call_core import ActorCore, init_payload
+from parl_remote._client import Client, current_client
+from parl_remote._config import settings
+from parl_remote._drivers import BlockingDriver, PipelinedDriver, RemoteFuture
+from parl_remote.protocol import messages as m
+
+__all__ = ["ActorHandle", "AsyncActorHandle", "remote_class"]
+
+METHOD, GETATTR, SETATTR = m.CallKind.METHOD, m.CallKind.GETATTR, m.CallKind.SETATTR
+_RESERVED = ("aio", "sync")
+
+
+# -- class specs ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _MethodSpec:
+    name: str
+    is_async: bool
+    signature: inspect.Signature | None
+
+
+@dataclass(frozen=True)
+class _ClassSpec:
+    cls: type
+    name: str
+    methods: dict[str, _MethodSpec]
+    wait: bool
+    max_memory_mb: float
+    n_gpu: int
+
+
+def _method_specs(cls: type) -> dict[str, _MethodSpec]:
+    specs = {}
+    for name, static in inspect.getmembers_static(cls):
+        if name.startswith("__") and name.endswith("__"):
+            continue
+        if isinstance(static, staticmethod | classmethod):
+            func = getattr(cls, name)
+            drop_first = False
+        elif inspect.isfunction(static):
+            func = static
+            drop_first = True
+        else:
+            continue
+        try:
+            sig = inspect.signature(func)
+            if drop_first:
+                params = list(sig.parameters.values())[1:]
+                sig = sig.replace(parameters=params)
+        except (TypeError, ValueError):
+            sig = None
+        specs[name] = _MethodSpec(name, inspect.iscoroutinefunction(func), sig)
+    return specs
+
+
+def _check_reserved(cls: type) -> None:
+    for klass in cls.__mro__[:-1]:  # everything but object
+        for name in vars(klass):
+            if name in _RESERVED or name.startswith("_parl_"):
+                raise TypeError(
+                    f"{cls.__qualname__} defines {name!r} (in {klass.__qualname__}), a name that "
+                    f"@parl.remote_class reserves for its handles ({', '.join(_RESERVED)} and "
+                    "_parl_*); rename it"
+                )
+
+
+# -- the shared reference to one actor --------------------------------------------------------
+class _ActorRef:
+    """One actor as all its handles share it: its call core and drivers, freed with the last."""
+
+    def __init__(self, client: Client, spec: _ClassSpec, assigned: m.ActorAssigned) -> None:
+        self.client = client
+        self.spec = spec
+        self.class_name = spec.name
+        self.actor_id = assigned.actor_id
+        self.host, self.port, self.pid = assigned.host, assigned.port, assigned.pid
+        self.core = ActorCore(spec.name, assigned)
+        self.blocking = BlockingDriver(self.core, client)
+        self.drivers: dict[asyncio.AbstractEventLoop, PipelinedDriver] = {}  # one per loop
+        self.lock = threading.Lock()
+        client.refs[self.actor_id] = self
+        self.release = weakref.finalize(
+            self, _release, client, self.actor_id, self.blocking, self.drivers, self.lock
+        )
+
+    def __repr__(self) -> str:
+        return repr(self.core)
+
+    def mark_dead(self, reason: str) -> None:
+        """The actor is gone: wake every waiting call (called from the client's loop)."""
+        self.core.mark_dead(reason)
+        self.close_connections(wake_only=True)
+
+    def close_connections(self, wake_only: bool = False) -> None:
+        """Close every connection to the actor (or only wake the calls waiting on them)."""
+        _close_all(self.blocking, self.drivers, self.lock, wake_only)
+
+    def pipelined(self, loop: asyncio.AbstractEventLoop) -> PipelinedDriver:
+        """The pipelined driver of `loop` (the running one), made on first use."""
+        driver = self.drivers.get(loop)
+        if driver is None:
+            with self.lock:
+                for old in [lp for lp in self.drivers if lp.is_closed()]:
+                    del self.drivers[old]
+                driver = PipelinedDriver(self.core, self.client, self, self.drivers, self.lock)
+                self.drivers[loop] = driver
+        return driver
+
+    def acall(self, kind: m.CallKind, name: str, args: tuple, kwargs: dict) -> asyncio.Future:
+        """An awaitable call, sent now on the running loop's pipelined connection."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise TypeError(
+                f"{self.class_name} handle.aio.{name}(...) needs a running event loop: await it in "
+                f"async code, or call handle.{name}(...) in plain code"
+            ) from None
+        return self.pipelined(loop).acall(kind, name, args, kwargs)
+
+    def call_future(self, kind: m.CallKind, name: str, args: tuple, kwargs: dict) -> RemoteFuture:
+        """A future-mode call: sent in order on the client's loop, waited for with `get()`."""
+        future = RemoteFuture(self, name)
+        if self.core.dead is not None:
+            future.fail(self.core.died_error())
+            return future
+        msg, buffers = self.core.call(kind, name, args, kwargs, copy=True)
+        self.client.run_soon(self._submit, msg, buffers, future)
+        return future
+
+    def _submit(self, msg: m.Call, buffers: list, future: RemoteFuture) -> None:
+        self.pipelined(self.client.loop).submit(msg, buffers, future)
+
+
+def _close_all(
+    blocking: BlockingDriver,
+    drivers: dict[asyncio.AbstractEventLoop, PipelinedDriver],
+    lock: threading.Lock,
+    wake_only: bool = False,
+) -> None:
+    blocking.close(wake_only=wake_only)
+    with lock:
+        now = list(drivers.items())
+    for loop, driver in now:
+        if not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop stopped meanwhile
+                loop.call_soon_threadsafe(driver.close)
+
+
+def _release(
+    client: Client, actor_id: str, blocking: BlockingDriver, drivers: dict, lock: threading.Lock
+) -> None:
+    """Finalizer of an `_ActorRef`: close its connections and free the actor."""
+    _close_all(blocking, drivers, lock)
+    client.release(actor_id)
+
+
+# -- handles ---------------------------------------------------------------------------------
+class _AioAccess:
+    """`Actor.aio(...)` creates an actor from async code; `actor.aio` is its awaitable handle."""
+
+    def __get__(self, handle: Any, owner: type) -> Any:
+        if handle is None:
+            return functools.partial(_acreate, owner)
+        twin = handle._parl_aio
+        if twin is None:
+            twin = owner._parl_async_cls._parl_wrap(handle._parl_ref)
+            object.__setattr__(handle, "_parl_aio", twin)
+        return twin
+
+
+class _SyncAccess:
+    """`handle.sync`: the blocking handle of the same actor."""
+
+    def __get__(self, handle: Any, owner: type) -> Any:
+        if handle is None:
+            raise TypeError(
+                f"{owner.__name__}.sync is not a constructor: create actors with "
+                f"{owner.__name__}(...) (blocking) or await {owner.__name__}.aio(...) (async)"
+            )
+        if isinstance(handle, ActorHandle):
+            return handle
+        return owner._parl_sync_cls._parl_wrap(handle._parl_ref)
+
+
+class ActorHandle:
+    """Base of the blocking handles `@parl.remote_class` generates (one subclass per class)."""
+
+    __slots__ = ("_parl_aio", "_parl_ref")
+    _parl_spec: _ClassSpec
+    _parl_async_cls: type
+    _parl_sync_cls: type
+    _original: type
+    aio = _AioAccess()
+    sync = _SyncAccess()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        object.__setattr__(self, "_parl_aio", None)
+        object.__setattr__(self, "_parl_ref", _create(type(self)._parl_spec, args, kwargs))
+
+    @classmethod
+    def _parl_wrap(cls, ref: _ActorRef) -> Any:
+        handle = object.__new__(cls)
+        object.__setattr__(handle, "_parl_aio", None)
+        object.__setattr__(handle, "_parl_ref", ref)
+        return handle
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_parl_") or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(name)
+        return self._parl_ref.blocking.call(GETATTR, name, (), {})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_parl_"):
+            raise AttributeError(f"{name!r} is internal to the actor handle")
+        self._parl_ref.blocking.call(SETATTR, name, (value,), {})
+
+    def __repr__(self) -> str:
+        return f"<{self._parl_ref!r}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"an actor handle ({self._parl_ref!r}) cannot be pickled or sent to another process"
+        )
+
+
+class AsyncActorHandle:
+    """Base of the awaitable handles: every method returns an awaitable of the result."""
+
+    __slots__ = ("_parl_ref",)
+    _parl_spec: _ClassSpec
+    _parl_async_cls: type
+    _parl_sync_cls: type
+    _original: type
+    sync = _SyncAccess()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(
+            f"create actors with `await {type(self).__name__}.aio(...)` in async code, or "
+            f"`{type(self).__name__}(...)` in plain code"
+        )
+
+    @classmethod
+    def _parl_wrap(cls, ref: _ActorRef) -> Any:
+        handle = object.__new__(cls)
+        object.__setattr__(handle, "_parl_ref", ref)
+        return handle
+
+    @property
+    def aio(self) -> AsyncActorHandle:
+        """This handle itself."""
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_parl_") or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(name)
+        return self._parl_ref.acall(GETATTR, name, (), {})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise TypeError(
+            f"set actor attributes through the blocking handle: `handle.sync.{name} = value` "
+            "(an assignment cannot be awaited)"
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            "`actor.aio` is the awaitable handle of an existing actor: call its methods with "
+            "`await actor.aio.method(...)`; to create an actor from async code use "
+            "`await ClassName.aio(...)`"
+        )
+
+    def __repr__(self) -> str:
+        return f"<awaitable {self._parl_ref!r}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"an actor handle ({self._parl_ref!r}) cannot be pickled or sent to another process"
+        )
+
+
+def _create(spec: _ClassSpec, args: tuple, kwargs: dict) -> _ActorRef:
+    client = current_client()
+    payload, buffers = init_payload(spec.cls, spec.name, args, kwargs)
+    assigned = client.create_actor(
+        spec.name, spec.n_gpu, spec.max_memory_mb, settings.resource_wait_s
+    )
+    ref = _ActorRef(client, spec, assigned)
+    try:
+        ref.blocking.create(payload, buffers, client.bundle.data())
+    except BaseException:
+        ref.release()
+        raise
+    return ref
+
+
+async def _acreate(proxy_cls: type, *args: Any, **kwargs: Any) -> AsyncActorHandle:
+    spec = proxy_cls._parl_spec
+    client = current_client()
+    payload, buffers = init_payload(spec.cls, spec.name, args, kwargs)
+    assigned = await client.acreate_actor(
+        spec.name, spec.n_gpu, spec.max_memory_mb, settings.resource_wait_s
+    )
+    ref = _ActorRef(client, spec, assigned)
+    try:
+        driver = ref.pipelined(asyncio.get_running_loop())
+        await driver.acreate(payload, buffers, client.bundle.data())
+    except BaseException:
+        ref.release()
+        raise
+    return proxy_cls._parl_async_cls._parl_wrap(ref)
+
+
+def _sync_method(spec: _MethodSpec, wait: bool) -> Any:
+    name = spec.name
+    if wait:
+
+        def method(self: ActorHandle, /, *args: Any, **kwargs: Any) -> Any:
+            return self._parl_ref.blocking.call(METHOD, name, args, kwargs)
+    else:
+
+        def method(self: ActorHandle, /, *args: Any, **kwargs: Any) -> Any:
+            return self._parl_ref.call_future(METHOD, name, args, kwargs)
+
+    return method
+
+
+def _async_method(spec: _MethodSpec) -> Any:
+    name = spec.name
+
+    def method(self: AsyncActorHandle, /, *args: Any, **kwargs: Any) -> Any:
+        return self._parl_ref.acall(METHOD, name, args, kwargs)
+
+    return method
+
+
+def _decorate(method: Any, cls: type, spec: _MethodSpec) -> Any:
+    original = inspect.getattr_static(cls, spec.name)
+    func = getattr(original, "__func__", original)
+    method.__name__ = spec.name
+    method.__qualname__ = f"{cls.__qualname__}.{spec.name}"
+    method.__doc__ = getattr(func, "__doc__", None)
+    method.__module__ = cls.__module__
+    if spec.signature is not None:
+        self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+        method.__signature__ = spec.signature.replace(
+            parameters=[self_param, *spec.signature.parameters.values()]
+        )
+    return method
+
+
+def remote_class(
+    cls: type | None = None,
+    *,
+    wait: bool = True,
+    max_memory: float | None = None,
+    n_gpu: int = 0,
+) -> Any:
+    """Make instances of `cls` live in the cluster; calls look like ordinary method calls.
+
+    Use as `@parl.remote_class` or `@parl.remote_class(wait=False, max_memory=MB, n_gpu=k)`.
+
+    Args:
+        cls: the class to decorate.
+        wait: True: blocking calls return results. False: they return a `RemoteFuture`
+            (PARL's future mode), in the order the calls were made.
+        max_memory: the actor's memory limit in MB; over it, the actor is stopped and its
+            caller gets `RemoteActorDiedError` saying so.
+        n_gpu: GPUs the actor needs, all on one worker; it runs with `CUDA_VISIBLE_DEVICES` set
+            to exactly those.
+
+    Returns:
+        A class of the same name: `Actor(...)` creates a blocking handle, `await
+        Actor.aio(...)` an awaitable one, `Actor._original` is the plain class.
+    """
+    if cls is None:
+        return functools.partial(remote_class, wait=wait, max_memory=max_memory, n_gpu=n_gpu)
+    if not inspect.isclass(cls):
+        raise TypeError(f"@parl.remote_class decorates a class, not {ser.describe(cls)}")
+    if isinstance(cls, type) and issubclass(cls, ActorHandle | AsyncActorHandle):
+        raise TypeError(f"{cls.__name__} is already a remote class")
+    if max_memory is not None and not max_memory > 0:
+        raise ValueError(f"remote_class: {max_memory=} must be a positive number of MB")
+    if not isinstance(n_gpu, int) or n_gpu < 0:
+        raise ValueError(f"remote_class: {n_gpu=} must be a non-negative integer")
+    _check_reserved(cls)
+    spec = _ClassSpec(cls, cls.__name__, _method_specs(cls), wait, float(max_memory or 0.0), n_gpu)
+    common = {
+        "__slots__": (),
+        "__module__": cls.__module__,
+        "__doc__": cls.__doc__,
+        "_parl_spec": spec,
+        "_original": cls,
+    }
+    sync_ns = dict(
+        common, **{n: _decorate(_sync_method(s, wait), cls, s) for n, s in spec.methods.items()}
+    )
+    async_ns = dict(
+        common, **{n: _decorate(_async_method(s), cls, s) for n, s in spec.methods.items()}
+    )
+    sync_cls = type(cls.__name__, (ActorHandle,), sync_ns)
+    async_cls = type(cls.__name__, (AsyncActorHandle,), async_ns)
+    sync_cls.__qualname__ = async_cls.__qualname__ = cls.__qualname__
+    for proxy in (sync_cls, async_cls):
+        proxy._parl_sync_cls = sync_cls
+        proxy._parl_async_cls = async_cls
+    return sync_cls
