@@ -133,7 +133,7 @@ def _importable(cls: type) -> Iterator[None]:
     if getattr(sys.modules.get(name), cls.__name__, None) is cls:
         yield
         return
-    namespace = getattr(cls.__init__, "__globals__", {})
+    namespace = getattr(vars(cls).get("__init__"), "__globals__", {})
     if namespace.get(cls.__name__) is not cls:
         yield
         return
