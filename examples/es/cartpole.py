@@ -51,11 +51,10 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from tqdm import tqdm
 
 import parl
 from parl.evo import ESAgent, SamplingInfo
-from parl.utils import logger, parse_args, summary
+from parl.utils import logger, parse_args, progress_bar, summary
 
 
 @dataclass
@@ -253,7 +252,7 @@ async def train(args: Args, n_actors: int) -> dict:
     best: float | None = None
     reached_at, generation = None, 0
     start = time.perf_counter()
-    bar = tqdm(range(1, args.generations + 1), desc="generations", unit="gen")
+    bar = progress_bar(range(1, args.generations + 1), desc="generations", unit="gen")
     for generation in bar:
         rewards, steps = await run_generation(agent, actors, key_rng, args.chunk_size)
         env_steps += steps

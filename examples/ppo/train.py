@@ -13,6 +13,7 @@ agent and a learning curve into `--logdir`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import gymnasium as gym
 
@@ -32,7 +33,7 @@ class Args(OnPolicyArgs):
     """Let the learning rate and the clip range fall linearly to zero over --total-steps."""
     gamma: float = 0.98
     gae_lambda: float = 0.8
-    variant: str = "clip"
+    variant: Literal["clip", "kl"] = "clip"
     """'clip' (clipped surrogate) or 'kl' (adaptive KL penalty)."""
     clip_coef: float = 0.2
     """Clip range of the surrogate objective."""

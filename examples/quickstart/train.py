@@ -21,11 +21,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 import parl
 from parl.algorithms import PolicyGradient
-from parl.utils import logger, parse_args, summary
+from parl.utils import logger, parse_args, progress_bar, require, summary
+
+PLOT_INSTALL = "pip install matplotlib"
 
 
 @dataclass
@@ -123,8 +124,7 @@ def run_evaluate_episodes(agent: CartpoleAgent, env: gym.Env, episodes: int) -> 
 def save_learning_curve(
     path: str, train: list[tuple[int, float]], evals: list[tuple[int, float]]
 ) -> None:
-    import matplotlib
-
+    matplotlib = require("matplotlib", PLOT_INSTALL, purpose="the learning curve")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -151,6 +151,7 @@ def main(args: Args) -> dict:
     np.random.seed(args.seed)
     logger.set_dir(args.logdir)
     summary.set_dir(args.logdir)
+    require("matplotlib", PLOT_INSTALL, purpose="the learning curve")  # before, not after, training
     logger.info("quickstart: %s", args)
 
     env = gym.make("CartPole-v1")
@@ -170,7 +171,7 @@ def main(args: Args) -> dict:
     start = time.perf_counter()
     best = -np.inf
     reached_at = None
-    bar = tqdm(range(1, args.train_episodes + 1), desc="episodes", unit="ep")
+    bar = progress_bar(range(1, args.train_episodes + 1), desc="episodes", unit="ep")
     for episode in bar:
         obs, actions, rewards = run_train_episode(
             agent, env, seed=args.seed if episode == 1 else None

@@ -11,6 +11,7 @@ import os
 import tempfile
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -54,11 +55,11 @@ class Agent:
         raise NotImplementedError(f"{type(self).__name__} does not implement learn()")
 
     # -- weights and modes ---------------------------------------------------------------------
-    def get_weights(self) -> dict:
+    def get_weights(self) -> dict[str, np.ndarray]:
         """Return the weights of the algorithm's main model (numpy arrays)."""
         return self.alg.get_weights()
 
-    def set_weights(self, weights: dict) -> None:
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
         """Load weights into the algorithm's main model."""
         self.alg.set_weights(weights)
 
@@ -83,7 +84,7 @@ class Agent:
         return torch.device("cpu")
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def save(self, save_path: str | os.PathLike, model: nn.Module | None = None) -> None:
+    def save(self, save_path: str | os.PathLike[str], model: nn.Module | None = None) -> None:
         """Save a checkpoint to `save_path`, atomically (a crash never leaves half a file).
 
         With no `model`, the checkpoint holds the whole training state: every model, optimizer
@@ -102,7 +103,7 @@ class Agent:
 
     def restore(
         self,
-        save_path: str | os.PathLike,
+        save_path: str | os.PathLike[str],
         model: nn.Module | None = None,
         map_location: Any = None,
     ) -> None:

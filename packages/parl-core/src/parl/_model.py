@@ -7,7 +7,7 @@ other side, and copied between models with `sync_weights_to` for target networks
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import torch
@@ -107,7 +107,7 @@ class Model(nn.Module):
                 torch._foreach_lerp_(float_dst, float_src, 1.0 - decay)
 
 
-def _check_same_keys(expected, given, where: str) -> None:
+def _check_same_keys(expected: Iterable[str], given: Iterable[str], where: str) -> None:
     missing = sorted(set(expected) - set(given))
     unexpected = sorted(set(given) - set(expected))
     if missing or unexpected:

@@ -6,6 +6,8 @@
 - `PrioritizedReplayMemory`: a `ReplayMemory` sampled in proportion to TD-error priorities.
 - `machine_info`: CPU and GPU counts, the machine's address, a free TCP port.
 - `parse_args`: a command line from a `@dataclass` of settings (the examples' `Args`).
+- `require`, `optional_import`, `progress_bar`: optional packages fail early with the command
+  that installs them, or degrade with one warning.
 
 None of these import torch.
 """
@@ -19,6 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from parl.utils import machine_info, summary
     from parl.utils._args import parse_args
     from parl.utils._logger import logger
+    from parl.utils._optional import optional_import, progress_bar, require
     from parl.utils._prioritized_replay_memory import PrioritizedReplayMemory
     from parl.utils._replay_memory import ReplayMemory
 
@@ -27,7 +30,10 @@ __all__ = [
     "ReplayMemory",
     "logger",
     "machine_info",
+    "optional_import",
     "parse_args",
+    "progress_bar",
+    "require",
     "summary",
 ]
 
@@ -39,7 +45,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ReplayMemory": ("parl.utils._replay_memory", "ReplayMemory"),
     "logger": ("parl.utils._logger", "logger"),
     "machine_info": ("parl.utils.machine_info", None),
+    "optional_import": ("parl.utils._optional", "optional_import"),
     "parse_args": ("parl.utils._args", "parse_args"),
+    "progress_bar": ("parl.utils._optional", "progress_bar"),
+    "require": ("parl.utils._optional", "require"),
     "summary": ("parl.utils.summary", None),
 }
 

@@ -7,61 +7,147 @@ Examples declare their settings once, as a dataclass whose fields carry a docstr
     class Args:
         seed: int = 1
         \"\"\"Seed of everything.\"\"\"
+        variant: Literal["clip", "kl"] = "clip"
+        \"\"\"Which PPO objective.\"\"\"
 
     args = parse_args(Args)
+
+The command line is built by tyro, so a field may be any type tyro understands: `Literal`
+choices (checked, the allowed values in the error), tuples (`--hidden 64 64`), nested
+dataclasses (`--optim.lr 0.01`), `X | None` (`--target none`). `--config FILE` reads settings
+from a TOML file first; flags on the same command line override it.
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
+import contextlib
 import dataclasses
-import inspect
-import itertools
 import sys
-import textwrap
+import tomllib
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 __all__ = ["parse_args"]
 
 T = TypeVar("T")
 
-
-def _field_docs(cls: type) -> dict[str, str]:
-    """Map each field to the string literal that follows its definition in the class body."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError, SyntaxError):
-        return {}
-    docs: dict[str, str] = {}
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-    for node, after in itertools.pairwise(body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            docs[node.target.id] = inspect.cleandoc(after.value.value)
-    return docs
+_CONFIG_HELP = (
+    "Settings can also come from a TOML file: --config FILE (keys are the field names, tables "
+    "the nested settings); flags on the same command line override the file."
+)
 
 
-def _converter(annotation: Any) -> tuple[Any, bool]:
-    """Return (callable that parses one value, whether None is allowed)."""
+def _field_types(cls: type) -> dict[str, Any]:
+    """Map each field of the dataclass `cls` to its resolved type annotation."""
+    hints = typing.get_type_hints(cls)
+    return {field.name: hints[field.name] for field in dataclasses.fields(cls)}
+
+
+def _is_optional(annotation: Any) -> bool:
     origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return _converter(args[0])[0], True
-    if annotation in (int, float, str, bool):
-        return annotation, False
-    raise TypeError(
-        f"parse_args: unsupported field type {annotation!r}; use int, float, str or bool"
-    )
+    return origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(annotation)
+
+
+def _optional_flags(cls: type, prefix: str = "--") -> set[str]:
+    """The flags of `cls`'s fields typed `X | None`, nested dataclasses included."""
+    flags: set[str] = set()
+    for name, annotation in _field_types(cls).items():
+        flag = prefix + name.replace("_", "-")
+        if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+            flags |= _optional_flags(annotation, flag + ".")
+        elif _is_optional(annotation):
+            flags.add(flag)
+    return flags
+
+
+def _lowercase_none(argv: Sequence[str], optional: set[str]) -> list[str]:
+    """Accept `none` (as well as tyro's `None`) as the value of an `X | None` flag."""
+    out: list[str] = []
+    for token in argv:
+        flag, eq, value = token.partition("=")
+        if eq and flag in optional and value.lower() == "none":
+            token = f"{flag}=None"
+        elif out and out[-1] in optional and token.lower() == "none":
+            token = "None"
+        out.append(token)
+    return out
+
+
+def _split_config(argv: Sequence[str]) -> tuple[list[str], str | None]:
+    """Take `--config FILE` (or `--config=FILE`) out of `argv`."""
+    rest: list[str] = []
+    path: str | None = None
+    tokens = iter(argv)
+    for token in tokens:
+        if token == "--config":
+            path = next(tokens, None)
+            if path is None:
+                raise SystemExit("error: --config needs a FILE (a TOML file of settings)")
+        elif token.startswith("--config="):
+            path = token.removeprefix("--config=")
+        else:
+            rest.append(token)
+    return rest, path
+
+
+def _config_flags(
+    cls: type, table: Mapping[str, Any], source: str, prefix: str = "--"
+) -> list[str]:
+    """Turn a TOML table of settings into the flags that say the same, checking every key."""
+    types_by_name = _field_types(cls)
+    flags: list[str] = []
+    for key, value in table.items():
+        name = key.replace("-", "_")
+        if name not in types_by_name:
+            raise SystemExit(
+                f"error: {source}: unknown setting {key!r} for {cls.__name__}; "
+                f"known settings: {', '.join(sorted(types_by_name))}"
+            )
+        flag = prefix + name.replace("_", "-")
+        annotation = types_by_name[name]
+        if isinstance(value, dict):
+            if not (dataclasses.is_dataclass(annotation) and isinstance(annotation, type)):
+                raise SystemExit(f"error: {source}: {key!r} is a table, but not nested settings")
+            flags += _config_flags(annotation, value, source, flag + ".")
+        elif isinstance(value, bool):
+            flags.append(flag if value else prefix + "no-" + flag.removeprefix(prefix))
+        elif isinstance(value, list):
+            flags += [flag, *(str(item) for item in value)]
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+@contextlib.contextmanager
+def _importable(cls: type) -> Iterator[None]:
+    """Make `cls`'s module importable while parsing, where it was run with `runpy.run_path`.
+
+    Type hints (`Literal[...]` in a script with `from __future__ import annotations`) and field
+    docstrings are found through `sys.modules[cls.__module__]`, which `runpy.run_path` removes
+    once the script has run; the dataclass's generated `__init__` still holds the script's
+    namespace, which stands in for the module meanwhile.
+    """
+    name = cls.__module__
+    if getattr(sys.modules.get(name), cls.__name__, None) is cls:
+        yield
+        return
+    namespace = getattr(vars(cls).get("__init__"), "__globals__", {})
+    if namespace.get(cls.__name__) is not cls:
+        yield
+        return
+    module = types.ModuleType(name)
+    module.__dict__.update(namespace)
+    previous = sys.modules.get(name)
+    sys.modules[name] = module
+    try:
+        yield
+    finally:
+        if previous is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = previous
 
 
 def parse_args(
@@ -69,51 +155,56 @@ def parse_args(
 ) -> T:
     """Build `cls` (a dataclass) from command-line flags: field `lr` is set with `--lr 0.01`.
 
-    Booleans take `--flag` / `--no-flag`; fields typed `X | None` also accept `none`. The
-    field's docstring and default are its `--help` text; fields inherited from a dataclass base
-    keep the docstrings written there. `description` defaults to the running
-    script's docstring.
+    Booleans take `--flag` / `--no-flag`; fields typed `X | None` also accept `none`;
+    `Literal` fields accept only their values; tuples take several values (`--hidden 64 64`);
+    a nested dataclass field `optim` gives flags `--optim.lr`. Each field's docstring and
+    default are its `--help` text (fields inherited from a dataclass base keep the docstrings
+    written there). `--config FILE` reads a TOML file of settings (keys are field names,
+    tables the nested dataclasses) before the other flags, which override it.
+
+    Args:
+        cls: The dataclass of settings.
+        argv: The arguments to parse (default: `sys.argv[1:]`).
+        description: The text at the top of `--help` (default: the running script's
+            docstring).
+
+    Returns:
+        An instance of `cls`.
+
+    Raises:
+        TypeError: `cls` is not a dataclass.
+        SystemExit: After `--help`, or a usage error, printed with what was wrong.
     """
-    if not dataclasses.is_dataclass(cls):
+    if not (dataclasses.is_dataclass(cls) and isinstance(cls, type)):
         raise TypeError(f"parse_args expects a dataclass, got {cls!r}")
+
+    if argv is None:
+        argv = sys.argv[1:]
     if description is None:
         description = getattr(sys.modules.get("__main__"), "__doc__", None)
-    parser = argparse.ArgumentParser(
-        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    hints = typing.get_type_hints(cls)
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):  # a subclass's docstring for a field wins
-        if dataclasses.is_dataclass(klass):
-            docs.update(_field_docs(klass))
-    for field in dataclasses.fields(cls):
-        flag = "--" + field.name.replace("_", "-")
-        default = field.default
-        if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
-            default = field.default_factory()
-        help_text = f"{docs.get(field.name, '')} (default: {default})".strip()
-        convert, optional = _converter(hints[field.name])
-        if convert is bool:
-            parser.add_argument(
-                flag,
-                action=argparse.BooleanOptionalAction,
-                default=default,
-                dest=field.name,
-                help=help_text,
-            )
-            continue
+    description = f"{description.rstrip()}\n\n{_CONFIG_HELP}" if description else _CONFIG_HELP
+    with _importable(cls):
+        return _parse(cls, argv, description)
 
-        def parse(text: str, convert=convert, optional=optional) -> Any:
-            if optional and text.lower() == "none":
-                return None
-            return convert(text)
 
-        parser.add_argument(
-            flag,
-            type=parse,
-            default=default,
-            dest=field.name,
-            help=help_text,
-            metavar=getattr(convert, "__name__", "VALUE").upper(),
-        )
-    return cls(**vars(parser.parse_args(argv)))
+def _parse(cls: type[T], argv: Sequence[str], description: str) -> T:
+    import tyro  # here, not at the top: `import parl.utils` stays cheap
+
+    optional = _optional_flags(cls)
+    rest, config_path = _split_config(argv)
+    prepend: list[str] = []
+    if config_path is not None:
+        try:
+            with open(config_path, "rb") as f:
+                table = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SystemExit(f"error: --config {config_path}: {exc}") from exc
+        prepend = _config_flags(cls, table, config_path)
+        try:  # the file's settings alone first, so that an error in them names the file
+            tyro.cli(cls, args=_lowercase_none(prepend, optional), description=description)
+        except SystemExit as exc:
+            if exc.code:
+                print(f"error: in --config {config_path}", file=sys.stderr)
+            raise
+    args = _lowercase_none([*prepend, *rest], optional)
+    return tyro.cli(cls, args=args, description=description)

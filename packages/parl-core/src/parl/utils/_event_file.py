@@ -9,6 +9,7 @@ scalars and histograms are encoded by hand here; the field numbers are those of 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 __all__ = ["crc32c", "encode_event", "encode_histogram", "encode_value", "frame_record"]
 
@@ -79,12 +80,18 @@ def _float_field(field: int, value: float) -> bytes:
     return _key(field, 5) + struct.pack("<f", value)
 
 
-def _packed_doubles(field: int, values) -> bytes:
+def _packed_doubles(field: int, values: Sequence[float]) -> bytes:
     return _bytes_field(field, struct.pack(f"<{len(values)}d", *values))
 
 
 def encode_histogram(
-    vmin: float, vmax: float, num: float, vsum: float, sum_squares: float, limits, counts
+    vmin: float,
+    vmax: float,
+    num: float,
+    vsum: float,
+    sum_squares: float,
+    limits: Sequence[float],
+    counts: Sequence[float],
 ) -> bytes:
     """Encode a `HistogramProto` (bucket `i` counts values in (limits[i-1], limits[i]])."""
     return b"".join(

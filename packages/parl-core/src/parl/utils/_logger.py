@@ -14,7 +14,7 @@ import os
 import shutil
 import sys
 import threading
-from typing import Any
+from typing import Any, TextIO
 
 __all__ = ["default_log_dir", "logger"]
 
@@ -47,14 +47,14 @@ class _Formatter(logging.Formatter):
         return line
 
 
-class _StdoutHandler(logging.StreamHandler):
+class _StdoutHandler(logging.StreamHandler[TextIO]):
     """Writes to whatever `sys.stdout` is at the time of each line (it may be replaced)."""
 
     def __init__(self) -> None:
         super().__init__()
 
     @property
-    def stream(self):  # type: ignore[override]
+    def stream(self) -> TextIO:
         return sys.stdout
 
     @stream.setter
@@ -114,7 +114,7 @@ class _Logger:
         self._ensure_configured().setLevel(level)
 
     # -- log directory -------------------------------------------------------------------------
-    def set_dir(self, dirname: str | os.PathLike) -> None:
+    def set_dir(self, dirname: str | os.PathLike[str]) -> None:
         """Also write every line to `dirname/log.log` (the directory is created if needed).
 
         The directory also becomes the default one of `parl.utils.summary`.

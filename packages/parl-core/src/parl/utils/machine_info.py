@@ -61,7 +61,8 @@ def get_ip_address() -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             s.connect(("10.255.255.255", 1))
-            return s.getsockname()[0]
+            address: str = s.getsockname()[0]
+            return address
         except OSError:
             return "127.0.0.1"
 
@@ -70,7 +71,8 @@ def get_free_tcp_port(host: str = "127.0.0.1") -> int:
     """Return a TCP port that was free on `host` a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def is_port_available(port: int, host: str = "127.0.0.1") -> bool:

@@ -49,7 +49,7 @@ class SummaryWriter:
     _counter_lock = threading.Lock()
 
     def __init__(
-        self, logdir: str | os.PathLike, flush_secs: float = 10.0, filename_suffix: str = ""
+        self, logdir: str | os.PathLike[str], flush_secs: float = 10.0, filename_suffix: str = ""
     ) -> None:
         self.logdir = os.fspath(logdir)
         os.makedirs(self.logdir, exist_ok=True)
@@ -156,7 +156,7 @@ _dir: str | None = None
 _lock = threading.Lock()
 
 
-def set_dir(logdir: str | os.PathLike) -> None:
+def set_dir(logdir: str | os.PathLike[str]) -> None:
     """Send later `add_*` calls to a new event file in `logdir`."""
     global _writer, _dir
     with _lock:
