@@ -35,7 +35,9 @@ def cluster():
 
 
 def shm_names() -> set[str]:
-    return set(os.listdir("/dev/shm"))
+    """This process's shared-memory segments (other test processes make their own meanwhile)."""
+    mine = f"parl-sampler-{os.getpid()}-"
+    return {name for name in os.listdir("/dev/shm") if name.startswith(mine)}
 
 
 def wait_until(predicate, timeout: float = 30.0, what: str = "condition"):
