@@ -25,7 +25,7 @@ Writes a TensorBoard summary, the learner's agent and a learning curve into `--l
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -132,7 +132,7 @@ def main(args: Args) -> dict:
             run.record(env_steps, episodes, stats)
             run.maybe_evaluate(agent.predict)
         del actors  # frees the actors and their CPU slots
-    return run.finish(agent)
+    return asdict(run.finish(agent))
 
 
 if __name__ == "__main__":

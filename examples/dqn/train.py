@@ -15,7 +15,7 @@ into `--logdir`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import gymnasium as gym
 import torch
@@ -89,11 +89,15 @@ def main(args: Args) -> dict:
         n_actions,
         eps_end=args.eps_end,
         eps_decay_steps=decay,
-        beta_steps=args.total_steps * args.gradient_steps // args.train_freq,
         seed=args.seed,
     )
-    memory_cls = PrioritizedReplayMemory if args.prioritized else ReplayMemory
-    memory = memory_cls(args.buffer_size, obs_dim, 0, seed=args.seed)
+    if args.prioritized:
+        updates = args.total_steps * args.gradient_steps // args.train_freq
+        memory = PrioritizedReplayMemory(
+            args.buffer_size, obs_dim, 0, beta_steps=max(updates, 1), seed=args.seed
+        )
+    else:
+        memory = ReplayMemory(args.buffer_size, obs_dim, 0, seed=args.seed)
 
     def after_step(step: int) -> None:
         if step % args.target_update_interval == 0:
@@ -102,7 +106,7 @@ def main(args: Args) -> dict:
             parl.utils.summary.add_scalar("rollout/epsilon", agent.epsilon, step)
 
     train_off_policy(run, env, agent, memory, args, after_step=after_step)
-    return run.finish(agent)
+    return asdict(run.finish(agent))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ learner's agent and a learning curve into `--logdir`.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -142,7 +142,7 @@ def main(args: Args) -> dict:
         parl.connect(args.address)
     agent = make_agent(args, eval_env.observation_space, eval_env.action_space)  # the learner's
     asyncio.run(learn_from_actors(run, agent, args))
-    return run.finish(agent)
+    return asdict(run.finish(agent))
 
 
 if __name__ == "__main__":
