@@ -403,13 +403,14 @@ def train_off_policy(
     agent's `sample` acts, and every `args.train_freq` steps the agent takes
     `args.gradient_steps` updates, `agent.learn(memory, args.batch_size)`. Transitions are
     stored with `terminal` set only on termination, so that time-limit truncations still
-    bootstrap. Stops after `args.total_steps` or when `run.done`.
+    bootstrap, and with the `truncated` flag that a `parl.utils.NStepAdder` in the memory's
+    place needs. Stops after `args.total_steps` or when `run.done`.
 
     Args:
         run: the `TrainingRun` that records episodes, statistics and evaluations.
         env: a single gymnasium environment.
         agent: has `sample(obs)`, `predict(obs)` and `learn(memory, batch_size)`.
-        memory: where transitions go.
+        memory: where transitions go (a replay memory or an `NStepAdder` in front of one).
         args: the schedule (`total_steps`, `learning_starts`, `train_freq`, `gradient_steps`,
             `batch_size`).
         after_step: called with the step count after each step (e.g. to sync a target network).
@@ -426,7 +427,7 @@ def train_off_policy(
         action = env.action_space.sample() if step <= args.learning_starts else agent.sample(obs)
         next_obs, reward, terminated, truncated, _ = env.step(action)
         stored = reward if reward_fn is None else reward_fn(reward)
-        memory.append(obs, action, stored, next_obs, terminated)
+        memory.append(obs, action, stored, next_obs, terminated, truncated)
         obs = env.reset()[0] if terminated or truncated else next_obs
         episodes = counter.step(reward, terminated or truncated)
         if step > args.learning_starts and step % args.train_freq == 0:

@@ -6,6 +6,7 @@
   a `Batch` (a NamedTuple: `obs, act, reward, next_obs, terminal`).
 - `PrioritizedReplayMemory`: a `ReplayMemory` sampled in proportion to TD-error priorities; it
   samples a `PrioritizedBatch` (a `Batch`'s fields plus `weights` and `indices`).
+- `NStepAdder`: folds single steps into n-step transitions on their way into a memory.
 - `machine_info`: CPU and GPU counts, the machine's address, a free TCP port.
 - `parse_args`: a command line from a `@dataclass` of settings (the examples' `Args`).
 
@@ -21,11 +22,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from parl.utils import machine_info, summary
     from parl.utils._args import parse_args
     from parl.utils._logger import logger
+    from parl.utils._n_step import NStepAdder
     from parl.utils._prioritized_replay_memory import PrioritizedBatch, PrioritizedReplayMemory
     from parl.utils._replay_memory import Batch, ReplayMemory
 
 __all__ = [
     "Batch",
+    "NStepAdder",
     "PrioritizedBatch",
     "PrioritizedReplayMemory",
     "ReplayMemory",
@@ -37,6 +40,7 @@ __all__ = [
 
 _LAZY: dict[str, tuple[str, str | None]] = {
     "Batch": ("parl.utils._replay_memory", "Batch"),
+    "NStepAdder": ("parl.utils._n_step", "NStepAdder"),
     "PrioritizedBatch": ("parl.utils._prioritized_replay_memory", "PrioritizedBatch"),
     "PrioritizedReplayMemory": (
         "parl.utils._prioritized_replay_memory",

@@ -165,10 +165,10 @@ class PrioritizedReplayMemory(ReplayMemory):
         self._priority = np.zeros(self.max_size, dtype=np.float64)
         self._max_priority = 1.0
 
-    def append(self, obs, act, reward, next_obs, terminal) -> None:
+    def append(self, obs, act, reward, next_obs, terminal, truncated: bool = False) -> None:
         """Store one transition with the largest priority seen so far (see `ReplayMemory`)."""
         pos = self._curr_pos
-        super().append(obs, act, reward, next_obs, terminal)
+        super().append(obs, act, reward, next_obs, terminal, truncated)
         self._set_priorities(pos, self._max_priority)
 
     def current_beta(self) -> float:

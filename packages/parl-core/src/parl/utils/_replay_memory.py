@@ -93,12 +93,13 @@ class ReplayMemory:
         self._curr_pos = 0
         self._rng = np.random.default_rng(seed)
 
-    def append(self, obs, act, reward, next_obs, terminal) -> None:
+    def append(self, obs, act, reward, next_obs, terminal, truncated: bool = False) -> None:
         """Store one transition.
 
         `terminal` is true only when the episode *terminated* (the MDP reached an end state);
         for a time-limit truncation store `terminal=False`, so that learning still bootstraps
-        from `next_obs`.
+        from `next_obs`. `truncated` changes nothing for a one-step transition; it is taken so
+        that a memory and an `NStepAdder` accept the same calls.
         """
         pos = self._curr_pos
         self.obs[pos] = obs
