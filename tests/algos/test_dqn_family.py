@@ -137,7 +137,7 @@ def test_n_step_discounts_the_bootstrap_by_gamma_to_the_n():
     assert stats.loss == pytest.approx(((y - q) ** 2).mean().item(), rel=1e-5)
 
 
-def test_c51_loss_is_the_cross_entropy_to_the_projected_target():
+def test_c51_loss_is_the_kl_divergence_from_the_projected_target():
     torch.manual_seed(0)
     obs, action, reward, next_obs, terminal = _batch()
     model = QNetwork(4, 2, (8,), n_atoms=5)
@@ -150,7 +150,8 @@ def test_c51_loss_is_the_cross_entropy_to_the_projected_target():
         m = categorical_projection(p, reward, 0.5 * (1 - terminal), support)
         log_p = model(obs).log_softmax(-1)[torch.arange(8), action]
     stats = alg.learn(obs, action, reward, next_obs, terminal)
-    np.testing.assert_allclose(stats.td_error, (-(m * log_p).sum(-1)).numpy(), rtol=1e-5)
+    kl = (torch.where(m > 0, m * m.log(), 0.0) - m * log_p).sum(-1)  # KL(m || p)
+    np.testing.assert_allclose(stats.td_error, kl.numpy(), rtol=1e-5, atol=1e-6)
     q = alg.predict(obs)
     assert q.shape == (8, 2) and q.min() >= -2 and q.max() <= 2
 
@@ -204,26 +205,22 @@ def test_noisy_learning_draws_new_noise_and_evaluation_is_deterministic():
     torch.testing.assert_close(alg.predict(obs), first)
 
 
-# Learning to a threshold: `examples/dqn/train.py` (the RL Baselines3 Zoo's CartPole settings)
-# with each member's flags, seed 1, in a fresh interpreter. Threshold: the mean return of the
-# last 10 training episodes reaches 195 on CartPole-v1 within 50k env steps.
+# Learning to a threshold: `examples/dqn/train.py` with each member's flags and a light
+# schedule (64-unit layers, 16 updates every 64 env steps after 500: about a minute on 2 quiet
+# cores), seed 1, in a fresh interpreter. Threshold: the mean return of the last 10 training
+# episodes reaches 195 on CartPole-v1 within 30k env steps (seeds 1-3 took 6-14k when measured).
+LIGHT = ["--hidden-size", "64", "--learning-starts", "500", "--train-freq", "64"]
+LIGHT += ["--gradient-steps", "16"]
+RAINBOW = ["--distributional", "c51", "--n-step", "3", "--dueling", "--noisy", "--prioritized"]
 LEARNING = {
-    "QRDQN": ["--distributional", "qr", "--n-atoms", "10", "--no-double"],
-    "Rainbow": [
-        "--distributional",
-        "c51",
-        "--n-step",
-        "3",
-        "--dueling",
-        "--noisy",
-        "--prioritized",
-    ],
+    "QRDQN": ["--distributional", "qr", "--n-atoms", "10", "--no-double", *LIGHT],
+    "Rainbow": [*RAINBOW, *LIGHT],
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(LEARNING))
-def test_reaches_195_on_cartpole_within_50k_steps(name, tmp_path):
+def test_reaches_195_on_cartpole_within_30k_steps(name, tmp_path):
     from tests.e2e.example_runner import run_example
 
     result = run_example(
@@ -233,7 +230,7 @@ def test_reaches_195_on_cartpole_within_50k_steps(name, tmp_path):
         "--seed",
         "1",
         "--total-steps",
-        "50000",
+        "30000",
         "--target-return",
         "195",
         "--stop-at-target",
@@ -243,5 +240,5 @@ def test_reaches_195_on_cartpole_within_50k_steps(name, tmp_path):
         str(tmp_path / "out"),
         timeout=280,
     )
-    assert result["reached_at"] is not None and result["reached_at"] <= 50_000, result
+    assert result["reached_at"] is not None and result["reached_at"] <= 30_000, result
     assert result["final_mean_return"] >= 195

@@ -47,7 +47,7 @@ class DQNStats:
     """Mean `Q(s, a)` of the batch's actions (the distribution's mean when distributional)."""
     td_error: np.ndarray
     """Per sample, what a prioritized replay memory takes as the new priority: `|y - Q(s, a)|`,
-    or the sample's distributional loss (C51's cross-entropy, QR-DQN's quantile Huber loss)."""
+    or the sample's distributional loss (C51's KL divergence, QR-DQN's quantile Huber loss)."""
 
 
 class DQN(parl.Algorithm):
@@ -60,7 +60,8 @@ class DQN(parl.Algorithm):
     C51's logits over the fixed `support` or QR-DQN's quantiles, and the greedy action is that
     of the largest mean. Exploration (epsilon-greedy) is the agent's, except with noisy
     networks, where each `learn` draws new noise for both networks and the agent acts greedily.
-    Paper links: this module's docstring.
+    Mnih et al. 2015, https://doi.org/10.1038/nature14236; each option's paper is linked in
+    this module's docstring and in the named variants'.
 
     Args:
         model: a `parl.Model` mapping observations to Q-values `(B, n_actions)`, or with
@@ -125,7 +126,8 @@ class DQN(parl.Algorithm):
         self.n_atoms = 1
         if distributional is not None:
             self.n_atoms = n_atoms or (51 if distributional == "c51" else 200)
-            check_positive(name, n_atoms=self.n_atoms - 1)
+            if self.n_atoms < 2:
+                raise ValueError(f"{name}: n_atoms={self.n_atoms} must be at least 2")
         if distributional == "c51":
             if not v_min < v_max:
                 raise ValueError(f"{name}: {v_min=} must be below {v_max=}")
@@ -196,7 +198,9 @@ class DQN(parl.Algorithm):
             if self.distributional == "c51":
                 m = categorical_projection(next_target.softmax(-1), reward, discount, self.support)
                 log_p = out.log_softmax(dim=-1)
-                elementwise = -(m * log_p).sum(dim=-1)  # cross-entropy to the projected target
+                # KL(m || p): the cross-entropy -sum m log p less the target's own entropy,
+                # which has no gradient but makes the priority zero where p matches m.
+                elementwise = (torch.special.xlogy(m, m) - m * log_p).sum(dim=-1)
                 q = (log_p.exp() * self.support).sum(dim=-1)
             else:
                 y = reward.unsqueeze(1) + discount.unsqueeze(1) * next_target
@@ -285,7 +289,8 @@ class C51(_Variant):
     Bellemare et al., "A distributional perspective on reinforcement learning", ICML 2017,
     https://arxiv.org/abs/1707.06887. `DQN(model, double=False, distributional="c51")`: the
     target distribution of `argmax_a E[Z_target(s', a)]` shifted by the reward, shrunk by the
-    discount and projected back onto the support (`functional.categorical_projection`).
+    discount and projected back onto the support (`functional.categorical_projection`); the
+    loss is the KL divergence from it (the paper's cross-entropy, less a constant).
 
     Args:
         model: a `parl.Model` returning logits `(B, n_actions, n_atoms)`, e.g.
@@ -320,8 +325,8 @@ class Rainbow(_Variant):
     https://arxiv.org/abs/1710.02298. `DQN(model, double=True, dueling=True, noisy=True,
     n_step=3, distributional="c51")`. The rest of the recipe is the data's: transitions go
     through `parl.utils.NStepAdder(memory, n_step=3, gamma=gamma)` into a
-    `parl.utils.PrioritizedReplayMemory`, whose priorities are the per-sample cross-entropies
-    (`DQNStats.td_error`); the agent acts greedily (the noise explores).
+    `parl.utils.PrioritizedReplayMemory`, whose priorities are the per-sample KL losses
+    (`DQNStats.td_error`), as the paper's; the agent acts greedily (the noise explores).
 
     Args:
         model: a `parl.Model` with a noisy dueling head returning logits, e.g.
