@@ -206,9 +206,10 @@ def test_noisy_learning_draws_new_noise_and_evaluation_is_deterministic():
 
 
 # Learning to a threshold: `examples/dqn/train.py` with each member's flags and a light
-# schedule (64-unit layers, 16 updates every 64 env steps after 500: about a minute on 2 quiet
-# cores), seed 1, in a fresh interpreter. Threshold: the mean return of the last 10 training
-# episodes reaches 195 on CartPole-v1 within 30k env steps (seeds 1-3 took 6-14k when measured).
+# schedule (64-unit layers, 16 updates every 64 env steps after 500), seed 1, in a fresh
+# interpreter. Threshold: the mean return of the last 10 training episodes reaches 195 on
+# CartPole-v1 within 30k env steps (seed 1: QR-DQN at 14.1k, Rainbow at 6.1k). About a minute
+# each on 2 quiet cores; 4-5 minutes when the machine ran 6 times more processes than cores.
 LIGHT = ["--hidden-size", "64", "--learning-starts", "500", "--train-freq", "64"]
 LIGHT += ["--gradient-steps", "16"]
 RAINBOW = ["--distributional", "c51", "--n-step", "3", "--dueling", "--noisy", "--prioritized"]
@@ -219,6 +220,7 @@ LEARNING = {
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", list(LEARNING))
 def test_reaches_195_on_cartpole_within_30k_steps(name, tmp_path):
     from tests.e2e.example_runner import run_example
@@ -238,7 +240,7 @@ def test_reaches_195_on_cartpole_within_30k_steps(name, tmp_path):
         "0",
         "--logdir",
         str(tmp_path / "out"),
-        timeout=280,
+        timeout=580,
     )
     assert result["reached_at"] is not None and result["reached_at"] <= 30_000, result
     assert result["final_mean_return"] >= 195
