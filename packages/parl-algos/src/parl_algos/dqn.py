@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 import parl
 from parl_algos._common import check_positive, clip_grad_norm
-from parl_algos.functional import categorical_projection, quantile_huber_loss, td_target
+from parl_algos.functional import categorical_projection, quantile_huber_loss
 from parl_algos.nets import DuelingHead, NoisyLinear, reset_noise
 
 __all__ = ["C51", "DDQN", "DQN", "DQNStats", "DuelingDQN", "QRDQN", "Rainbow"]
@@ -185,28 +185,9 @@ class DQN(parl.Algorithm):
             next_target = next_out[b, next_action]
         out = self._check_shape(self.model(obs))[b, action.long()]
 
-        if self.distributional is None:
-            y = td_target(reward, next_target, terminal, self.gamma**self.n_step)
-            q = out
-            if self.loss == "huber":
-                elementwise = F.smooth_l1_loss(q, y, reduction="none")
-            else:
-                elementwise = F.mse_loss(q, y, reduction="none")
-            priority = (y - q).abs()
-        else:
-            discount = self.gamma**self.n_step * (1.0 - terminal.to(reward.dtype))
-            if self.distributional == "c51":
-                m = categorical_projection(next_target.softmax(-1), reward, discount, self.support)
-                log_p = out.log_softmax(dim=-1)
-                # KL(m || p): the cross-entropy -sum m log p less the target's own entropy,
-                # which has no gradient but makes the priority zero where p matches m.
-                elementwise = (torch.special.xlogy(m, m) - m * log_p).sum(dim=-1)
-                q = (log_p.exp() * self.support).sum(dim=-1)
-            else:
-                y = reward.unsqueeze(1) + discount.unsqueeze(1) * next_target
-                elementwise = quantile_huber_loss(out, y, self.kappa)
-                q = out.mean(dim=-1)
-            priority = elementwise
+        discount = self.gamma**self.n_step * (1.0 - terminal.to(reward.dtype))
+        loss_fn = {None: self._td_loss, "c51": self._c51_loss, "qr": self._qr_loss}
+        elementwise, q, priority = loss_fn[self.distributional](out, reward, discount, next_target)
         loss = elementwise.mean() if weight is None else (weight * elementwise).mean()
 
         self.optimizer.zero_grad(set_to_none=True)
@@ -218,6 +199,30 @@ class DQN(parl.Algorithm):
             q_mean=q.mean().item(),
             td_error=priority.detach().cpu().numpy(),
         )
+
+    def _td_loss(self, q, reward, discount, next_q):
+        """DQN: Huber (or squared) error to `y = r + gamma^n (1 - terminal) Q_target(s', a')`."""
+        y = reward + discount * next_q
+        if self.loss == "huber":
+            elementwise = F.smooth_l1_loss(q, y, reduction="none")
+        else:
+            elementwise = F.mse_loss(q, y, reduction="none")
+        return elementwise, q, (y - q).abs()
+
+    def _c51_loss(self, logits, reward, discount, next_logits):
+        """C51: KL(m || p), `m` the target distribution projected onto the support."""
+        m = categorical_projection(next_logits.softmax(dim=-1), reward, discount, self.support)
+        log_p = logits.log_softmax(dim=-1)
+        # The cross-entropy -sum m log p less the target's own entropy: the same gradient, and
+        # a priority that is zero where p matches m.
+        kl = (torch.special.xlogy(m, m) - m * log_p).sum(dim=-1)
+        return kl, (log_p.exp() * self.support).sum(dim=-1), kl
+
+    def _qr_loss(self, theta, reward, discount, next_theta):
+        """QR-DQN: quantile Huber loss of `theta` against `r + gamma^n (1 - terminal) theta'`."""
+        target = reward.unsqueeze(1) + discount.unsqueeze(1) * next_theta
+        loss = quantile_huber_loss(theta, target, self.kappa)
+        return loss, theta.mean(dim=-1), loss
 
     def _check_shape(self, out: torch.Tensor) -> torch.Tensor:
         if self.distributional is None:
