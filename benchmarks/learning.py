@@ -13,15 +13,23 @@ invocation, seed by seed: for A2C parallel with the same settings (the same 16 e
 batch and learning rate, in one process), for IMPALA with A2C's defaults. Their table also gives
 the whole command's wall time, cluster start-up and actor creation included.
 
+The DQN family's members run `examples/dqn/train.py` with the flags that make them (`qrdqn`:
+`--distributional qr --n-atoms 10 --no-double`, as the RL Baselines3 Zoo's CartPole setting and
+sb3-contrib's QR-DQN; `rainbow`: `--distributional c51 --n-step 3 --dueling --noisy
+--prioritized`), a lighter schedule (`LIGHT_FLAGS`: 64-unit layers, 16 updates every 64 steps
+after 500) and a lower threshold, 195, within 30k steps.
+
 `--baseline sb3` also runs Stable-Baselines3 on the same tasks with the same hyperparameters,
-read from the same `Args` defaults. It is installed into its own virtual environment under
-`.benchmarks/` (git-ignored), with torch pinned by `constraints.txt`; it is never a dependency of
-this repository.
+read from the same `Args` defaults and the task's flags (QR-DQN: sb3-contrib's `QRDQN`; Rainbow
+has no peer there). It is installed into its own virtual environment under `.benchmarks/`
+(git-ignored), with torch pinned by `constraints.txt`; it is never a dependency of this
+repository.
 
     python benchmarks/learning.py                                  # every task, seeds 1 2 3
     python benchmarks/learning.py --tasks ppo,sac --seeds 1
     python benchmarks/learning.py --baseline sb3 --json results.json
     python benchmarks/learning.py --tasks a2c_parallel,impala       # remote actors vs one process
+    python benchmarks/learning.py --tasks qrdqn,rainbow --baseline sb3
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import argparse
 import dataclasses
 import json
 import os
+import pathlib
 import runpy
 import statistics
 import subprocess
@@ -42,6 +51,7 @@ from collections.abc import Sequence
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SB3_VERSION = "2.9.2"
 SB3_VENV = os.path.join(REPO, ".benchmarks", f"sb3-{SB3_VERSION}")
+SB3_MARKER = f"stable-baselines3 {SB3_VERSION}, sb3-contrib {SB3_VERSION}\n"
 SB3_RUNNER = os.path.join(REPO, "benchmarks", "sb3_runner.py")
 
 
@@ -55,7 +65,22 @@ class Task:
     """Flags of the example beyond the defaults."""
     single: tuple[str, ...] | None = None
     """On remote actors: the flags of the single-process `examples/a2c` run to compare with."""
+    example: str | None = None
+    """The example that runs it, when not `examples/<algo>` (the DQN family's members)."""
 
+    @property
+    def script(self) -> str:
+        return os.path.join(REPO, "examples", self.example or self.algo, "train.py")
+
+
+SB3_ALGOS = {"a2c", "ddpg", "dqn", "ppo", "qrdqn", "sac", "td3"}  # sb3-contrib's QR-DQN too
+# The DQN family's rows: smaller networks and updates than examples/dqn's defaults, so that a
+# run takes about a minute on 2 cores (the slow tests in tests/algos/test_dqn_family.py too).
+LIGHT_FLAGS = ("--hidden-size", "64", "--learning-starts", "500", "--train-freq", "64")
+LIGHT_FLAGS += ("--gradient-steps", "16")
+QRDQN_FLAGS = ("--distributional", "qr", "--n-atoms", "10", "--no-double", *LIGHT_FLAGS)
+RAINBOW_FLAGS = ("--distributional", "c51", "--n-step", "3", "--dueling", "--noisy")
+RAINBOW_FLAGS += ("--prioritized", *LIGHT_FLAGS)
 
 TASKS = {
     "dqn": Task("dqn", "CartPole-v1", 475.0, 100_000),
@@ -73,14 +98,29 @@ TASKS = {
         single=("--num-envs", "16", "--lr", "1e-3"),
     ),
     "impala": Task("impala", "CartPole-v1", 475.0, 300_000, flags=("--actors", "2"), single=()),
+    "qrdqn": Task(
+        "qrdqn",
+        "CartPole-v1",
+        195.0,
+        30_000,
+        flags=QRDQN_FLAGS,
+        example="dqn",
+    ),
+    "rainbow": Task(
+        "rainbow",
+        "CartPole-v1",
+        195.0,
+        30_000,
+        flags=RAINBOW_FLAGS,
+        example="dqn",
+    ),
 }
 
 
 def example_args(task: Task) -> dict:
-    """The example's default settings, as the baseline must reproduce them."""
-    script = os.path.join(REPO, "examples", task.algo, "train.py")
-    module = runpy.run_path(script, run_name="benchmark")
-    return dataclasses.asdict(module["Args"]())
+    """The example's settings (defaults and the task's flags), as the baseline must reproduce."""
+    module = runpy.run_path(task.script, run_name="benchmark")
+    return dataclasses.asdict(module["parse_args"](module["Args"], list(task.flags)))
 
 
 def run_ours(
@@ -88,8 +128,9 @@ def run_ours(
 ) -> dict:
     """One run of `examples/<algo>/train.py` (default: the task's, with the task's flags)."""
     if algo is None:
-        algo, extra = task.algo, task.flags
-    script = os.path.join(REPO, "examples", algo, "train.py")
+        script, extra = task.script, task.flags
+    else:
+        script = os.path.join(REPO, "examples", algo, "train.py")
     with tempfile.TemporaryDirectory() as logdir:
         flags = [
             "--seed", str(seed), "--total-steps", str(task.cap),
@@ -129,19 +170,20 @@ def ensure_sb3() -> str:
     """Create the baseline's virtual environment once; return its python."""
     python = os.path.join(SB3_VENV, "bin", "python")
     marker = os.path.join(SB3_VENV, ".installed")
-    if not os.path.exists(marker):
+    if not os.path.exists(marker) or pathlib.Path(marker).read_text() != SB3_MARKER:
         print(f"installing stable-baselines3=={SB3_VERSION} into {SB3_VENV} ...", flush=True)
         venv.create(SB3_VENV, with_pip=True, clear=True)
         subprocess.run(
             [
                 python, "-m", "pip", "install", "--quiet",
                 "-c", os.path.join(REPO, "constraints.txt"),
-                f"stable-baselines3=={SB3_VERSION}", "torch", "gymnasium",
+                f"stable-baselines3=={SB3_VERSION}", f"sb3-contrib=={SB3_VERSION}", "torch",
+                "gymnasium",
             ],
             check=True,
         )  # fmt: skip
         with open(marker, "w") as f:
-            f.write(SB3_VERSION + "\n")
+            f.write(SB3_MARKER)
     return python
 
 
@@ -209,7 +251,7 @@ def main() -> None:
         runners = [("parl", run_ours)]
         if task.single is not None:
             runners.append(("single", run_single))
-        elif args.baseline:
+        elif args.baseline and task.algo in SB3_ALGOS:
             runners.append(("sb3", run_sb3))
         runs: dict[str, list] = {who: [] for who, _ in runners}
         for seed in seeds:  # seed by seed, so that both sides see the same load
@@ -233,7 +275,8 @@ def main() -> None:
         for task in alone:
             row = f"| {_name(task)} |"
             for who in ["parl", "sb3"] if args.baseline else ["parl"]:
-                row += f" {cell(results[task.algo][who], task, len(seeds))} |"
+                summary = results[task.algo].get(who)
+                row += f" {cell(summary, task, len(seeds)) if summary else 'no peer'} |"
             print(row)
     parallel = [task for task in tasks if task.single is not None]
     if parallel:

@@ -1,9 +1,10 @@
 """One Stable-Baselines3 run for benchmarks/learning.py, inside the baseline's own venv.
 
 Reads a JSON spec (algorithm, threshold, cap, seed, and the PARL example's `Args` as a dict)
-from argv, maps the example's hyperparameters onto the SB3 algorithm of the same name, trains
-until the mean return of the last 10 training episodes reaches the threshold or the cap, and
-prints `RESULT {json}`. Imports nothing of PARL: only SB3, gymnasium, numpy and torch.
+from argv, maps the example's hyperparameters onto the SB3 algorithm of the same name (QR-DQN:
+sb3-contrib's), trains until the mean return of the last 10 training episodes reaches the
+threshold or the cap, and prints `RESULT {json}`. Imports nothing of PARL: only SB3 (and
+sb3-contrib), gymnasium, numpy and torch.
 """
 
 from __future__ import annotations
@@ -88,8 +89,13 @@ def build(algo: str, a: dict, seed: int, cap: int):
         policy_kwargs=dict(net_arch=hidden),
         seed=seed,
     )
-    if algo == "dqn":
-        return DQN(
+    if algo in ("dqn", "qrdqn"):
+        cls = DQN
+        if algo == "qrdqn":
+            from sb3_contrib import QRDQN as cls
+
+            common["policy_kwargs"] = dict(net_arch=hidden, n_quantiles=a["n_atoms"])
+        return cls(
             "MlpPolicy",
             env,
             target_update_interval=a["target_update_interval"],

@@ -12,7 +12,7 @@ curve into `--logdir`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import gymnasium as gym
 
@@ -51,7 +51,7 @@ def main(args: Args) -> dict:
     agent = ActorCriticAgent(alg, gamma=args.gamma, gae_lambda=args.gae_lambda)
     train_on_policy(run, VectorCollector(envs, seed=args.seed), agent, args)
     envs.close()
-    return run.finish(agent)
+    return asdict(run.finish(agent))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ Writes a TensorBoard summary, the learner's agent and a learning curve into `--l
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import gymnasium as gym
 
@@ -94,7 +94,7 @@ def main(args: Args) -> dict:
             stats = agent.alg.learn(b.obs, b.action, b.advantage, b.value_target)
             run.record(sampler.env_steps, sampler.episodes(), stats)
             run.maybe_evaluate(agent.predict)
-    return run.finish(agent)
+    return asdict(run.finish(agent))
 
 
 if __name__ == "__main__":

@@ -1,31 +1,33 @@
-"""DQN on CartPole-v1: `parl.algorithms.DQN` with the double-DQN target; dueling, prioritized.
+"""The DQN family on CartPole-v1: `parl.algorithms.DQN` and its options, up to Rainbow.
 
-A Q-network learns from a replay memory with the double-DQN target; the target network is
-refreshed every `--target-update-interval` env steps. `--dueling` switches to a dueling
-Q-network (`Q = V + A - mean(A)`, Wang et al. 2016, https://arxiv.org/abs/1511.06581) and
-`--prioritized` samples the memory by TD error (`parl.utils.PrioritizedReplayMemory`). The
-defaults are the tuned CartPole settings of the RL Baselines3 Zoo; with them the plain network
-reached a mean return of 475 in 52-78k steps over seeds 1-3, the dueling one missed it within
-100k steps on two seeds of three. Writes a TensorBoard summary, the agent and a learning curve
-into `--logdir`.
+A Q-network (`parl_algos.nets.QNetwork`) learns from a replay memory with the double-DQN target;
+the target network is refreshed every `--target-update-interval` env steps. Each improvement of
+the family is a flag: `--dueling` (Wang et al. 2016), `--prioritized` replay (Schaul et al.
+2016), `--n-step N` returns (through `parl.utils.NStepAdder`), `--noisy` networks (Fortunato et
+al. 2018; epsilon is then 0, the noise explores), `--distributional c51` (Bellemare et al. 2017)
+or `qr` (QR-DQN, Dabney et al. 2018). Rainbow is
+`--distributional c51 --n-step 3 --dueling --noisy --prioritized`. The defaults are the tuned
+CartPole settings of the RL Baselines3 Zoo; with them the plain network reached a mean return
+of 475 in 52-78k steps over seeds 1-3, the dueling one missed it within 100k steps on two seeds
+of three. Writes a TensorBoard summary, the agent and a learning curve into `--logdir`.
 
     python examples/dqn/train.py
     python examples/dqn/train.py --dueling --prioritized
+    python examples/dqn/train.py --distributional qr --n-atoms 10                # QR-DQN
+    python examples/dqn/train.py --distributional c51 --n-step 3 --dueling --noisy --prioritized
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import gymnasium as gym
-import torch
-from torch import nn
 
 import parl
 from parl.algorithms import DQN
-from parl.utils import PrioritizedReplayMemory, ReplayMemory, parse_args
+from parl.utils import NStepAdder, PrioritizedReplayMemory, ReplayMemory, parse_args
 from parl_algos.agents import DQNAgent
-from parl_algos.nets import mlp
+from parl_algos.nets import QNetwork
 from parl_algos.training import OffPolicyArgs, TrainingRun, train_off_policy
 
 
@@ -49,26 +51,20 @@ class Args(OffPolicyArgs):
     """Use a dueling Q-network."""
     prioritized: bool = False
     """Sample the replay memory by priority (TD error)."""
+    n_step: int = 1
+    """Steps of each stored transition's return (n-step learning)."""
+    noisy: bool = False
+    """Noisy layers in the Q-network's head explore instead of epsilon."""
+    distributional: str | None = None
+    """None, c51 (a categorical return distribution) or qr (quantile regression)."""
+    n_atoms: int = 51
+    """Atoms (c51) or quantiles (qr) per action."""
+    v_min: float = 0.0
+    """C51's smallest atom (CartPole's discounted returns lie in [0, 100])."""
+    v_max: float = 100.0
+    """C51's largest atom."""
     target_return: float | None = 475.0
     logdir: str = "train_log/dqn"
-
-
-class QNetwork(parl.Model):
-    """Observation -> one Q-value per action; dueling streams when `dueling`."""
-
-    def __init__(self, obs_dim: int, n_actions: int, hidden: int, dueling: bool) -> None:
-        super().__init__()
-        self.dueling = dueling
-        self.body = mlp(obs_dim, [hidden], hidden)
-        self.advantage = nn.Sequential(nn.ReLU(), nn.Linear(hidden, n_actions))
-        self.state_value = nn.Sequential(nn.ReLU(), nn.Linear(hidden, 1)) if dueling else None
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        features = self.body(obs)
-        advantage = self.advantage(features)
-        if self.state_value is None:
-            return advantage
-        return self.state_value(features) + advantage - advantage.mean(dim=1, keepdim=True)
 
 
 def main(args: Args) -> dict:
@@ -77,23 +73,46 @@ def main(args: Args) -> dict:
         f"DQN on {args.env_id}", args, total_steps=args.total_steps, eval_env=gym.make(args.env_id)
     )
     obs_dim, n_actions = env.observation_space.shape[0], env.action_space.n
+    n_atoms = 1 if args.distributional is None else args.n_atoms
+    model = QNetwork(
+        obs_dim,
+        n_actions,
+        (args.hidden_size, args.hidden_size),
+        dueling=args.dueling,
+        noisy=args.noisy,
+        n_atoms=n_atoms,
+    )
     alg = DQN(
-        QNetwork(obs_dim, n_actions, args.hidden_size, args.dueling),
+        model,
         lr=args.lr,
         gamma=args.gamma,
         double=args.double,
+        dueling=args.dueling,
+        n_step=args.n_step,
+        noisy=args.noisy,
+        distributional=args.distributional,
+        n_atoms=n_atoms if args.distributional else None,
+        v_min=args.v_min,
+        v_max=args.v_max,
     )
     decay = max(int(args.exploration_fraction * args.total_steps) - args.learning_starts, 1)
     agent = DQNAgent(
         alg,
         n_actions,
-        eps_end=args.eps_end,
+        eps_start=0.0 if args.noisy else 1.0,
+        eps_end=0.0 if args.noisy else args.eps_end,
         eps_decay_steps=decay,
-        beta_steps=args.total_steps * args.gradient_steps // args.train_freq,
         seed=args.seed,
     )
-    memory_cls = PrioritizedReplayMemory if args.prioritized else ReplayMemory
-    memory = memory_cls(args.buffer_size, obs_dim, 0, seed=args.seed)
+    if args.prioritized:
+        updates = args.total_steps * args.gradient_steps // args.train_freq
+        memory = PrioritizedReplayMemory(
+            args.buffer_size, obs_dim, 0, beta_steps=max(updates, 1), seed=args.seed
+        )
+    else:
+        memory = ReplayMemory(args.buffer_size, obs_dim, 0, seed=args.seed)
+    if args.n_step > 1:
+        memory = NStepAdder(memory, args.n_step, args.gamma)
 
     def after_step(step: int) -> None:
         if step % args.target_update_interval == 0:
@@ -102,7 +121,7 @@ def main(args: Args) -> dict:
             parl.utils.summary.add_scalar("rollout/epsilon", agent.epsilon, step)
 
     train_off_policy(run, env, agent, memory, args, after_step=after_step)
-    return run.finish(agent)
+    return asdict(run.finish(agent))
 
 
 if __name__ == "__main__":

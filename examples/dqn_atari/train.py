@@ -19,7 +19,7 @@ repository README). On Breakout the same budget stays at random play's ~1.5.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import ale_py
 import gymnasium as gym
@@ -128,7 +128,7 @@ def main(args: Args) -> dict:
         reward_fn=np.sign,
         eval_policy=eval_policy,
     )
-    return run.finish(agent)
+    return asdict(run.finish(agent))
 
 
 if __name__ == "__main__":

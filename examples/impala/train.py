@@ -22,7 +22,7 @@ learner's agent and a learning curve into `--logdir`.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import gymnasium as gym
 
@@ -109,7 +109,7 @@ def main(args: Args) -> dict:
             sampler.sync_weights()  # loaded by each worker after its current trajectory
             run.record(sampler.env_steps, sampler.episodes(), stats)
             run.maybe_evaluate(agent.predict)
-    return run.finish(agent)
+    return asdict(run.finish(agent))
 
 
 if __name__ == "__main__":

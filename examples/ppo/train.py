@@ -12,7 +12,7 @@ agent and a learning curve into `--logdir`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 import gymnasium as gym
@@ -83,7 +83,7 @@ def main(args: Args) -> dict:
     collector = VectorCollector(envs, seed=args.seed)
     train_on_policy(run, collector, agent, args, before_learn=anneal)
     envs.close()
-    return run.finish(agent)
+    return asdict(run.finish(agent))
 
 
 if __name__ == "__main__":

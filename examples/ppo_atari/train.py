@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import ale_py
 import gymnasium as gym
@@ -144,7 +144,7 @@ def main(args: Args) -> dict:
             stats = agent.learn(trajectory)
             run.record(sampler.env_steps, sampler.episodes(), stats)
             run.maybe_evaluate(agent.predict)
-    return run.finish(agent)
+    return asdict(run.finish(agent))
 
 
 if __name__ == "__main__":

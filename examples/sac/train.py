@@ -11,7 +11,7 @@ a learning curve into `--logdir`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from parl.algorithms import SAC
 from parl.utils import parse_args
@@ -46,7 +46,7 @@ def main(args: Args) -> dict:
             alpha=args.alpha,
         )
 
-    return train_continuous_control(args, f"SAC on {args.env_id}", make_algorithm)
+    return asdict(train_continuous_control(args, f"SAC on {args.env_id}", make_algorithm))
 
 
 if __name__ == "__main__":

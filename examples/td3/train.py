@@ -11,7 +11,7 @@ agent and a learning curve into `--logdir`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from parl.algorithms import TD3
 from parl.utils import parse_args
@@ -58,7 +58,7 @@ def main(args: Args) -> dict:
             seed=args.seed,
         )
 
-    return train_continuous_control(args, f"TD3 on {args.env_id}", make_algorithm)
+    return asdict(train_continuous_control(args, f"TD3 on {args.env_id}", make_algorithm))
 
 
 if __name__ == "__main__":

@@ -17,10 +17,24 @@ import pytest
 import torch
 
 import parl
-from parl.algorithms import A2C, DDPG, DQN, IMPALA, PPO, SAC, TD3, PolicyGradient
-from parl.utils import PrioritizedReplayMemory, ReplayMemory
+from parl.algorithms import (
+    A2C,
+    C51,
+    DDPG,
+    DDQN,
+    DQN,
+    IMPALA,
+    PPO,
+    QRDQN,
+    SAC,
+    TD3,
+    DuelingDQN,
+    PolicyGradient,
+    Rainbow,
+)
+from parl.utils import NStepAdder, PrioritizedReplayMemory, ReplayMemory
 from parl_algos.agents import ActorCriticAgent, ContinuousAgent, DQNAgent, IMPALAAgent
-from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP
+from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP, QNetwork
 from parl_algos.rollout import VectorCollector, make_rescaled_env, make_vector_env
 from tests.algos.models import QNet
 
@@ -32,21 +46,23 @@ def _off_policy(agent, env, memory, steps: int, learning_starts: int, batch_size
     for step in range(steps):
         action = env.action_space.sample() if step < learning_starts else agent.sample(obs)
         next_obs, reward, terminated, truncated, _ = env.step(action)
-        memory.append(obs, action, reward, next_obs, terminated)
+        memory.append(obs, action, reward, next_obs, terminated, truncated)
         obs = env.reset()[0] if terminated or truncated else next_obs
         if step >= learning_starts:
             stats.append(agent.learn(memory, batch_size))
     return stats
 
 
-def _dqn(prioritized: bool):
+def _dqn(prioritized: bool, make_alg=lambda: DQN(QNet(4, 2), lr=1e-3), n_step: int = 1):
     def build():
-        return DQNAgent(DQN(QNet(4, 2), lr=1e-3), 2, eps_decay_steps=100, seed=0)
+        return DQNAgent(make_alg(), 2, eps_decay_steps=100, seed=0)
 
     def train(agent):
         env = gym.make("CartPole-v1")
         memory_cls = PrioritizedReplayMemory if prioritized else ReplayMemory
         memory = memory_cls(1000, 4, 0, seed=0)
+        if n_step > 1:
+            memory = NStepAdder(memory, n_step, agent.alg.gamma)
         stats = _off_policy(agent, env, memory, steps=300, learning_starts=100)
         agent.alg.sync_target()
         assert isinstance(agent.predict(env.reset()[0]), int)
@@ -162,6 +178,17 @@ def _policy_gradient():
 CASES = {
     "DQN": lambda: _dqn(prioritized=False),
     "DQN-prioritized": lambda: _dqn(prioritized=True),
+    "DDQN": lambda: _dqn(False, lambda: DDQN(QNetwork(4, 2, (32,)), lr=1e-3)),
+    "DuelingDQN": lambda: _dqn(False, lambda: DuelingDQN(QNetwork(4, 2, (32,), dueling=True))),
+    "C51": lambda: _dqn(False, lambda: C51(QNetwork(4, 2, (32,), n_atoms=11), n_atoms=11)),
+    "QRDQN": lambda: _dqn(True, lambda: QRDQN(QNetwork(4, 2, (32,), n_atoms=8), n_atoms=8)),
+    "Rainbow": lambda: _dqn(
+        True,
+        lambda: Rainbow(
+            QNetwork(4, 2, (32,), dueling=True, noisy=True, n_atoms=11), lr=1e-3, n_atoms=11
+        ),
+        n_step=3,
+    ),
     "A2C": lambda: _on_policy(A2C, lr=1e-3),
     "PPO-clip": lambda: _on_policy(PPO, minibatch_size=32, update_epochs=2, clip_value=0.2),
     "PPO-kl": lambda: _on_policy(PPO, variant="kl", minibatch_size=32, update_epochs=2),

@@ -42,8 +42,11 @@ def test_no_stop_without_stop_at_target_and_results(tmp_path):
     assert run.reached_at == 20 and not run.done
     agent = ActorCriticAgent(PPO(ActorCriticMLP(4, 2)), gamma=0.99, gae_lambda=0.95)
     result = run.finish(agent)
-    assert result["reached_at"] == 20 and result["episodes"] == 10
-    assert result["final_mean_return"] == 1.0 and result["best_eval_return"] is None
+    assert result.reached_at == 20 and result.episodes == 10
+    assert result.final_mean_return == 1.0 and result.best_eval_return is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.episodes = 0  # type: ignore[misc]
+    assert dataclasses.asdict(result)["reached_at"] == 20
     assert (tmp_path / "run" / "agent.ckpt").exists()
     assert (tmp_path / "run" / "learning_curve.png").exists()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parl.utils import ReplayMemory
+from parl.utils import Batch, ReplayMemory
 
 
 def _fill(memory: ReplayMemory, start: int, stop: int) -> None:
@@ -27,6 +27,17 @@ def test_append_and_sample_shapes():
     np.testing.assert_array_equal(obs[:, 0], reward)
     np.testing.assert_array_equal(next_obs[:, 0], reward + 0.5)
     np.testing.assert_array_equal(terminal, (reward % 2 == 0).astype(np.float32))
+
+
+def test_a_batch_is_named_and_unpacks_as_five_arrays():
+    memory = ReplayMemory(10, obs_dim=2, act_dim=0, seed=0)
+    _fill(memory, 0, 4)
+    batch = memory.sample_batch(8)
+    assert isinstance(batch, Batch) and len(batch) == 5
+    obs, act, reward, next_obs, terminal = batch
+    assert batch.obs is obs and batch.act is act and batch.reward is reward
+    assert batch.next_obs is next_obs and batch.terminal is terminal
+    assert batch.weights is None and batch.indices is None  # a uniform sample has neither
 
 
 def test_discrete_actions_are_int64():

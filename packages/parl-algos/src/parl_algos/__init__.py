@@ -3,13 +3,16 @@
 Each algorithm is a `parl.Algorithm` on a user-supplied `parl.Model`: the model defines the
 network, the algorithm the loss and the update. One module per algorithm, each with its paper:
 
-- value-based: `DQN` (double, with any Q-network: plain or dueling);
+- value-based: the DQN family, one `DQN` with options (double, dueling, n-step, noisy,
+  distributional) and its members by name: `DDQN`, `DuelingDQN`, `C51`, `QRDQN`, `Rainbow`;
 - policy gradient: `PolicyGradient` (REINFORCE), `A2C`, `PPO`;
 - continuous control: `DDPG`, `TD3`, `SAC`;
 - distributed: `IMPALA`'s learner (V-trace).
 
 `parl_algos.functional` holds the return estimators and losses as pure functions (TD target,
-GAE, V-trace, PPO's clipped surrogate, SAC's entropy terms); `parl_algos.rollout` collects
+C51's projection, the quantile Huber loss, GAE, V-trace, PPO's clipped surrogate, SAC's entropy
+terms); `parl_algos.nets` the networks' building blocks (dueling heads, noisy layers);
+`parl_algos.rollout` collects
 on-policy experience from vector environments apart from learning; `parl_algos.training` holds
 the plumbing the examples share (episode tracking, evaluation, learning curves).
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from parl_algos.a2c import A2C, A2CStats
 from parl_algos.ddpg import DDPG, DDPGStats
-from parl_algos.dqn import DQN, DQNStats
+from parl_algos.dqn import C51, DDQN, DQN, QRDQN, DQNStats, DuelingDQN, Rainbow
 from parl_algos.impala import IMPALA, IMPALAStats
 from parl_algos.policy_gradient import PolicyGradient, PolicyGradientStats
 from parl_algos.ppo import PPO, PPOStats
@@ -28,16 +31,21 @@ from parl_algos.td3 import TD3, TD3Stats
 __all__ = [
     "A2C",
     "A2CStats",
+    "C51",
     "DDPG",
     "DDPGStats",
+    "DDQN",
     "DQN",
     "DQNStats",
+    "DuelingDQN",
     "IMPALA",
     "IMPALAStats",
     "PPO",
     "PPOStats",
     "PolicyGradient",
     "PolicyGradientStats",
+    "QRDQN",
+    "Rainbow",
     "SAC",
     "SACStats",
     "TD3",

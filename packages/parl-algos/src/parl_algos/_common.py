@@ -5,9 +5,26 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 
+import numpy as np
 import torch
 
-__all__ = ["check_positive", "clip_grad_norm", "frozen", "soft_update"]
+__all__ = ["check_positive", "clip_grad_norm", "frozen", "soft_update", "to_tensor"]
+
+
+def to_tensor(x, device: torch.device | str, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """An array (or a number, or a list of them) as a tensor on `device`.
+
+    The one place where the environment's numpy becomes the model's tensors: no copy on the
+    CPU when the dtype already matches, one transfer to a GPU.
+
+    Args:
+        x: a numpy array, a tensor, a number or a (nested) list.
+        device: the model's device (`agent.device`).
+        dtype: the tensor's dtype (default: numpy's, e.g. float32 observations stay float32).
+    """
+    if not isinstance(x, torch.Tensor):
+        x = np.asarray(x)
+    return torch.as_tensor(x, dtype=dtype, device=device)
 
 
 def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float | None) -> float:

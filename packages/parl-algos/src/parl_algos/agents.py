@@ -6,11 +6,12 @@
 - `IMPALAAgent` is both halves of `IMPALA`: an actor's sampling, which keeps the behaviour
   policy's logits beside each action, and the learner's `learn` from such trajectories.
 - `DQNAgent` acts epsilon-greedily with a linearly decaying epsilon and learns from a
-  `ReplayMemory` or a `PrioritizedReplayMemory` (updating its priorities).
+  `ReplayMemory` or a `PrioritizedReplayMemory`: it reads either's batch by name, weighting
+  the loss and writing back priorities when the batch carries them.
 - `ContinuousAgent` drives `DDPG`, `TD3` or `SAC` from a `ReplayMemory`.
 
-Agents are where the environment's numpy meets the algorithm's tensors; the algorithms
-themselves never see numpy.
+Agents are where the environment's numpy meets the algorithm's tensors, through one helper
+(`to_tensor`, onto the model's device); the algorithms themselves never see numpy.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import torch
 from torch.distributions import Categorical
 
 import parl
-from parl.utils import PrioritizedReplayMemory, ReplayMemory
+from parl.utils import ReplayMemory
+from parl_algos._common import to_tensor
 from parl_algos.a2c import A2C, A2CStats
 from parl_algos.ddpg import DDPG, DDPGStats
 from parl_algos.dqn import DQN, DQNStats
@@ -53,11 +55,11 @@ class ActorCriticAgent(parl.Agent):
 
     def sample(self, obs: np.ndarray) -> np.ndarray:
         """Actions drawn from the policy for a batch of observations (collection)."""
-        return self.alg.sample(torch.as_tensor(obs)).cpu().numpy()
+        return self.alg.sample(to_tensor(obs, self.device)).cpu().numpy()
 
     def predict(self, obs: np.ndarray):
         """The most probable action for one observation (evaluation)."""
-        action = self.alg.predict(torch.as_tensor(obs).unsqueeze(0))[0].cpu().numpy()
+        action = self.alg.predict(to_tensor(obs, self.device).unsqueeze(0))[0].cpu().numpy()
         return action.item() if action.ndim == 0 else action
 
     def advantages(self, trajectory: Trajectory) -> AdvantageBatch:
@@ -93,35 +95,32 @@ class IMPALAAgent(parl.Agent):
     @torch.no_grad()
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Actions drawn from the policy for a batch of observations, and the policy's logits."""
-        logits = self.alg.model.policy(torch.as_tensor(obs).to(self.device))
+        logits = self.alg.model.policy(to_tensor(obs, self.device))
         action = Categorical(logits=logits).sample()
         return action.cpu().numpy(), {"logits": logits.cpu().numpy()}
 
     def predict(self, obs: np.ndarray) -> int:
         """The most probable action for one observation (evaluation)."""
-        return int(self.alg.predict(torch.as_tensor(obs).unsqueeze(0))[0])
+        return int(self.alg.predict(to_tensor(obs, self.device).unsqueeze(0))[0])
 
     def learn(self, trajectory: Trajectory) -> IMPALAStats:
         """One V-trace update from a trajectory collected with `sample` (possibly stale)."""
         t = trajectory
         return self.alg.learn(
             *(
-                torch.as_tensor(x).to(self.device)
+                to_tensor(x, self.device)
                 for x in (t.obs, t.action, t.extras["logits"], t.reward, t.done)
             )
         )
-
-
-def _tensors(batch, device: torch.device) -> list[torch.Tensor]:
-    return [torch.as_tensor(np.asarray(x)).to(device) for x in batch]
 
 
 class DQNAgent(parl.Agent):
     """Epsilon-greedy acting and replay learning for `DQN`.
 
     Epsilon falls linearly from `eps_start` to `eps_end` over `eps_decay_steps` calls of
-    `sample`, then stays. With a `PrioritizedReplayMemory`, `learn` anneals the memory's beta
-    linearly to 1 over `beta_steps` updates, weights the loss and writes back the priorities.
+    `sample`, then stays. `learn` takes a batch from any replay memory: when the batch is a
+    `PrioritizedBatch` its weights scale the loss and the new TD errors go back to the memory
+    as priorities (the memory anneals its own beta, see `PrioritizedReplayMemory`).
 
     Args:
         algorithm: a `DQN`.
@@ -129,7 +128,6 @@ class DQNAgent(parl.Agent):
         eps_start: exploration rate at the start.
         eps_end: exploration rate after the decay.
         eps_decay_steps: `sample` calls over which epsilon decays.
-        beta_steps: updates over which a prioritized memory's beta rises to 1.
         seed: seed of the exploration.
     """
 
@@ -143,7 +141,6 @@ class DQNAgent(parl.Agent):
         eps_start: float = 1.0,
         eps_end: float = 0.05,
         eps_decay_steps: int = 10_000,
-        beta_steps: int = 100_000,
         seed: int | None = None,
     ) -> None:
         if not isinstance(algorithm, DQN):
@@ -153,7 +150,6 @@ class DQNAgent(parl.Agent):
         self.eps_start = eps_start
         self.eps_end = eps_end
         self.eps_decay_steps = max(int(eps_decay_steps), 1)
-        self.beta_steps = max(int(beta_steps), 1)
         self.sample_steps = 0
         self.learn_steps = 0
         self._rng = np.random.default_rng(seed)
@@ -174,20 +170,18 @@ class DQNAgent(parl.Agent):
 
     def predict(self, obs: np.ndarray) -> int:
         """The action of the largest Q-value (evaluation)."""
-        obs_t = torch.as_tensor(np.asarray(obs)).unsqueeze(0).to(self.device)
-        return int(self.alg.predict(obs_t)[0].argmax())
+        return int(self.alg.predict(to_tensor(obs, self.device).unsqueeze(0))[0].argmax())
 
     def learn(self, memory: ReplayMemory, batch_size: int) -> DQNStats:
         """One update from a minibatch of `memory` (prioritized or uniform)."""
         self.learn_steps += 1
-        if isinstance(memory, PrioritizedReplayMemory):
-            beta_frac = min(self.learn_steps / self.beta_steps, 1.0)
-            beta = memory.beta + beta_frac * (1.0 - memory.beta)
-            *batch, weights, indices = memory.sample_batch(batch_size, beta=beta)
-            stats = self.alg.learn(*_tensors([*batch, weights], self.device))
-            memory.update_priorities(indices, stats.td_error)
-            return stats
-        return self.alg.learn(*_tensors(memory.sample_batch(batch_size), self.device))
+        batch = memory.sample_batch(batch_size)
+        b = [to_tensor(x, self.device) for x in batch[:5]]
+        weight = None if batch.weights is None else to_tensor(batch.weights, self.device)
+        stats = self.alg.learn(*b, weight=weight)
+        if batch.indices is not None:
+            memory.update_priorities(batch.indices, stats.td_error)
+        return stats
 
 
 class ContinuousAgent(parl.Agent):
@@ -206,14 +200,15 @@ class ContinuousAgent(parl.Agent):
 
     def sample(self, obs: np.ndarray) -> np.ndarray:
         """An exploratory action for one observation (collection)."""
-        obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32)).unsqueeze(0).to(self.device)
+        obs_t = to_tensor(obs, self.device, torch.float32).unsqueeze(0)
         return self.alg.sample(obs_t)[0].cpu().numpy()
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
         """The deterministic action for one observation (evaluation)."""
-        obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32)).unsqueeze(0).to(self.device)
+        obs_t = to_tensor(obs, self.device, torch.float32).unsqueeze(0)
         return self.alg.predict(obs_t)[0].cpu().numpy()
 
     def learn(self, memory: ReplayMemory, batch_size: int) -> DDPGStats | TD3Stats | SACStats:
         """One update from a uniformly sampled minibatch of `memory`."""
-        return self.alg.learn(*_tensors(memory.sample_batch(batch_size), self.device))
+        batch = memory.sample_batch(batch_size)
+        return self.alg.learn(*(to_tensor(x, self.device) for x in batch[:5]))

@@ -1,15 +1,29 @@
-"""DQN, deep Q-learning with a target network, optionally double and prioritized.
+"""The DQN family as options of one implementation, and its members by the names users know.
 
-Mnih et al., "Human-level control through deep reinforcement learning", Nature 518, 2015,
-https://doi.org/10.1038/nature14236; double Q-learning: van Hasselt et al., "Deep reinforcement
-learning with double Q-learning", AAAI 2016, https://arxiv.org/abs/1509.06461.
+`DQN` (Mnih et al., "Human-level control through deep reinforcement learning", Nature 518, 2015,
+https://doi.org/10.1038/nature14236) with, each as an option:
+
+- double Q-learning (van Hasselt et al., AAAI 2016, https://arxiv.org/abs/1509.06461): `DDQN`;
+- a dueling network (Wang et al., ICML 2016, https://arxiv.org/abs/1511.06581): `DuelingDQN`;
+- n-step returns (the data from `parl.utils.NStepAdder`, the bootstrap discounted by
+  `gamma^n`);
+- noisy networks for exploration (Fortunato et al., ICLR 2018, https://arxiv.org/abs/1706.10295);
+- a categorical return distribution (Bellemare et al., ICML 2017,
+  https://arxiv.org/abs/1707.06887): `C51`;
+- quantile regression of the return distribution (Dabney et al., AAAI 2018,
+  https://arxiv.org/abs/1710.10044): `QRDQN`;
+- all of C51, n-step, double, dueling and noisy, learned from a prioritized replay memory
+  (Hessel et al., AAAI 2018, https://arxiv.org/abs/1710.02298): `Rainbow`.
+
+The network (`parl_algos.nets.QNetwork` or the user's own, with `DuelingHead`/`NoisyLinear`
+from `parl_algos.nets`) and the replay memory stay outside the algorithm, as in PARL.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -17,38 +31,59 @@ import torch.nn.functional as F
 
 import parl
 from parl_algos._common import check_positive, clip_grad_norm
-from parl_algos.functional import td_target
+from parl_algos.functional import categorical_projection, quantile_huber_loss
+from parl_algos.nets import DuelingHead, NoisyLinear, reset_noise
 
-__all__ = ["DQN", "DQNStats"]
+__all__ = ["C51", "DDQN", "DQN", "DQNStats", "DuelingDQN", "QRDQN", "Rainbow"]
 
 
 @dataclass(frozen=True)
 class DQNStats:
-    """What one `DQN.learn` call did."""
+    """What one `learn` call of the DQN family did."""
 
     loss: float
-    """The (importance-weighted) TD loss."""
+    """The (importance-weighted) loss of the batch."""
     q_mean: float
-    """Mean `Q(s, a)` of the batch's actions."""
+    """Mean `Q(s, a)` of the batch's actions (the distribution's mean when distributional)."""
     td_error: np.ndarray
-    """`|y - Q(s, a)|` per sample: the new priorities for a prioritized replay memory."""
+    """Per sample, what a prioritized replay memory takes as the new priority: `|y - Q(s, a)|`,
+    or the sample's distributional loss (C51's KL divergence, QR-DQN's quantile Huber loss)."""
 
 
 class DQN(parl.Algorithm):
-    """Deep Q-network: regress `Q(s, a)` on `r + gamma * Q_target(s', a')`.
+    """Deep Q-network: regress `Q(s, a)` on `r + gamma^n * Q_target(s', a')`, with options.
 
-    With `double=True` the next action `a'` is chosen by the online network and evaluated by
-    the target network (double DQN); otherwise `a' = argmax Q_target(s', .)`. The target network
-    is a copy of the model refreshed by `sync_target`, which the agent calls on its schedule.
-    The model may be dueling or not: it only has to map observations to one value per action.
-    Exploration (epsilon-greedy) is the agent's choice of action and does not live here.
+    The target network is a copy of the model refreshed by `sync_target`, which the agent calls
+    on its schedule. With `double=True` the next action `a'` is chosen by the online network and
+    evaluated by the target network; otherwise `a' = argmax Q_target(s', .)`. With
+    `distributional` the model outputs a distribution per action, `(B, n_actions, n_atoms)`:
+    C51's logits over the fixed `support` or QR-DQN's quantiles, and the greedy action is that
+    of the largest mean. Exploration (epsilon-greedy) is the agent's, except with noisy
+    networks, where each `learn` draws new noise for both networks and the agent acts greedily.
+    Mnih et al. 2015, https://doi.org/10.1038/nature14236; each option's paper is linked in
+    this module's docstring and in the named variants'.
 
     Args:
-        model: a `parl.Model` mapping observations to Q-values `(batch, n_actions)`.
+        model: a `parl.Model` mapping observations to Q-values `(B, n_actions)`, or with
+            `distributional` to `(B, n_actions, n_atoms)`; `parl_algos.nets.QNetwork` builds
+            every kind.
         lr: Adam learning rate.
-        gamma: discount factor.
+        gamma: discount factor of one step.
         double: use the double-DQN target.
-        loss: `"huber"` (smooth L1, as in the Nature paper's error clipping) or `"mse"`.
+        dueling: the model has a `parl_algos.nets.DuelingHead` (checked).
+        n_step: steps each stored transition spans (its reward is the n-step return, as
+            `parl.utils.NStepAdder` writes it): the bootstrap is discounted by `gamma^n_step`.
+        noisy: the model has `parl_algos.nets.NoisyLinear` layers (checked); their noise is
+            drawn anew at each `learn`.
+        distributional: None (expected values), `"c51"` (a categorical distribution on
+            `n_atoms` atoms from `v_min` to `v_max`) or `"qr"` (`n_atoms` quantiles).
+        n_atoms: atoms or quantiles per action (default: 51 for C51, 200 for QR-DQN, as the
+            papers).
+        v_min: C51's smallest return atom.
+        v_max: C51's largest return atom.
+        kappa: QR-DQN's Huber threshold (0: the plain quantile loss).
+        loss: the expected-value loss, `"huber"` (smooth L1, as the Nature paper's error
+            clipping) or `"mse"`.
         max_grad_norm: clip the gradient's global norm to this (None: no clipping).
     """
 
@@ -59,17 +94,45 @@ class DQN(parl.Algorithm):
         lr: float = 1e-4,
         gamma: float = 0.99,
         double: bool = True,
+        dueling: bool = False,
+        n_step: int = 1,
+        noisy: bool = False,
+        distributional: Literal["c51", "qr"] | None = None,
+        n_atoms: int | None = None,
+        v_min: float = -10.0,
+        v_max: float = 10.0,
+        kappa: float = 1.0,
         loss: Literal["huber", "mse"] = "huber",
         max_grad_norm: float | None = 10.0,
     ) -> None:
         super().__init__(model)
-        check_positive("DQN", lr=lr)
+        name = type(self).__name__
+        check_positive(name, lr=lr, n_step=n_step)
         if loss not in ("huber", "mse"):
-            raise ValueError(f"DQN: {loss=} must be 'huber' or 'mse'")
+            raise ValueError(f"{name}: {loss=} must be 'huber' or 'mse'")
+        if distributional not in (None, "c51", "qr"):
+            raise ValueError(f"{name}: {distributional=} must be None, 'c51' or 'qr'")
+        _check_has(name, model, "dueling", dueling, DuelingHead)
+        _check_has(name, model, "noisy", noisy, NoisyLinear)
         self.gamma = gamma
         self.double = double
+        self.dueling = dueling
+        self.n_step = int(n_step)
+        self.noisy = noisy
+        self.distributional = distributional
         self.loss = loss
+        self.kappa = kappa
         self.max_grad_norm = max_grad_norm
+        self.n_atoms = 1
+        if distributional is not None:
+            self.n_atoms = n_atoms or (51 if distributional == "c51" else 200)
+            if self.n_atoms < 2:
+                raise ValueError(f"{name}: n_atoms={self.n_atoms} must be at least 2")
+        if distributional == "c51":
+            if not v_min < v_max:
+                raise ValueError(f"{name}: {v_min=} must be below {v_max=}")
+            device = next(model.parameters()).device
+            self.support = torch.linspace(v_min, v_max, self.n_atoms, device=device)
         self.target_model = copy.deepcopy(model)
         self.target_model.requires_grad_(False)
         self.optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -77,7 +140,16 @@ class DQN(parl.Algorithm):
     @torch.no_grad()
     def predict(self, obs: torch.Tensor) -> torch.Tensor:
         """Return the Q-values `(batch, n_actions)` of a batch of observations."""
-        return self.model(obs)
+        return self.q_values(self.model(obs))
+
+    def q_values(self, out: torch.Tensor) -> torch.Tensor:
+        """The Q-values `(B, n_actions)` of a model output: the distribution's mean, if one."""
+        self._check_shape(out)
+        if self.distributional == "c51":
+            return (out.softmax(dim=-1) * self.support).sum(dim=-1)
+        if self.distributional == "qr":
+            return out.mean(dim=-1)
+        return out
 
     def sync_target(self, decay: float = 0.0) -> None:
         """Copy the model into the target network (`decay > 0`: a soft, Polyak update)."""
@@ -97,25 +169,25 @@ class DQN(parl.Algorithm):
         Args:
             obs: `(B, *obs_shape)` observations.
             action: `(B,)` int64 actions taken.
-            reward: `(B,)` rewards.
-            next_obs: `(B, *obs_shape)` the observations after the actions.
+            reward: `(B,)` rewards (the n-step returns when `n_step > 1`).
+            next_obs: `(B, *obs_shape)` the observations `n_step` steps after `obs`.
             terminal: `(B,)` 1 where `next_obs` is a terminal state (not for truncations).
             weight: `(B,)` importance-sampling weights of a prioritized replay (default: 1).
         """
+        if self.noisy:
+            reset_noise(self.model)
+            reset_noise(self.target_model)
+        b = torch.arange(obs.shape[0], device=obs.device)
         with torch.no_grad():
-            next_q_target = self.target_model(next_obs)
-            if self.double:
-                next_action = self.model(next_obs).argmax(dim=1, keepdim=True)
-            else:
-                next_action = next_q_target.argmax(dim=1, keepdim=True)
-            next_q = next_q_target.gather(1, next_action).squeeze(1)
-            y = td_target(reward, next_q, terminal, self.gamma)
+            next_out = self._check_shape(self.target_model(next_obs))
+            chooser = self.model(next_obs) if self.double else next_out
+            next_action = self.q_values(chooser).argmax(dim=1)
+            next_target = next_out[b, next_action]
+        out = self._check_shape(self.model(obs))[b, action.long()]
 
-        q = self.model(obs).gather(1, action.long().unsqueeze(1)).squeeze(1)
-        if self.loss == "huber":
-            elementwise = F.smooth_l1_loss(q, y, reduction="none")
-        else:
-            elementwise = F.mse_loss(q, y, reduction="none")
+        discount = self.gamma**self.n_step * (1.0 - terminal.to(reward.dtype))
+        loss_fn = {None: self._td_loss, "c51": self._c51_loss, "qr": self._qr_loss}
+        elementwise, q, priority = loss_fn[self.distributional](out, reward, discount, next_target)
         loss = elementwise.mean() if weight is None else (weight * elementwise).mean()
 
         self.optimizer.zero_grad(set_to_none=True)
@@ -125,5 +197,152 @@ class DQN(parl.Algorithm):
         return DQNStats(
             loss=loss.item(),
             q_mean=q.mean().item(),
-            td_error=(y - q).abs().detach().cpu().numpy(),
+            td_error=priority.detach().cpu().numpy(),
         )
+
+    def _td_loss(self, q, reward, discount, next_q):
+        """DQN: Huber (or squared) error to `y = r + gamma^n (1 - terminal) Q_target(s', a')`."""
+        y = reward + discount * next_q
+        if self.loss == "huber":
+            elementwise = F.smooth_l1_loss(q, y, reduction="none")
+        else:
+            elementwise = F.mse_loss(q, y, reduction="none")
+        return elementwise, q, (y - q).abs()
+
+    def _c51_loss(self, logits, reward, discount, next_logits):
+        """C51: KL(m || p), `m` the target distribution projected onto the support."""
+        m = categorical_projection(next_logits.softmax(dim=-1), reward, discount, self.support)
+        log_p = logits.log_softmax(dim=-1)
+        # The cross-entropy -sum m log p less the target's own entropy: the same gradient, and
+        # a priority that is zero where p matches m.
+        kl = (torch.special.xlogy(m, m) - m * log_p).sum(dim=-1)
+        return kl, (log_p.exp() * self.support).sum(dim=-1), kl
+
+    def _qr_loss(self, theta, reward, discount, next_theta):
+        """QR-DQN: quantile Huber loss of `theta` against `r + gamma^n (1 - terminal) theta'`."""
+        target = reward.unsqueeze(1) + discount.unsqueeze(1) * next_theta
+        loss = quantile_huber_loss(theta, target, self.kappa)
+        return loss, theta.mean(dim=-1), loss
+
+    def _check_shape(self, out: torch.Tensor) -> torch.Tensor:
+        if self.distributional is None:
+            if out.dim() != 2:
+                raise ValueError(
+                    f"{type(self).__name__}: the model returned shape {tuple(out.shape)}; "
+                    "expected Q-values (B, n_actions)"
+                )
+        elif out.dim() != 3 or out.shape[2] != self.n_atoms:
+            raise ValueError(
+                f"{type(self).__name__}: the model returned shape {tuple(out.shape)}; "
+                f"{self.distributional!r} expects (B, n_actions, n_atoms={self.n_atoms}): "
+                f"build it with QNetwork(..., n_atoms={self.n_atoms})"
+            )
+        return out
+
+
+def _check_has(owner: str, model: parl.Model, flag: str, value: bool, layer: type) -> None:
+    has = any(isinstance(m, layer) for m in model.modules())
+    if has != bool(value):
+        what = "has no" if value else "has a"
+        raise ValueError(
+            f"{owner}: {flag}={value} but the model {what} {layer.__name__}; build the model "
+            f"with parl_algos.nets.QNetwork(..., {flag}={bool(value)}) or pass {flag}={has}"
+        )
+
+
+class _Variant(DQN):
+    """A `DQN` whose defaults are those of a named variant (`_DEFAULTS`)."""
+
+    _DEFAULTS: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, model: parl.Model, **kwargs: Any) -> None:
+        super().__init__(model, **{**self._DEFAULTS, **kwargs})
+
+
+class DDQN(_Variant):
+    """Double DQN: the online network picks the next action, the target network values it.
+
+    van Hasselt et al., "Deep reinforcement learning with double Q-learning", AAAI 2016,
+    https://arxiv.org/abs/1509.06461. `DQN(model, double=True)`.
+
+    Args:
+        model: a `parl.Model` mapping observations to Q-values `(B, n_actions)`.
+        **kwargs: `DQN`'s other keyword arguments.
+    """
+
+    _DEFAULTS: ClassVar[dict[str, Any]] = {"double": True}
+
+
+class DuelingDQN(_Variant):
+    """Double DQN on a dueling network, `Q = V + A - mean(A)`.
+
+    Wang et al., "Dueling network architectures for deep reinforcement learning", ICML 2016,
+    https://arxiv.org/abs/1511.06581. `DQN(model, double=True, dueling=True)`.
+
+    Args:
+        model: a `parl.Model` with a `parl_algos.nets.DuelingHead`, e.g.
+            `QNetwork(obs_dim, n_actions, dueling=True)`.
+        **kwargs: `DQN`'s other keyword arguments.
+    """
+
+    _DEFAULTS: ClassVar[dict[str, Any]] = {"double": True, "dueling": True}
+
+
+class C51(_Variant):
+    """C51: a categorical return distribution on 51 fixed atoms, learned by cross-entropy.
+
+    Bellemare et al., "A distributional perspective on reinforcement learning", ICML 2017,
+    https://arxiv.org/abs/1707.06887. `DQN(model, double=False, distributional="c51")`: the
+    target distribution of `argmax_a E[Z_target(s', a)]` shifted by the reward, shrunk by the
+    discount and projected back onto the support (`functional.categorical_projection`); the
+    loss is the KL divergence from it (the paper's cross-entropy, less a constant).
+
+    Args:
+        model: a `parl.Model` returning logits `(B, n_actions, n_atoms)`, e.g.
+            `QNetwork(obs_dim, n_actions, n_atoms=51)`.
+        **kwargs: `DQN`'s other keyword arguments (`n_atoms`, `v_min`, `v_max` among them).
+    """
+
+    _DEFAULTS: ClassVar[dict[str, Any]] = {"double": False, "distributional": "c51"}
+
+
+class QRDQN(_Variant):
+    """QR-DQN: the return distribution as quantiles, learned by quantile Huber regression.
+
+    Dabney et al., "Distributional reinforcement learning with quantile regression", AAAI 2018,
+    https://arxiv.org/abs/1710.10044. `DQN(model, double=False, distributional="qr")` with 200
+    quantiles at the midpoints `(2i + 1) / 2N` and `kappa = 1`
+    (`functional.quantile_huber_loss`).
+
+    Args:
+        model: a `parl.Model` returning quantiles `(B, n_actions, n_atoms)`, e.g.
+            `QNetwork(obs_dim, n_actions, n_atoms=200)`.
+        **kwargs: `DQN`'s other keyword arguments (`n_atoms`, `kappa` among them).
+    """
+
+    _DEFAULTS: ClassVar[dict[str, Any]] = {"double": False, "distributional": "qr"}
+
+
+class Rainbow(_Variant):
+    """Rainbow: C51 with 3-step returns, double Q, a dueling noisy network, prioritized replay.
+
+    Hessel et al., "Rainbow: combining improvements in deep reinforcement learning", AAAI 2018,
+    https://arxiv.org/abs/1710.02298. `DQN(model, double=True, dueling=True, noisy=True,
+    n_step=3, distributional="c51")`. The rest of the recipe is the data's: transitions go
+    through `parl.utils.NStepAdder(memory, n_step=3, gamma=gamma)` into a
+    `parl.utils.PrioritizedReplayMemory`, whose priorities are the per-sample KL losses
+    (`DQNStats.td_error`), as the paper's; the agent acts greedily (the noise explores).
+
+    Args:
+        model: a `parl.Model` with a noisy dueling head returning logits, e.g.
+            `QNetwork(obs_dim, n_actions, dueling=True, noisy=True, n_atoms=51)`.
+        **kwargs: `DQN`'s other keyword arguments.
+    """
+
+    _DEFAULTS: ClassVar[dict[str, Any]] = {
+        "double": True,
+        "dueling": True,
+        "noisy": True,
+        "n_step": 3,
+        "distributional": "c51",
+    }

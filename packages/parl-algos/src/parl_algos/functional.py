@@ -10,8 +10,10 @@ from __future__ import annotations
 import torch
 
 __all__ = [
+    "categorical_projection",
     "gae",
     "ppo_clip_loss",
+    "quantile_huber_loss",
     "sac_actor_loss",
     "sac_alpha_loss",
     "td_target",
@@ -29,6 +31,74 @@ def td_target(
     value of the last observation, so pass `terminated=0` there.
     """
     return reward + gamma * (1.0 - terminated.to(reward.dtype)) * next_value
+
+
+def categorical_projection(
+    next_probs: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor, support: torch.Tensor
+) -> torch.Tensor:
+    """C51's target: the distribution of `r + discount * Z(s')` projected onto `support`.
+
+    Bellemare et al., "A distributional perspective on reinforcement learning", ICML 2017,
+    https://arxiv.org/abs/1707.06887, algorithm 1: each atom `z_j` moves to
+    `Tz_j = clip(r + discount * z_j, V_min, V_max)` and its probability is split between the two
+    neighbouring atoms of the support in proportion to closeness (all of it to one atom when
+    `Tz_j` lands on it).
+
+    Args:
+        next_probs: `(B, N)` probabilities of the next state's distribution (of the action the
+            target picks).
+        reward: `(B,)` rewards (n-step returns for n-step learning).
+        discount: `(B,)` `gamma^n * (1 - terminal)`: 0 at a terminal state, where the whole
+            mass goes to `r`.
+        support: `(N,)` the atoms `z_0 < ... < z_{N-1}`, evenly spaced.
+
+    Returns:
+        `(B, N)` the projected target probabilities (each row sums to 1).
+    """
+    n_atoms = support.shape[0]
+    v_min, v_max = support[0], support[-1]
+    delta_z = (v_max - v_min) / (n_atoms - 1)
+    tz = (reward.unsqueeze(1) + discount.unsqueeze(1) * support.unsqueeze(0)).clamp(v_min, v_max)
+    b = (tz - v_min) / delta_z
+    lower, upper = b.floor().long(), b.ceil().long()
+    # When Tz_j lands on an atom, lower == upper and both shares below are 0: give it all.
+    lower_share = next_probs * (upper.to(b.dtype) - b + (lower == upper).to(b.dtype))
+    upper_share = next_probs * (b - lower.to(b.dtype))
+    target = torch.zeros_like(next_probs)
+    target.scatter_add_(1, lower, lower_share)
+    target.scatter_add_(1, upper, upper_share)
+    return target
+
+
+def quantile_huber_loss(
+    quantiles: torch.Tensor, target: torch.Tensor, kappa: float = 1.0
+) -> torch.Tensor:
+    """QR-DQN's loss per sample: the quantile Huber loss of every (quantile, target) pair.
+
+    Dabney et al., "Distributional reinforcement learning with quantile regression", AAAI 2018,
+    https://arxiv.org/abs/1710.10044, equations 9-10: with `u = T theta_j - theta_i`,
+    `rho_tau(u) = |tau - 1{u < 0}| * L_kappa(u) / kappa` and `L_kappa` the Huber loss, the
+    loss is `sum_i mean_j rho_{tau_i}(u_ij)` over the quantile midpoints
+    `tau_i = (2i + 1) / 2N`.
+
+    Args:
+        quantiles: `(B, N)` the predicted quantiles `theta_i(s, a)`.
+        target: `(B, N')` the target samples `r + discount * theta_j(s', a*)` (no gradient).
+        kappa: the Huber threshold (0: the plain quantile loss).
+
+    Returns:
+        `(B,)` the loss of each sample.
+    """
+    n = quantiles.shape[1]
+    tau = (torch.arange(n, dtype=quantiles.dtype, device=quantiles.device) + 0.5) / n
+    u = target.unsqueeze(1) - quantiles.unsqueeze(2)  # (B, N, N'): pairs (i, j)
+    if kappa > 0:
+        huber = torch.where(u.abs() <= kappa, 0.5 * u.pow(2), kappa * (u.abs() - 0.5 * kappa))
+        huber = huber / kappa
+    else:
+        huber = u.abs()
+    weight = (tau.view(1, -1, 1) - (u.detach() < 0).to(u.dtype)).abs()
+    return (weight * huber).mean(dim=2).sum(dim=1)
 
 
 def gae(

@@ -1,7 +1,9 @@
-"""Building blocks for the small networks of the examples and tests.
+"""Building blocks for the networks of the examples and tests, and the DQN family's layers.
 
 Models stay the user's to define (a `parl.Model` per task); these helpers only save writing the
-same stack of linear layers again.
+same stack of layers again. For the DQN family: `NoisyLinear` (factorised Gaussian NoisyNet
+layers), `DuelingHead` (value and advantage streams), `QHead` (the plain one) and `QNetwork`, an
+MLP with either head, noisy or not, with one output or a distribution per action.
 """
 
 from __future__ import annotations
@@ -11,11 +13,21 @@ import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import parl
 
-__all__ = ["ActorCriticMLP", "ContinuousActorCriticMLP", "mlp"]
+__all__ = [
+    "ActorCriticMLP",
+    "ContinuousActorCriticMLP",
+    "DuelingHead",
+    "NoisyLinear",
+    "QHead",
+    "QNetwork",
+    "mlp",
+    "reset_noise",
+]
 
 
 def mlp(
@@ -129,3 +141,158 @@ class ContinuousActorCriticMLP(parl.Model):
     def get_critic_params(self) -> list[nn.Parameter]:
         """The parameters the critics' optimizer updates."""
         return list(self.critics.parameters())
+
+
+class NoisyLinear(nn.Module):
+    """A linear layer whose weights are Gaussian, with factorised noise (NoisyNet).
+
+    Fortunato et al., "Noisy networks for exploration", ICLR 2018,
+    https://arxiv.org/abs/1706.10295, section 3.2: `y = (mu_w + sigma_w * eps_w) x + mu_b +
+    sigma_b * eps_b` with `eps_w = f(eps_out) f(eps_in)^T`, `eps_b = f(eps_out)`,
+    `f(x) = sign(x) sqrt(|x|)` and `eps_in`, `eps_out` standard normal. The noise stays fixed
+    until `reset_noise()`; in evaluation mode (`module.eval()`) the layer uses the means only,
+    so acting greedily is deterministic. The noise is not part of the `state_dict`.
+
+    Args:
+        in_features: input features.
+        out_features: output features.
+        sigma0: the initial noise scale; each sigma starts at `sigma0 / sqrt(in_features)`.
+    """
+
+    def __init__(self, in_features: int, out_features: int, sigma0: float = 0.5) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1.0 / math.sqrt(in_features)
+        sigma = sigma0 / math.sqrt(in_features)
+        self.weight_mu = nn.Parameter(
+            torch.empty(out_features, in_features).uniform_(-bound, bound)
+        )
+        self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), sigma))
+        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+        self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma))
+        self.register_buffer("weight_epsilon", torch.zeros(out_features, in_features), False)
+        self.register_buffer("bias_epsilon", torch.zeros(out_features), False)
+        self.reset_noise()
+
+    @torch.no_grad()
+    def reset_noise(self) -> None:
+        """Draw new factorised noise (from torch's global generator)."""
+        eps_in = _scaled_noise(self.in_features, self.weight_mu.device)
+        eps_out = _scaled_noise(self.out_features, self.weight_mu.device)
+        self.weight_epsilon.copy_(torch.outer(eps_out, eps_in))
+        self.bias_epsilon.copy_(eps_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """`(B, in_features)` -> `(B, out_features)`, noisy in training mode."""
+        if not self.training:
+            return F.linear(x, self.weight_mu, self.bias_mu)
+        weight = self.weight_mu + self.weight_sigma * self.weight_epsilon
+        bias = self.bias_mu + self.bias_sigma * self.bias_epsilon
+        return F.linear(x, weight, bias)
+
+
+def _scaled_noise(size: int, device: torch.device) -> torch.Tensor:
+    x = torch.randn(size, device=device)
+    return x.sign() * x.abs().sqrt()
+
+
+def reset_noise(module: nn.Module) -> None:
+    """Draw new noise in every `NoisyLinear` inside `module`."""
+    for m in module.modules():
+        if isinstance(m, NoisyLinear):
+            m.reset_noise()
+
+
+def _linear(in_features: int, out_features: int, noisy: bool) -> nn.Module:
+    return NoisyLinear(in_features, out_features) if noisy else nn.Linear(in_features, out_features)
+
+
+class QHead(nn.Module):
+    """Features -> one output per action: `(B, n_actions)`, or `(B, n_actions, n_atoms)`.
+
+    Args:
+        in_features: features of the body's output.
+        n_actions: number of discrete actions.
+        n_atoms: outputs per action (1: a Q-value; more: C51's logits or QR-DQN's quantiles).
+        noisy: a `NoisyLinear` layer instead of a linear one.
+    """
+
+    def __init__(
+        self, in_features: int, n_actions: int, *, n_atoms: int = 1, noisy: bool = False
+    ) -> None:
+        super().__init__()
+        self.n_actions, self.n_atoms = n_actions, n_atoms
+        self.out = _linear(in_features, n_actions * n_atoms, noisy)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """`(B, in_features)` -> `(B, n_actions)` or `(B, n_actions, n_atoms)`."""
+        out = self.out(features)
+        return out if self.n_atoms == 1 else out.view(-1, self.n_actions, self.n_atoms)
+
+
+class DuelingHead(nn.Module):
+    """The dueling architecture: `Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a')`.
+
+    Wang et al., "Dueling network architectures for deep reinforcement learning", ICML 2016,
+    https://arxiv.org/abs/1511.06581, equation 9. With `n_atoms > 1` the streams are combined
+    atom by atom, as Rainbow does for its logits (and as works for quantiles).
+
+    Args:
+        in_features: features of the body's output.
+        n_actions: number of discrete actions.
+        n_atoms: outputs per action (1: a Q-value; more: C51's logits or QR-DQN's quantiles).
+        noisy: `NoisyLinear` layers in both streams.
+    """
+
+    def __init__(
+        self, in_features: int, n_actions: int, *, n_atoms: int = 1, noisy: bool = False
+    ) -> None:
+        super().__init__()
+        self.n_actions, self.n_atoms = n_actions, n_atoms
+        self.advantage = _linear(in_features, n_actions * n_atoms, noisy)
+        self.value = _linear(in_features, n_atoms, noisy)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """`(B, in_features)` -> `(B, n_actions)` or `(B, n_actions, n_atoms)`."""
+        value = self.value(features).view(-1, 1, self.n_atoms)
+        advantage = self.advantage(features).view(-1, self.n_actions, self.n_atoms)
+        q = value + advantage - advantage.mean(dim=1, keepdim=True)
+        return q.squeeze(-1) if self.n_atoms == 1 else q
+
+
+class QNetwork(parl.Model):
+    """A ReLU MLP with a `QHead` or a `DuelingHead`: the network of the DQN family.
+
+    `QNetwork(obs_dim, n_actions)` is DQN's; `dueling=True` DuelingDQN's; C51 and QR-DQN need
+    `n_atoms`; Rainbow's is `QNetwork(obs_dim, n_actions, dueling=True, noisy=True, n_atoms=51)`.
+
+    Args:
+        obs_dim: observation features.
+        n_actions: number of discrete actions.
+        hidden: widths of the hidden layers (all plain linear layers, each followed by a ReLU).
+        dueling: a `DuelingHead` instead of a `QHead`.
+        noisy: `NoisyLinear` layers in the head.
+        n_atoms: outputs per action (1: Q-values `(B, n_actions)`; more: `(B, n_actions,
+            n_atoms)`).
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        n_actions: int,
+        hidden: Sequence[int] = (64, 64),
+        *,
+        dueling: bool = False,
+        noisy: bool = False,
+        n_atoms: int = 1,
+    ) -> None:
+        super().__init__()
+        if not hidden:
+            raise ValueError(f"QNetwork: {hidden=} needs at least one hidden layer")
+        self.body = nn.Sequential(mlp(obs_dim, hidden[:-1], hidden[-1]), nn.ReLU())
+        head = DuelingHead if dueling else QHead
+        self.head = head(hidden[-1], n_actions, n_atoms=n_atoms, noisy=noisy)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """`(B, obs_dim)` -> `(B, n_actions)` or `(B, n_actions, n_atoms)`."""
+        return self.head(self.body(obs))

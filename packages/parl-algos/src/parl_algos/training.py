@@ -6,7 +6,7 @@ a family; an example's `@dataclass Args(OffPolicyArgs)` adds or re-defaults its 
 `TrainingRun` sets up a run (seeds, torch threads, log and summary directories, a progress
 bar), records finished episodes and training statistics to TensorBoard, evaluates the greedy
 policy on a schedule, notices when the mean return of the last episodes first reaches a
-target, and at the end saves the agent, draws the learning curve and returns a summary.
+target, and at the end saves the agent, draws the learning curve and returns a `RunResult`.
 `train_off_policy` is the loop of the replay-based examples (DQN, DDPG, TD3, SAC) and
 `train_on_policy` that of the trajectory-based ones (A2C, PPO); the parallel ones collect with
 `parl.samplers`.
@@ -41,6 +41,7 @@ __all__ = [
     "OffPolicyArgs",
     "OnPolicyArgs",
     "RunArgs",
+    "RunResult",
     "TrainingRun",
     "evaluate",
     "save_learning_curve",
@@ -190,6 +191,30 @@ def save_learning_curve(
     plt.close(fig)
 
 
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """What a training run did: `TrainingRun.finish`'s summary.
+
+    `dataclasses.asdict(result)` gives it as a plain dict (for JSON).
+    """
+
+    env_steps: int
+    """Environment steps taken."""
+    episodes: int
+    """Training episodes finished."""
+    reached_at: int | None
+    """The env step at which the mean return of the last `window` training episodes first
+    reached `target_return` (None: never, or no target)."""
+    reached_seconds: float | None
+    """Seconds of training (set-up excluded) until `reached_at`."""
+    final_mean_return: float | None
+    """Mean return of the last `window` training episodes at the end (None: no episode)."""
+    best_eval_return: float | None
+    """The best mean return of the scheduled evaluations (None: none ran)."""
+    seconds: float
+    """Seconds of training in all (set-up excluded)."""
+
+
 class TrainingRun:
     """One training run of an example: seeding, logging, evaluation, checkpoint and curve.
 
@@ -331,13 +356,8 @@ class TrainingRun:
         logger.info("env step %d: evaluation mean return %.1f", self.env_steps, mean)
         return mean
 
-    def finish(self, agent: parl.Agent) -> dict[str, Any]:
-        """Save the agent and the learning curve, flush the summary, and return the results.
-
-        The result holds `env_steps`, `episodes`, `reached_at` (the env step at which the mean
-        return of the last `window` episodes first reached `target_return`, or None),
-        `reached_seconds`, `final_mean_return`, `best_eval_return` and `seconds`.
-        """
+    def finish(self, agent: parl.Agent) -> RunResult:
+        """Save the agent and the learning curve, flush the summary, and return the results."""
         if self._bar is not None:
             self._bar.close()
         seconds = time.perf_counter() - self._start
@@ -351,15 +371,15 @@ class TrainingRun:
             target=self.target_return,
         )
         summary.flush()
-        result = {
-            "env_steps": self.env_steps,
-            "episodes": len(self.train_curve),
-            "reached_at": self.reached_at,
-            "reached_seconds": _round(self.reached_seconds),
-            "final_mean_return": _round(self.mean_return()),
-            "best_eval_return": _round(max((r for _, r in self.eval_curve), default=None)),
-            "seconds": _round(seconds),
-        }
+        result = RunResult(
+            env_steps=self.env_steps,
+            episodes=len(self.train_curve),
+            reached_at=self.reached_at,
+            reached_seconds=_round(self.reached_seconds),
+            final_mean_return=_round(self.mean_return()),
+            best_eval_return=_round(max((r for _, r in self.eval_curve), default=None)),
+            seconds=_round(seconds),
+        )
         logger.info("done: %s; outputs in %s", result, self.logdir)
         return result
 
@@ -381,13 +401,14 @@ def train_off_policy(
     agent's `sample` acts, and every `args.train_freq` steps the agent takes
     `args.gradient_steps` updates, `agent.learn(memory, args.batch_size)`. Transitions are
     stored with `terminal` set only on termination, so that time-limit truncations still
-    bootstrap. Stops after `args.total_steps` or when `run.done`.
+    bootstrap, and with the `truncated` flag that a `parl.utils.NStepAdder` in the memory's
+    place needs. Stops after `args.total_steps` or when `run.done`.
 
     Args:
         run: the `TrainingRun` that records episodes, statistics and evaluations.
         env: a single gymnasium environment.
         agent: has `sample(obs)`, `predict(obs)` and `learn(memory, batch_size)`.
-        memory: where transitions go.
+        memory: where transitions go (a replay memory or an `NStepAdder` in front of one).
         args: the schedule (`total_steps`, `learning_starts`, `train_freq`, `gradient_steps`,
             `batch_size`).
         after_step: called with the step count after each step (e.g. to sync a target network).
@@ -404,7 +425,7 @@ def train_off_policy(
         action = env.action_space.sample() if step <= args.learning_starts else agent.sample(obs)
         next_obs, reward, terminated, truncated, _ = env.step(action)
         stored = reward if reward_fn is None else reward_fn(reward)
-        memory.append(obs, action, stored, next_obs, terminated)
+        memory.append(obs, action, stored, next_obs, terminated, truncated)
         obs = env.reset()[0] if terminated or truncated else next_obs
         episodes = counter.step(reward, terminated or truncated)
         if step > args.learning_starts and step % args.train_freq == 0:
@@ -422,7 +443,7 @@ def train_continuous_control(
     args: OffPolicyArgs,
     title: str,
     make_algorithm: Callable[[int, int], parl.Algorithm],
-) -> dict[str, Any]:
+) -> RunResult:
     """Train `DDPG`, `TD3` or `SAC` on `args.env_id` with a uniform replay memory.
 
     The environment's actions are rescaled to `[-1, 1]`; `make_algorithm(obs_dim, act_dim)`

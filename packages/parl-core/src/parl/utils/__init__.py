@@ -2,8 +2,11 @@
 
 - `logger`: readable, timestamped logging; `logger.set_dir(d)` also writes `d/log.log`.
 - `summary`: TensorBoard scalars and histograms (`summary.add_scalar(tag, value, step)`).
-- `ReplayMemory`: a numpy ring buffer of transitions for off-policy algorithms.
-- `PrioritizedReplayMemory`: a `ReplayMemory` sampled in proportion to TD-error priorities.
+- `ReplayMemory`: a numpy ring buffer of transitions for off-policy algorithms; it samples
+  a `Batch` (a NamedTuple: `obs, act, reward, next_obs, terminal`).
+- `PrioritizedReplayMemory`: a `ReplayMemory` sampled in proportion to TD-error priorities; it
+  samples a `PrioritizedBatch` (a `Batch`'s fields plus `weights` and `indices`).
+- `NStepAdder`: folds single steps into n-step transitions on their way into a memory.
 - `machine_info`: CPU and GPU counts, the machine's address, a free TCP port.
 - `parse_args`: a command line from a `@dataclass` of settings (the examples' `Args`).
 - `require`, `optional_import`, `progress_bar`: optional packages fail early with the command
@@ -21,11 +24,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from parl.utils import machine_info, summary
     from parl.utils._args import parse_args
     from parl.utils._logger import logger
+    from parl.utils._n_step import NStepAdder
     from parl.utils._optional import optional_import, progress_bar, require
-    from parl.utils._prioritized_replay_memory import PrioritizedReplayMemory
-    from parl.utils._replay_memory import ReplayMemory
+    from parl.utils._prioritized_replay_memory import PrioritizedBatch, PrioritizedReplayMemory
+    from parl.utils._replay_memory import Batch, ReplayMemory
 
 __all__ = [
+    "Batch",
+    "NStepAdder",
+    "PrioritizedBatch",
     "PrioritizedReplayMemory",
     "ReplayMemory",
     "logger",
@@ -38,6 +45,9 @@ __all__ = [
 ]
 
 _LAZY: dict[str, tuple[str, str | None]] = {
+    "Batch": ("parl.utils._replay_memory", "Batch"),
+    "NStepAdder": ("parl.utils._n_step", "NStepAdder"),
+    "PrioritizedBatch": ("parl.utils._prioritized_replay_memory", "PrioritizedBatch"),
     "PrioritizedReplayMemory": (
         "parl.utils._prioritized_replay_memory",
         "PrioritizedReplayMemory",

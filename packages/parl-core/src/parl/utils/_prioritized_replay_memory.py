@@ -4,18 +4,43 @@ Prioritized experience replay (Schaul et al., 2016, https://arxiv.org/abs/1511.0
 proportional variant: transition `i` is drawn with probability `P(i) = p_i^alpha / sum_k p_k^alpha`
 and its loss is weighted by `w_i = (N * P(i))^-beta / max_j w_j` to correct the bias. The sums
 and minimum of the priorities live in two array-backed binary trees, so sampling a batch and
-updating its priorities cost `O(batch * log N)` numpy operations.
+updating its priorities cost `O(batch * log N)` numpy operations. A sample is a
+`PrioritizedBatch`: a `Batch`'s fields plus the weights and the slots whose priorities the
+learner writes back.
 """
 
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import numpy as np
 
 from parl.utils._replay_memory import ReplayMemory
 
-__all__ = ["PrioritizedReplayMemory", "SumTree"]
+__all__ = ["PrioritizedBatch", "PrioritizedReplayMemory", "SumTree"]
+
+
+class PrioritizedBatch(NamedTuple):
+    """A minibatch from a `PrioritizedReplayMemory`: a `Batch` plus what prioritization needs.
+
+    It unpacks as `obs, act, reward, next_obs, terminal, weights, indices = batch`.
+    """
+
+    obs: np.ndarray
+    """`(B, *obs_shape)` observations."""
+    act: np.ndarray
+    """`(B, *act_shape)` actions (int64 `(B,)` for discrete ones)."""
+    reward: np.ndarray
+    """`(B,)` float32 rewards."""
+    next_obs: np.ndarray
+    """`(B, *obs_shape)` observations after the actions."""
+    terminal: np.ndarray
+    """`(B,)` float32, 1 where `next_obs` is a terminal state."""
+    weights: np.ndarray
+    """`(B,)` float32 importance-sampling weights `w_i`, at most 1: multiply each loss by them."""
+    indices: np.ndarray
+    """`(B,)` int64 slots of the transitions: pass them back to `update_priorities`."""
 
 
 class SumTree:
@@ -92,16 +117,19 @@ class PrioritizedReplayMemory(ReplayMemory):
     """A `ReplayMemory` that samples transitions in proportion to `priority ** alpha`.
 
     New transitions get the largest priority seen so far, so each is replayed at least once
-    soon. `sample_batch` also returns importance-sampling weights and the sampled indices;
-    after computing the TD errors, pass both to `update_priorities`.
+    soon. `sample_batch` returns a `PrioritizedBatch`, with importance-sampling weights and the
+    sampled indices; after computing the TD errors, pass the indices and the errors to
+    `update_priorities`.
 
     Args:
         max_size: how many transitions it holds; the oldest is overwritten after that.
         obs_dim: shape of one observation (an int or a tuple).
         act_dim: shape of one action; 0 for a discrete action (stored as one int64).
         alpha: how much prioritization is used, 0 (uniform) to 1 (fully proportional).
-        beta: importance-sampling exponent, 0 (no correction) to 1 (full correction); usually
-            annealed towards 1 by the caller through `sample_batch(beta=...)`.
+        beta: importance-sampling exponent, 0 (no correction) to 1 (full correction) at the
+            start.
+        beta_steps: `sample_batch` calls over which beta rises linearly from `beta` to 1, as
+            the paper anneals it (None: beta stays; a caller may still pass `beta=` per batch).
         eps: added to every priority so that no transition is never sampled again.
         obs_dtype: dtype of stored observations.
         seed: seed of the buffer's own random generator, for reproducible sampling.
@@ -115,6 +143,7 @@ class PrioritizedReplayMemory(ReplayMemory):
         *,
         alpha: float = 0.6,
         beta: float = 0.4,
+        beta_steps: int | None = None,
         eps: float = 1e-6,
         obs_dtype: np.dtype | str = np.float32,
         seed: int | None = None,
@@ -125,21 +154,32 @@ class PrioritizedReplayMemory(ReplayMemory):
         _check_beta(beta)
         if eps <= 0:
             raise ValueError(f"PrioritizedReplayMemory: {eps=} must be positive")
+        if beta_steps is not None and beta_steps <= 0:
+            raise ValueError(f"PrioritizedReplayMemory: {beta_steps=} must be positive or None")
         self.alpha = float(alpha)
         self.beta = float(beta)
+        self.beta_steps = beta_steps
+        self.sample_steps = 0
         self.eps = float(eps)
         self._tree = SumTree(self.max_size)
         self._priority = np.zeros(self.max_size, dtype=np.float64)
         self._max_priority = 1.0
 
-    def append(self, obs, act, reward, next_obs, terminal) -> None:
+    def append(self, obs, act, reward, next_obs, terminal, truncated: bool = False) -> None:
         """Store one transition with the largest priority seen so far (see `ReplayMemory`)."""
         pos = self._curr_pos
-        super().append(obs, act, reward, next_obs, terminal)
+        super().append(obs, act, reward, next_obs, terminal, truncated)
         self._set_priorities(pos, self._max_priority)
 
-    def sample_batch(self, batch_size: int, beta: float | None = None):
-        """Return `(obs, act, reward, next_obs, terminal, weights, indices)`.
+    def current_beta(self) -> float:
+        """The importance-sampling exponent of the next `sample_batch` call."""
+        if self.beta_steps is None:
+            return self.beta
+        frac = min(self.sample_steps / self.beta_steps, 1.0)
+        return self.beta + frac * (1.0 - self.beta)
+
+    def sample_batch(self, batch_size: int, beta: float | None = None) -> PrioritizedBatch:
+        """Return a `PrioritizedBatch` of `batch_size` transitions.
 
         The batch is stratified: the total priority mass is cut into `batch_size` equal
         segments and one transition is drawn from each. `weights` (float32) are the normalised
@@ -147,11 +187,12 @@ class PrioritizedReplayMemory(ReplayMemory):
 
         Args:
             batch_size: how many transitions to draw.
-            beta: the importance-sampling exponent for this batch (default: the constructor's).
+            beta: the importance-sampling exponent for this batch (default: `current_beta()`).
         """
         if self._curr_size == 0:
             raise ValueError("PrioritizedReplayMemory.sample_batch: the memory is empty")
-        beta = self.beta if beta is None else _check_beta(beta)
+        beta = self.current_beta() if beta is None else _check_beta(beta)
+        self.sample_steps += 1
         batch_size = int(batch_size)
         total = self._tree.total()
         bounds = np.arange(batch_size, dtype=np.float64) * (total / batch_size)
@@ -161,14 +202,14 @@ class PrioritizedReplayMemory(ReplayMemory):
         prob = self._tree[idx] / total
         min_prob = self._tree.min() / total
         weights = (prob / min_prob) ** -beta  # == (N P(i))^-beta / max_j (N P(j))^-beta
-        return (
+        return PrioritizedBatch(
             self.obs[idx],
             self.act[idx],
             self.reward[idx],
             self.next_obs[idx],
             self.terminal[idx],
             weights.astype(np.float32),
-            idx,
+            idx.astype(np.int64),
         )
 
     def update_priorities(self, indices, priorities) -> None:

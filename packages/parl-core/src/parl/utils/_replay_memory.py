@@ -1,18 +1,19 @@
 """`parl.utils.ReplayMemory`: a ring buffer of transitions in preallocated numpy arrays.
 
 Off-policy algorithms (DQN, DDPG, TD3, SAC) store `(obs, act, reward, next_obs, terminal)` and
-learn from uniformly sampled minibatches. Memory is allocated once; appending overwrites the
-oldest transition when full; sampling only ever returns written slots.
+learn from uniformly sampled minibatches, each a `Batch`. Memory is allocated once; appending
+overwrites the oldest transition when full; sampling only ever returns written slots.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["ReplayMemory"]
+__all__ = ["Batch", "ReplayMemory"]
 
 _FIELDS = ("obs", "act", "reward", "next_obs", "terminal")
 
@@ -22,6 +23,36 @@ def _shape(dim: int | tuple[int, ...], name: str) -> tuple[int, ...]:
     if any(int(d) < 0 for d in shape):
         raise ValueError(f"ReplayMemory: {name}={dim!r} must not be negative")
     return tuple(int(d) for d in shape)
+
+
+class Batch(NamedTuple):
+    """A minibatch of transitions from a `ReplayMemory`, one row per transition.
+
+    It unpacks as PARL's five arrays, `obs, act, reward, next_obs, terminal = batch`.
+    `weights` and `indices` are None here; a `PrioritizedBatch` carries them under the same
+    names, so that a learner reads either kind of batch the same way.
+    """
+
+    obs: np.ndarray
+    """`(B, *obs_shape)` observations."""
+    act: np.ndarray
+    """`(B, *act_shape)` actions (int64 `(B,)` for discrete ones)."""
+    reward: np.ndarray
+    """`(B,)` float32 rewards."""
+    next_obs: np.ndarray
+    """`(B, *obs_shape)` observations after the actions."""
+    terminal: np.ndarray
+    """`(B,)` float32, 1 where `next_obs` is a terminal state."""
+
+    @property
+    def weights(self) -> None:
+        """Importance-sampling weights: none for a uniform sample (every weight is 1)."""
+        return None
+
+    @property
+    def indices(self) -> None:
+        """Slots of the sampled transitions: only a prioritized memory needs them back."""
+        return None
 
 
 class ReplayMemory:
@@ -62,12 +93,13 @@ class ReplayMemory:
         self._curr_pos = 0
         self._rng = np.random.default_rng(seed)
 
-    def append(self, obs, act, reward, next_obs, terminal) -> None:
+    def append(self, obs, act, reward, next_obs, terminal, truncated: bool = False) -> None:
         """Store one transition.
 
         `terminal` is true only when the episode *terminated* (the MDP reached an end state);
         for a time-limit truncation store `terminal=False`, so that learning still bootstraps
-        from `next_obs`.
+        from `next_obs`. `truncated` changes nothing for a one-step transition; it is taken so
+        that a memory and an `NStepAdder` accept the same calls.
         """
         pos = self._curr_pos
         self.obs[pos] = obs
@@ -78,20 +110,16 @@ class ReplayMemory:
         self._curr_pos = (pos + 1) % self.max_size
         self._curr_size = min(self._curr_size + 1, self.max_size)
 
-    def sample_batch(self, batch_size: int):
-        """Return `(obs, act, reward, next_obs, terminal)` for `batch_size` random transitions.
+    def sample_batch(self, batch_size: int) -> Batch:
+        """Return a `Batch` of `batch_size` random transitions.
 
         Indices are drawn with replacement from the transitions written so far.
         """
         if self._curr_size == 0:
             raise ValueError("ReplayMemory.sample_batch: the memory is empty; append first")
         idx = self._rng.integers(0, self._curr_size, size=int(batch_size))
-        return (
-            self.obs[idx],
-            self.act[idx],
-            self.reward[idx],
-            self.next_obs[idx],
-            self.terminal[idx],
+        return Batch(
+            self.obs[idx], self.act[idx], self.reward[idx], self.next_obs[idx], self.terminal[idx]
         )
 
     def size(self) -> int:
