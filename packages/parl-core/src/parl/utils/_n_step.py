@@ -48,7 +48,15 @@ class NStepAdder:
         self.gamma = float(gamma)
         self._window: deque[tuple[np.ndarray, Any, float]] = deque()
 
-    def append(self, obs, act, reward, next_obs, terminal, truncated: bool = False) -> None:
+    def append(
+        self,
+        obs: np.ndarray,
+        act: Any,
+        reward: float,
+        next_obs: np.ndarray,
+        terminal: bool,
+        truncated: bool = False,
+    ) -> None:
         """Take one step; write every transition it completes into the memory.
 
         Args:
@@ -72,7 +80,7 @@ class NStepAdder:
         """How many steps of the running episode wait for their n-step return."""
         return len(self._window)
 
-    def _write_oldest(self, next_obs, terminal: bool) -> None:
+    def _write_oldest(self, next_obs: np.ndarray, terminal: bool) -> None:
         ret = sum(self.gamma**k * r for k, (_, _, r) in enumerate(self._window))
         obs, act, _ = self._window.popleft()
         self.memory.append(obs, act, ret, next_obs, terminal)

@@ -178,7 +178,10 @@ class PrioritizedReplayMemory(ReplayMemory):
         frac = min(self.sample_steps / self.beta_steps, 1.0)
         return self.beta + frac * (1.0 - self.beta)
 
-    def sample_batch(self, batch_size: int, beta: float | None = None) -> PrioritizedBatch:
+    # A richer batch than the base class's: its fields plus weights and indices.
+    def sample_batch(  # type: ignore[override]
+        self, batch_size: int, beta: float | None = None
+    ) -> PrioritizedBatch:
         """Return a `PrioritizedBatch` of `batch_size` transitions.
 
         The batch is stratified: the total priority mass is cut into `batch_size` equal
