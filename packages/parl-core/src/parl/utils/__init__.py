@@ -4,6 +4,8 @@
 - `summary`: TensorBoard scalars and histograms (`summary.add_scalar(tag, value, step)`).
 - `ReplayMemory`: a numpy ring buffer of transitions for off-policy algorithms.
 - `PrioritizedReplayMemory`: a `ReplayMemory` sampled in proportion to TD-error priorities.
+- `OfflineDataset`: a fixed dataset of transitions for offline RL (`.npz`, a replay memory, or
+  minari), sampled in `Batch`es.
 - `machine_info`: CPU and GPU counts, the machine's address, a free TCP port.
 - `parse_args`: a command line from a `@dataclass` of settings (the examples' `Args`).
 
@@ -19,10 +21,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from parl.utils import machine_info, summary
     from parl.utils._args import parse_args
     from parl.utils._logger import logger
+    from parl.utils._offline_dataset import Batch, OfflineDataset
     from parl.utils._prioritized_replay_memory import PrioritizedReplayMemory
     from parl.utils._replay_memory import ReplayMemory
 
 __all__ = [
+    "Batch",
+    "OfflineDataset",
     "PrioritizedReplayMemory",
     "ReplayMemory",
     "logger",
@@ -32,6 +37,8 @@ __all__ = [
 ]
 
 _LAZY: dict[str, tuple[str, str | None]] = {
+    "Batch": ("parl.utils._offline_dataset", "Batch"),
+    "OfflineDataset": ("parl.utils._offline_dataset", "OfflineDataset"),
     "PrioritizedReplayMemory": (
         "parl.utils._prioritized_replay_memory",
         "PrioritizedReplayMemory",
