@@ -17,10 +17,10 @@ import pytest
 import torch
 
 import parl
-from parl.algorithms import A2C, DDPG, DQN, IMPALA, PPO, SAC, TD3, PolicyGradient
-from parl.utils import PrioritizedReplayMemory, ReplayMemory
+from parl.algorithms import A2C, CQL, DDPG, DQN, IMPALA, IQL, PPO, SAC, TD3, PolicyGradient
+from parl.utils import OfflineDataset, PrioritizedReplayMemory, ReplayMemory
 from parl_algos.agents import ActorCriticAgent, ContinuousAgent, DQNAgent, IMPALAAgent
-from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP
+from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP, ValueMLP
 from parl_algos.rollout import VectorCollector, make_rescaled_env, make_vector_env
 from tests.algos.models import QNet
 
@@ -71,6 +71,27 @@ def _continuous(cls, **model_kwargs):
         return stats
 
     return build, train
+
+
+def _offline(make_algorithm):
+    def build():
+        return ContinuousAgent(make_algorithm())
+
+    def train(agent):
+        env = make_rescaled_env("Pendulum-v1")
+        memory = ReplayMemory(1000, 3, 1, seed=0)
+        _off_policy(agent, env, memory, steps=300, learning_starts=300)  # random actions
+        dataset = OfflineDataset.from_replay_memory(memory, seed=0)
+        stats = [agent.learn(dataset, 32) for _ in range(50)]
+        action = agent.predict(env.reset()[0])
+        assert action.shape == (1,) and np.all(np.abs(action) <= 1.0)
+        return stats
+
+    return build, train
+
+
+def _stochastic_mlp():
+    return ContinuousActorCriticMLP(3, 1, (32, 32), stochastic=True, twin=True)
 
 
 def _on_policy(cls, **kwargs):
@@ -170,6 +191,9 @@ CASES = {
     "TD3": lambda: _continuous(TD3, twin=True),
     "SAC": lambda: _continuous(SAC, stochastic=True, twin=True),
     "PolicyGradient": _policy_gradient,
+    "CQL": lambda: _offline(lambda: CQL(_stochastic_mlp())),
+    "CQL-Lagrange": lambda: _offline(lambda: CQL(_stochastic_mlp(), target_action_gap=1.0)),
+    "IQL": lambda: _offline(lambda: IQL(_stochastic_mlp(), ValueMLP(3, (32, 32)))),
 }
 
 

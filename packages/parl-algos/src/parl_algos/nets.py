@@ -15,7 +15,7 @@ from torch import nn
 
 import parl
 
-__all__ = ["ActorCriticMLP", "ContinuousActorCriticMLP", "mlp"]
+__all__ = ["ActorCriticMLP", "ContinuousActorCriticMLP", "ValueMLP", "mlp"]
 
 
 def mlp(
@@ -129,3 +129,20 @@ class ContinuousActorCriticMLP(parl.Model):
     def get_critic_params(self) -> list[nn.Parameter]:
         """The parameters the critics' optimizer updates."""
         return list(self.critics.parameters())
+
+
+class ValueMLP(parl.Model):
+    """A state-value network `V(s)`, a ReLU MLP (IQL's value model).
+
+    Args:
+        obs_dim: observation features.
+        hidden: widths of the hidden layers.
+    """
+
+    def __init__(self, obs_dim: int, hidden: Sequence[int] = (256, 256)) -> None:
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, 1)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Return `V(obs)`, `(batch,)`."""
+        return self.net(obs).squeeze(-1)
