@@ -195,28 +195,15 @@ def _swing_up(obs: np.ndarray) -> np.ndarray:
 def _mixed_pendulum_dataset(episodes: int, p_expert: float, seed: int) -> OfflineDataset:
     """Each step the controller's action (plus a little noise) with probability `p_expert`, else
     a uniformly random one. Cloning learns about `p_expert` times the controller's action."""
-    env = make_rescaled_env("Pendulum-v1")
     rng = np.random.default_rng(seed)
-    rows: dict[str, list] = {name: [] for name in ("obs", "action", "reward", "next_obs")}
-    ends: list[tuple[bool, bool]] = []
-    obs, _ = env.reset(seed=seed)
-    for _ in range(episodes):
-        done = False
-        while not done:
-            if rng.random() < p_expert:
-                action = np.clip(_swing_up(obs) + rng.normal(0.0, 0.1, 1), -1.0, 1.0)
-            else:
-                action = rng.uniform(-1.0, 1.0, 1)
-            next_obs, reward, terminated, truncated, _ = env.step(action.astype(np.float32))
-            for name, value in zip(rows, (obs, action, reward, next_obs), strict=True):
-                rows[name].append(value)
-            ends.append((terminated, truncated))
-            done = terminated or truncated
-            obs = env.reset()[0] if done else next_obs
-    terminated, truncated = np.array(ends).T
-    return OfflineDataset(
-        *(np.array(rows[name], dtype=np.float32) for name in rows), terminated, truncated, seed=seed
-    )
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        if rng.random() < p_expert:
+            return np.clip(_swing_up(obs) + rng.normal(0.0, 0.1, 1), -1.0, 1.0)
+        return rng.uniform(-1.0, 1.0, 1)
+
+    env = make_rescaled_env("Pendulum-v1")
+    return OfflineDataset.collect(env, policy, episodes=episodes, seed=seed)
 
 
 def _train_offline(agent: ContinuousAgent, dataset: OfflineDataset, steps: int) -> float:

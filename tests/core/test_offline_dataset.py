@@ -208,3 +208,36 @@ def test_from_minari_without_minari_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "minari", None)  # as if absent, whatever is installed
     with pytest.raises(ImportError, match="pip install minari"):
         OfflineDataset.from_minari("D4RL/pen/human-v2")
+
+
+class _Countdown:
+    """A gymnasium-style environment: the observation counts down from 3; it terminates at 0,
+    or is truncated after 2 steps when started from `reset(seed=1)`'s odd seeds."""
+
+    def __init__(self):
+        self.limit = None
+
+    def reset(self, seed=None):
+        self.t, self.limit = 0, (2 if seed == 1 else None)
+        self.x = 3.0
+        return np.array([self.x]), {}
+
+    def step(self, action):
+        self.x -= 1.0
+        self.t += 1
+        terminated = self.x == 0
+        truncated = self.limit is not None and self.t >= self.limit and not terminated
+        return np.array([self.x]), float(action[0]), terminated, truncated, {}
+
+
+def test_collect_keeps_each_step_and_episode_end():
+    dataset = OfflineDataset.collect(
+        _Countdown(), lambda obs: np.array([obs[0]]), episodes=2, seed=1
+    )
+    np.testing.assert_array_equal(dataset.obs[:, 0], [3, 2, 3, 2, 1])
+    np.testing.assert_array_equal(dataset.next_obs[:, 0], [2, 1, 2, 1, 0])
+    np.testing.assert_array_equal(dataset.terminated, [0, 0, 0, 0, 1])
+    np.testing.assert_array_equal(dataset.truncated, [0, 1, 0, 0, 0])
+    np.testing.assert_array_equal(dataset.episode_returns(), [5, 6])
+    with pytest.raises(ValueError, match="episodes=0"):
+        OfflineDataset.collect(_Countdown(), lambda obs: obs, episodes=0)

@@ -2,17 +2,18 @@
 
 A dataset holds the six arrays `(obs, action, reward, next_obs, terminated, truncated)`, one row
 a transition. It comes from a plain `.npz` file of those six arrays (`load` / `save`), from a
-`ReplayMemory` that was filled by some policy (`from_replay_memory`), or from a `minari`
-dataset when minari is installed (`from_minari`). Learning draws uniform minibatches with
-`sample_batch`, which returns the same named `Batch` a replay memory's consumer reads, so an
-agent learns from either without knowing which it got. Numpy only: no torch here.
+`ReplayMemory` that was filled by some policy (`from_replay_memory`), by running a policy in an
+environment (`collect`), or from a `minari` dataset when minari is installed (`from_minari`).
+Learning draws uniform minibatches with `sample_batch`, which returns the same named `Batch`
+a replay memory's consumer reads, so an agent learns from either without knowing which it
+got. Numpy only: no torch here.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -284,6 +285,36 @@ class OfflineDataset:
         return cls(
             obs, memory.act[order], memory.reward[order], next_obs, terminated, truncated, seed=seed
         )
+
+    @classmethod
+    def collect(
+        cls,
+        env: Any,
+        policy: Callable[[np.ndarray], Any],
+        *,
+        episodes: int,
+        seed: int | None = None,
+    ) -> OfflineDataset:
+        """Run `policy` (observation -> action) for `episodes` episodes of `env` and keep them.
+
+        `env` speaks gymnasium's API (`reset(seed=)`, `step` -> 5-tuple); `seed` seeds its
+        first reset and the dataset's generator.
+        """
+        if int(episodes) <= 0:
+            raise ValueError(f"OfflineDataset.collect: {episodes=} must be positive")
+        rows: dict[str, list[Any]] = {name: [] for name in FIELDS}
+        obs, _ = env.reset(seed=seed)
+        for _ in range(int(episodes)):
+            terminated = truncated = False
+            while not (terminated or truncated):
+                action = policy(obs)
+                next_obs, reward, terminated, truncated, _ = env.step(action)
+                row = (obs, action, reward, next_obs, terminated, truncated)
+                for name, value in zip(FIELDS, row, strict=True):
+                    rows[name].append(value)
+                obs = next_obs
+            obs, _ = env.reset()
+        return cls(**{name: np.asarray(rows[name]) for name in FIELDS}, seed=seed)
 
     @classmethod
     def from_episodes(cls, episodes: Iterable[Any], *, seed: int | None = None) -> OfflineDataset:
