@@ -77,10 +77,9 @@ def _one_action_dataset(n: int = 256, action: float = 0.5) -> OfflineDataset:
 def test_cql_values_unseen_actions_below_the_datasets():
     torch.manual_seed(0)
     dataset = _one_action_dataset()
-    agent = ContinuousAgent(
-        CQL(ContinuousActorCriticMLP(3, 1, (32, 32), stochastic=True, twin=True), alpha=0.1)
-    )
-    stats = [agent.learn(dataset, 64) for _ in range(300)]
+    model = ContinuousActorCriticMLP(3, 1, (16, 16), stochastic=True, twin=True)
+    agent = ContinuousAgent(CQL(model, alpha=0.1, num_sampled_actions=4, critic_lr=1e-3))
+    stats = [agent.learn(dataset, 32) for _ in range(150)]
     obs = torch.as_tensor(dataset.obs[:64])
     with torch.no_grad():
         q_data = agent.alg.model.value(obs, torch.full((64, 1), 0.5))[0]
@@ -228,5 +227,5 @@ def test_iql_beats_behaviour_cloning_on_a_mixed_pendulum_dataset():
     )
     iql_return = _train_offline(iql, dataset, 5_000)
     print(f"data {data_return:.0f}, BC {bc_return:.0f}, IQL {iql_return:.0f}")
-    assert iql_return > bc_return + 100
-    assert iql_return > -400
+    assert iql_return > bc_return + 150  # measured: data -795, BC -785, IQL -363
+    assert iql_return > -500
