@@ -227,5 +227,5 @@ def test_iql_beats_behaviour_cloning_on_a_mixed_pendulum_dataset():
     )
     iql_return = _train_offline(iql, dataset, 5_000)
     print(f"data {data_return:.0f}, BC {bc_return:.0f}, IQL {iql_return:.0f}")
-    assert iql_return > bc_return + 150  # measured: data -795, BC -785, IQL -363
+    assert iql_return > bc_return + 150  # measured: data -795, BC -792, IQL -385
     assert iql_return > -500
