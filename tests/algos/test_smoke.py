@@ -20,10 +20,12 @@ import parl
 from parl.algorithms import (
     A2C,
     C51,
+    CQL,
     DDPG,
     DDQN,
     DQN,
     IMPALA,
+    IQL,
     PPO,
     QRDQN,
     SAC,
@@ -32,9 +34,9 @@ from parl.algorithms import (
     PolicyGradient,
     Rainbow,
 )
-from parl.utils import NStepAdder, PrioritizedReplayMemory, ReplayMemory
+from parl.utils import NStepAdder, OfflineDataset, PrioritizedReplayMemory, ReplayMemory
 from parl_algos.agents import ActorCriticAgent, ContinuousAgent, DQNAgent, IMPALAAgent
-from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP, QNetwork
+from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP, QNetwork, ValueMLP
 from parl_algos.rollout import VectorCollector, make_rescaled_env, make_vector_env
 from tests.algos.models import QNet
 
@@ -87,6 +89,27 @@ def _continuous(cls, **model_kwargs):
         return stats
 
     return build, train
+
+
+def _offline(make_algorithm):
+    def build():
+        return ContinuousAgent(make_algorithm())
+
+    def train(agent):
+        env = make_rescaled_env("Pendulum-v1")
+        memory = ReplayMemory(1000, 3, 1, seed=0)
+        _off_policy(agent, env, memory, steps=300, learning_starts=300)  # random actions
+        dataset = OfflineDataset.from_replay_memory(memory, seed=0)
+        stats = [agent.learn(dataset, 32) for _ in range(50)]
+        action = agent.predict(env.reset()[0])
+        assert action.shape == (1,) and np.all(np.abs(action) <= 1.0)
+        return stats
+
+    return build, train
+
+
+def _stochastic_mlp():
+    return ContinuousActorCriticMLP(3, 1, (32, 32), stochastic=True, twin=True)
 
 
 def _on_policy(cls, **kwargs):
@@ -197,6 +220,9 @@ CASES = {
     "TD3": lambda: _continuous(TD3, twin=True),
     "SAC": lambda: _continuous(SAC, stochastic=True, twin=True),
     "PolicyGradient": _policy_gradient,
+    "CQL": lambda: _offline(lambda: CQL(_stochastic_mlp())),
+    "CQL-Lagrange": lambda: _offline(lambda: CQL(_stochastic_mlp(), target_action_gap=1.0)),
+    "IQL": lambda: _offline(lambda: IQL(_stochastic_mlp(), ValueMLP(3, (32, 32)))),
 }
 
 

@@ -7,6 +7,8 @@ network, the algorithm the loss and the update. One module per algorithm, each w
   distributional) and its members by name: `DDQN`, `DuelingDQN`, `C51`, `QRDQN`, `Rainbow`;
 - policy gradient: `PolicyGradient` (REINFORCE), `A2C`, `PPO`;
 - continuous control: `DDPG`, `TD3`, `SAC`;
+- offline, from a fixed `parl.utils.OfflineDataset`: `CQL` (on SAC), `IQL`, and the behaviour
+  cloning baseline `BC`;
 - distributed: `IMPALA`'s learner (V-trace).
 
 `parl_algos.functional` holds the return estimators and losses as pure functions (TD target,
@@ -20,9 +22,12 @@ the plumbing the examples share (episode tracking, evaluation, learning curves).
 from __future__ import annotations
 
 from parl_algos.a2c import A2C, A2CStats
+from parl_algos.bc import BC, BCStats
+from parl_algos.cql import CQL, CQLStats
 from parl_algos.ddpg import DDPG, DDPGStats
 from parl_algos.dqn import C51, DDQN, DQN, QRDQN, DQNStats, DuelingDQN, Rainbow
 from parl_algos.impala import IMPALA, IMPALAStats
+from parl_algos.iql import IQL, IQLStats
 from parl_algos.policy_gradient import PolicyGradient, PolicyGradientStats
 from parl_algos.ppo import PPO, PPOStats
 from parl_algos.sac import SAC, SACStats
@@ -31,6 +36,10 @@ from parl_algos.td3 import TD3, TD3Stats
 __all__ = [
     "A2C",
     "A2CStats",
+    "BC",
+    "BCStats",
+    "CQL",
+    "CQLStats",
     "C51",
     "DDPG",
     "DDPGStats",
@@ -40,6 +49,8 @@ __all__ = [
     "DuelingDQN",
     "IMPALA",
     "IMPALAStats",
+    "IQL",
+    "IQLStats",
     "PPO",
     "PPOStats",
     "PolicyGradient",

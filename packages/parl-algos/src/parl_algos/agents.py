@@ -8,7 +8,8 @@
 - `DQNAgent` acts epsilon-greedily with a linearly decaying epsilon and learns from a
   `ReplayMemory` or a `PrioritizedReplayMemory`: it reads either's batch by name, weighting
   the loss and writing back priorities when the batch carries them.
-- `ContinuousAgent` drives `DDPG`, `TD3` or `SAC` from a `ReplayMemory`.
+- `ContinuousAgent` drives `DDPG`, `TD3` or `SAC` from a `ReplayMemory`, and the offline
+  `CQL`, `IQL` and `BC` from an `OfflineDataset`.
 
 Agents are where the environment's numpy meets the algorithm's tensors, through one helper
 (`to_tensor`, onto the model's device); the algorithms themselves never see numpy.
@@ -23,12 +24,14 @@ import torch
 from torch.distributions import Categorical
 
 import parl
-from parl.utils import ReplayMemory
+from parl.utils import OfflineDataset, ReplayMemory
 from parl_algos._common import to_tensor
 from parl_algos.a2c import A2C, A2CStats
+from parl_algos.bc import BC, BCStats
 from parl_algos.ddpg import DDPG, DDPGStats
 from parl_algos.dqn import DQN, DQNStats
 from parl_algos.impala import IMPALA, IMPALAStats
+from parl_algos.iql import IQL, IQLStats
 from parl_algos.ppo import PPO, PPOStats
 from parl_algos.rollout import AdvantageBatch, Trajectory, compute_advantages
 from parl_algos.sac import SAC, SACStats
@@ -185,16 +188,17 @@ class DQNAgent(parl.Agent):
 
 
 class ContinuousAgent(parl.Agent):
-    """Acting and replay learning for `DDPG`, `TD3` and `SAC` (actions in `[-1, 1]`).
+    """Acting and replay learning for continuous actions in `[-1, 1]`.
 
     Args:
-        algorithm: a `DDPG`, `TD3` or `SAC`.
+        algorithm: a `DDPG`, `TD3` or `SAC` (or `CQL`, a SAC), or the offline `IQL` or `BC`.
     """
 
-    def __init__(self, algorithm: DDPG | TD3 | SAC) -> None:
-        if not isinstance(algorithm, DDPG | TD3 | SAC):
+    def __init__(self, algorithm: DDPG | TD3 | SAC | IQL | BC) -> None:
+        if not isinstance(algorithm, DDPG | TD3 | SAC | IQL | BC):
             raise TypeError(
-                f"ContinuousAgent drives DDPG, TD3 or SAC, got {type(algorithm).__name__}"
+                "ContinuousAgent drives DDPG, TD3, SAC, CQL, IQL or BC, "
+                f"got {type(algorithm).__name__}"
             )
         super().__init__(algorithm)
 
@@ -208,7 +212,9 @@ class ContinuousAgent(parl.Agent):
         obs_t = to_tensor(obs, self.device, torch.float32).unsqueeze(0)
         return self.alg.predict(obs_t)[0].cpu().numpy()
 
-    def learn(self, memory: ReplayMemory, batch_size: int) -> DDPGStats | TD3Stats | SACStats:
-        """One update from a uniformly sampled minibatch of `memory`."""
+    def learn(
+        self, memory: ReplayMemory | OfflineDataset, batch_size: int
+    ) -> DDPGStats | TD3Stats | SACStats | IQLStats | BCStats:
+        """One update from a uniformly sampled minibatch of `memory` (or an offline dataset)."""
         batch = memory.sample_batch(batch_size)
         return self.alg.learn(*(to_tensor(x, self.device) for x in batch[:5]))

@@ -25,6 +25,7 @@ __all__ = [
     "NoisyLinear",
     "QHead",
     "QNetwork",
+    "ValueMLP",
     "mlp",
     "reset_noise",
 ]
@@ -296,3 +297,20 @@ class QNetwork(parl.Model):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """`(B, obs_dim)` -> `(B, n_actions)` or `(B, n_actions, n_atoms)`."""
         return self.head(self.body(obs))
+
+
+class ValueMLP(parl.Model):
+    """A state-value network `V(s)`, a ReLU MLP (IQL's value model).
+
+    Args:
+        obs_dim: observation features.
+        hidden: widths of the hidden layers.
+    """
+
+    def __init__(self, obs_dim: int, hidden: Sequence[int] = (256, 256)) -> None:
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, 1)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Return `V(obs)`, `(batch,)`."""
+        return self.net(obs).squeeze(-1)

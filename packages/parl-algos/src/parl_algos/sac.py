@@ -130,6 +130,25 @@ class SAC(parl.Algorithm):
         """Return an action drawn from the squashed Gaussian policy (data collection)."""
         return self._action_and_log_prob(self.model, obs)[0]
 
+    def _critic_loss(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: torch.Tensor,
+        terminal: torch.Tensor,
+        alpha: torch.Tensor,
+    ) -> torch.Tensor:
+        """The twin critics' loss; subclasses (CQL) add their terms to it."""
+        # Soft Q-function: y = r + gamma (1 - d) (min Q'(s', a') - alpha log pi(a'|s')).
+        with torch.no_grad():
+            next_action, next_log_prob = self._action_and_log_prob(self.model, next_obs)
+            next_q1, next_q2 = self.target_model.value(next_obs, next_action)
+            next_v = torch.min(next_q1, next_q2).reshape(-1) - alpha * next_log_prob
+            y = td_target(reward, next_v, terminal, self.gamma)
+        q1, q2 = self.model.value(obs, action)
+        return 0.5 * (F.mse_loss(q1.reshape(-1), y) + F.mse_loss(q2.reshape(-1), y))
+
     def learn(
         self,
         obs: torch.Tensor,
@@ -143,14 +162,7 @@ class SAC(parl.Algorithm):
         if self.target_entropy is None:
             self.target_entropy = -float(action.shape[-1])
 
-        # Soft Q-function: y = r + gamma (1 - d) (min Q'(s', a') - alpha log pi(a'|s')).
-        with torch.no_grad():
-            next_action, next_log_prob = self._action_and_log_prob(self.model, next_obs)
-            next_q1, next_q2 = self.target_model.value(next_obs, next_action)
-            next_v = torch.min(next_q1, next_q2).reshape(-1) - alpha * next_log_prob
-            y = td_target(reward, next_v, terminal, self.gamma)
-        q1, q2 = self.model.value(obs, action)
-        critic_loss = 0.5 * (F.mse_loss(q1.reshape(-1), y) + F.mse_loss(q2.reshape(-1), y))
+        critic_loss = self._critic_loss(obs, action, reward, next_obs, terminal, alpha)
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optimizer.step()

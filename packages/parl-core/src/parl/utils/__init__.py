@@ -7,6 +7,8 @@
 - `PrioritizedReplayMemory`: a `ReplayMemory` sampled in proportion to TD-error priorities; it
   samples a `PrioritizedBatch` (a `Batch`'s fields plus `weights` and `indices`).
 - `NStepAdder`: folds single steps into n-step transitions on their way into a memory.
+- `OfflineDataset`: a fixed dataset of transitions for offline RL (`.npz`, a replay memory, or
+  minari), sampled in the same `Batch`es.
 - `machine_info`: CPU and GPU counts, the machine's address, a free TCP port.
 - `parse_args`: a command line from a `@dataclass` of settings (the examples' `Args`).
 - `require`, `optional_import`, `progress_bar`: optional packages fail early with the command
@@ -25,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from parl.utils._args import parse_args
     from parl.utils._logger import logger
     from parl.utils._n_step import NStepAdder
+    from parl.utils._offline_dataset import OfflineDataset
     from parl.utils._optional import optional_import, progress_bar, require
     from parl.utils._prioritized_replay_memory import PrioritizedBatch, PrioritizedReplayMemory
     from parl.utils._replay_memory import Batch, ReplayMemory
@@ -32,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "Batch",
     "NStepAdder",
+    "OfflineDataset",
     "PrioritizedBatch",
     "PrioritizedReplayMemory",
     "ReplayMemory",
@@ -48,6 +52,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "Batch": ("parl.utils._replay_memory", "Batch"),
     "NStepAdder": ("parl.utils._n_step", "NStepAdder"),
     "PrioritizedBatch": ("parl.utils._prioritized_replay_memory", "PrioritizedBatch"),
+    "OfflineDataset": ("parl.utils._offline_dataset", "OfflineDataset"),
     "PrioritizedReplayMemory": (
         "parl.utils._prioritized_replay_memory",
         "PrioritizedReplayMemory",
