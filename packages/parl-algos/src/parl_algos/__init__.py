@@ -6,12 +6,14 @@ network, the algorithm the loss and the update. One module per algorithm, each w
 - value-based: `DQN` (double, with any Q-network: plain or dueling);
 - policy gradient: `PolicyGradient` (REINFORCE), `A2C`, `PPO`;
 - continuous control: `DDPG`, `TD3`, `SAC`;
-- distributed: `IMPALA`'s learner (V-trace).
+- distributed: `IMPALA`'s learner (V-trace);
+- multi-agent (PettingZoo's parallel API): `MADDPG`, `QMIX`, `MAPPO`.
 
 `parl_algos.functional` holds the return estimators and losses as pure functions (TD target,
 GAE, V-trace, PPO's clipped surrogate, SAC's entropy terms); `parl_algos.rollout` collects
 on-policy experience from vector environments apart from learning; `parl_algos.training` holds
-the plumbing the examples share (episode tracking, evaluation, learning curves).
+the plumbing the examples share (episode tracking, evaluation, learning curves);
+`parl_algos.multiagent` the multi-agent environment wrapper and replay memories.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from parl_algos.a2c import A2C, A2CStats
 from parl_algos.ddpg import DDPG, DDPGStats
 from parl_algos.dqn import DQN, DQNStats
 from parl_algos.impala import IMPALA, IMPALAStats
+from parl_algos.maddpg import MADDPG, MADDPGStats
+from parl_algos.mappo import MAPPO, MAPPOStats
 from parl_algos.policy_gradient import PolicyGradient, PolicyGradientStats
 from parl_algos.ppo import PPO, PPOStats
+from parl_algos.qmix import QMIX, QMIXStats
 from parl_algos.sac import SAC, SACStats
 from parl_algos.td3 import TD3, TD3Stats
 
@@ -34,10 +39,16 @@ __all__ = [
     "DQNStats",
     "IMPALA",
     "IMPALAStats",
+    "MADDPG",
+    "MADDPGStats",
+    "MAPPO",
+    "MAPPOStats",
     "PPO",
     "PPOStats",
     "PolicyGradient",
     "PolicyGradientStats",
+    "QMIX",
+    "QMIXStats",
     "SAC",
     "SACStats",
     "TD3",
