@@ -9,8 +9,9 @@ centralization: critics on the agent's own observation and action (independent D
 value on its own observation (independent PPO). Environments come from `mpe2`, PettingZoo's
 particle environments: `simple_spread` (3 agents cover 3 landmarks without colliding) and
 `simple_adversary` (2 good agents and 1 adversary). Returns are episode sums of each agent's
-rewards; the result reports the mean over all agents, over the good agents and over the
-adversaries, of the greedy policy before and after training.
+rewards; the result reports the greedy policy's after training and a uniformly random policy's
+(means over all agents, over the good agents and over the adversaries), and the mean over agents
+of the first and of the last 50 training episodes.
 
     python examples/mpe/train.py --algo maddpg
     python examples/mpe/train.py --algo mappo --env simple_adversary
@@ -125,7 +126,7 @@ def train_maddpg(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
         actions = alg.sample(tensors) if explore else alg.predict(tensors)
         return [int(a[0].argmax()) for a in actions]
 
-    obs = env.reset(seed=int(rng.integers(2**31)))
+    obs, episode_return, returns = env.reset(seed=int(rng.integers(2**31))), 0.0, []
     for step in range(args.total_steps):
         if step < args.learning_starts:
             action = [int(rng.integers(n)) for n in n_actions]
@@ -134,12 +135,14 @@ def train_maddpg(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
         next_obs, reward, terminated, truncated = env.step(action)
         one_hot = [np.eye(n, dtype=np.float32)[a] for n, a in zip(n_actions, action, strict=True)]
         memory.append(obs, one_hot, reward, next_obs, terminated)
-        obs = next_obs
+        obs, episode_return = next_obs, episode_return + float(reward.mean())
         if np.all(terminated | truncated):
             obs = env.reset(seed=int(rng.integers(2**31)))
+            returns.append(episode_return)
+            episode_return = 0.0
         if step >= args.learning_starts and step % args.train_freq == 0:
             alg.learn(*memory.sample(args.batch_size))
-    return act
+    return act, returns
 
 
 def train_mappo(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
@@ -167,6 +170,7 @@ def train_mappo(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
         rows = pack_agent_inputs(torch.from_numpy(env.stack(obs)), torch.from_numpy(env.state()))
         return alg.predict(rows).tolist()
 
+    returns = []
     for _ in range(max(1, args.total_steps // (T * E))):
         obs = np.zeros((T + 1, E, N, env.max_obs_dim), np.float32)
         state = np.zeros((T + 1, E, env.state_dim), np.float32)
@@ -184,6 +188,7 @@ def train_mappo(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
                 o, r, term, trunc = env_e.step(action[t, e].tolist())
                 obs[t + 1, e], state[t + 1, e] = env_e.stack(o), env_e.state()
                 reward[t, e], terminated[t, e], done[t, e] = r, term, term | trunc
+        returns.extend(reward.sum(0).mean(-1).tolist())  # one episode per environment
         b_obs, b_state = torch.from_numpy(obs), torch.from_numpy(state)
         with torch.no_grad():
             values = alg.model.value(pack_agent_inputs(b_obs, b_state))
@@ -208,7 +213,7 @@ def train_mappo(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
             values[:-1].flatten(0, 1),
             log_prob.flatten(0, 1),
         )
-    return act
+    return act, returns
 
 
 def main(args: Args) -> dict:
@@ -234,7 +239,7 @@ def main(args: Args) -> dict:
     )
     start = time.perf_counter()
     train = train_maddpg if args.algo == "maddpg" else train_mappo
-    act = train(args, env, rng)
+    act, returns = train(args, env, rng)
     seconds = time.perf_counter() - start
     final = evaluate(eval_env, act, args.eval_episodes, seed=10_000)
     result = {
@@ -244,11 +249,15 @@ def main(args: Args) -> dict:
         "total_steps": args.total_steps,
         "random_return": summarize(eval_env, uniform),
         "final_return": summarize(eval_env, final),
+        "train_return_first": float(np.mean(returns[:50])) if returns else None,
+        "train_return_last": float(np.mean(returns[-50:])) if returns else None,
         "train_seconds": round(seconds, 1),
     }
     logger.info(
-        "%s on %s, %d steps (%.0f s): greedy return %s (uniformly random policy: %s)",
+        "%s on %s, %d steps (%.0f s): greedy return %s (uniformly random policy: %s); "
+        "training episodes: first 50 %s, last 50 %s",
         name, args.env, args.total_steps, seconds, result["final_return"], result["random_return"],
+        result["train_return_first"], result["train_return_last"],
     )  # fmt: skip
     return result
 
