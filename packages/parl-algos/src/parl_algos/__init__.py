@@ -9,14 +9,16 @@ network, the algorithm the loss and the update. One module per algorithm, each w
 - continuous control: `DDPG`, `TD3`, `SAC`;
 - offline, from a fixed `parl.utils.OfflineDataset`: `CQL` (on SAC), `IQL`, and the behaviour
   cloning baseline `BC`;
-- distributed: `IMPALA`'s learner (V-trace).
+- distributed: `IMPALA`'s learner (V-trace);
+- multi-agent (PettingZoo's parallel API): `MADDPG`, `QMIX`, `MAPPO`.
 
 `parl_algos.functional` holds the return estimators and losses as pure functions (TD target,
 C51's projection, the quantile Huber loss, GAE, V-trace, PPO's clipped surrogate, SAC's entropy
 terms); `parl_algos.nets` the networks' building blocks (dueling heads, noisy layers);
 `parl_algos.rollout` collects
 on-policy experience from vector environments apart from learning; `parl_algos.training` holds
-the plumbing the examples share (episode tracking, evaluation, learning curves).
+the plumbing the examples share (episode tracking, evaluation, learning curves);
+`parl_algos.multiagent` the multi-agent environment wrapper and replay memories.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ from parl_algos.ddpg import DDPG, DDPGStats
 from parl_algos.dqn import C51, DDQN, DQN, QRDQN, DQNStats, DuelingDQN, Rainbow
 from parl_algos.impala import IMPALA, IMPALAStats
 from parl_algos.iql import IQL, IQLStats
+from parl_algos.maddpg import MADDPG, MADDPGStats
+from parl_algos.mappo import MAPPO, MAPPOStats
 from parl_algos.policy_gradient import PolicyGradient, PolicyGradientStats
 from parl_algos.ppo import PPO, PPOStats
+from parl_algos.qmix import QMIX, QMIXStats
 from parl_algos.sac import SAC, SACStats
 from parl_algos.td3 import TD3, TD3Stats
 
@@ -38,9 +43,9 @@ __all__ = [
     "A2CStats",
     "BC",
     "BCStats",
+    "C51",
     "CQL",
     "CQLStats",
-    "C51",
     "DDPG",
     "DDPGStats",
     "DDQN",
@@ -51,10 +56,16 @@ __all__ = [
     "IMPALAStats",
     "IQL",
     "IQLStats",
+    "MADDPG",
+    "MADDPGStats",
+    "MAPPO",
+    "MAPPOStats",
     "PPO",
     "PPOStats",
     "PolicyGradient",
     "PolicyGradientStats",
+    "QMIX",
+    "QMIXStats",
     "QRDQN",
     "Rainbow",
     "SAC",

@@ -1,0 +1,189 @@
+"""MAPPO, multi-agent PPO with decentralized actors and a centralized value function.
+
+Yu et al., "The surprising effectiveness of PPO in cooperative multi-agent games", NeurIPS 2022
+datasets and benchmarks, https://arxiv.org/abs/2103.01955. Each agent acts on its own
+observation (one actor shared by all, fed the agent's id, or one actor per agent); the value
+function reads the global state and the agent's id. Everything else is PPO's clipped update.
+
+The update is PPO's own (`parl_algos.ppo`): `MAPPO.learn` packs each (step, agent) pair into
+one row `[obs_i, onehot(i), state]` (`pack_agent_inputs`), the model's `policy` reads the first
+two parts and `value` the last two, and PPO's minibatches run over those rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+import parl
+from parl_algos.nets import mlp
+from parl_algos.ppo import PPO, PPOStats
+
+__all__ = ["MAPPO", "MAPPOStats", "MultiAgentPPOMLP", "pack_agent_inputs"]
+
+
+def pack_agent_inputs(obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    """`(..., n_agents, obs_dim)` observations and `(..., state_dim)` states -> one row per agent.
+
+    Row `i` is `[obs_i, onehot(i), state]`: `(..., n_agents, obs_dim + n_agents + state_dim)`.
+    """
+    n_agents = obs.shape[-2]
+    ids = torch.eye(n_agents, dtype=obs.dtype, device=obs.device).expand(*obs.shape[:-1], n_agents)
+    state = state.unsqueeze(-2).expand(*obs.shape[:-1], state.shape[-1])
+    return torch.cat([obs, ids, state.to(obs.dtype)], dim=-1)
+
+
+@dataclass(frozen=True)
+class MAPPOStats(PPOStats):
+    """What one `MAPPO.learn` call did (PPO's statistics over every agent's samples)."""
+
+
+class MultiAgentPPOMLP(parl.Model):
+    """MAPPO's model on packed rows `[obs_i, onehot(i), state]`: tanh MLPs for actors and value.
+
+    Args:
+        obs_dim: every agent's observation size (zero-pad shorter ones).
+        state_dim: the global state's size.
+        n_agents: number of agents.
+        n_actions: number of discrete actions of every agent.
+        hidden: widths of the hidden layers.
+        shared_actor: one actor for all agents (fed the id); otherwise one per agent.
+        centralized: the value function reads the global state (MAPPO); otherwise only the
+            agent's own observation (independent PPO, the baseline).
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        state_dim: int,
+        n_agents: int,
+        n_actions: int,
+        hidden: Sequence[int] = (64, 64),
+        *,
+        shared_actor: bool = True,
+        centralized: bool = True,
+    ) -> None:
+        super().__init__()
+        self.obs_dim, self.state_dim, self.n_agents = obs_dim, state_dim, n_agents
+        self.shared_actor, self.centralized = shared_actor, centralized
+        actor_in = obs_dim + n_agents if shared_actor else obs_dim
+        self.actors = nn.ModuleList(
+            mlp(actor_in, hidden, n_actions, activation=nn.Tanh, orthogonal_gain=0.01)
+            for _ in range(1 if shared_actor else n_agents)
+        )
+        critic_in = (state_dim if centralized else obs_dim) + n_agents
+        self.critic = mlp(critic_in, hidden, 1, activation=nn.Tanh, orthogonal_gain=1.0)
+
+    def policy(self, x: torch.Tensor) -> torch.Tensor:
+        """Action logits `(..., n_actions)` of packed rows."""
+        obs, ids = x[..., : self.obs_dim], x[..., self.obs_dim : self.obs_dim + self.n_agents]
+        if self.shared_actor:
+            return self.actors[0](torch.cat([obs, ids], dim=-1))
+        logits = torch.stack([actor(obs) for actor in self.actors], dim=-2)
+        return (ids.unsqueeze(-1) * logits).sum(-2)  # each row's own agent's actor
+
+    def value(self, x: torch.Tensor) -> torch.Tensor:
+        """State values `(...)` of packed rows."""
+        ids = x[..., self.obs_dim : self.obs_dim + self.n_agents]
+        own = x[..., self.obs_dim + self.n_agents :] if self.centralized else x[..., : self.obs_dim]
+        return self.critic(torch.cat([own, ids], dim=-1)).squeeze(-1)
+
+
+class MAPPO(PPO):
+    """Multi-agent PPO: each agent's clipped surrogate, a value function on the global state.
+
+    Every agent's samples enter one PPO update: `learn` flattens `(B, n_agents)` into
+    `B * n_agents` rows packed by `pack_agent_inputs`, with per-agent advantages (e.g. GAE of
+    each agent's reward under its centralized value). With a model whose value reads only the
+    agent's own observation this is independent PPO, the baseline. `sample`, `predict` and
+    `value` take packed rows too (`(n_agents, row)` for one step of all agents).
+
+    Args:
+        model: a `parl.Model` with `policy(rows)` (logits, or a distribution) and
+            `value(rows)` -> `(...)` on packed rows, e.g. `MultiAgentPPOMLP`.
+        lr: Adam learning rate.
+        clip_coef: epsilon of the clipped objective.
+        update_epochs: passes over each batch.
+        minibatch_size: rows (agent-steps) per gradient step.
+        normalize_advantage: standardise the advantages of each minibatch.
+        clip_value: clip the value prediction to within this of its value at collection time
+            (None: no clipping).
+        vf_coef: weight of the value loss.
+        ent_coef: weight of the entropy bonus.
+        max_grad_norm: clip the gradient's global norm to this (None: no clipping).
+        seed: seed of the minibatch shuffling.
+    """
+
+    def __init__(
+        self,
+        model: parl.Model,
+        *,
+        lr: float = 7e-4,
+        clip_coef: float = 0.2,
+        update_epochs: int = 10,
+        minibatch_size: int = 256,
+        normalize_advantage: bool = True,
+        clip_value: float | None = None,
+        vf_coef: float = 0.5,
+        ent_coef: float = 0.01,
+        max_grad_norm: float | None = 10.0,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(
+            model,
+            lr=lr,
+            clip_coef=clip_coef,
+            update_epochs=update_epochs,
+            minibatch_size=minibatch_size,
+            normalize_advantage=normalize_advantage,
+            clip_value=clip_value,
+            vf_coef=vf_coef,
+            ent_coef=ent_coef,
+            max_grad_norm=max_grad_norm,
+            seed=seed,
+        )
+
+    @torch.no_grad()
+    def value(self, rows: torch.Tensor) -> torch.Tensor:
+        """State values of packed rows, shaped `(..., n_agents)` like the rows' leading axes."""
+        return self.model.value(rows)
+
+    def learn(  # type: ignore[override]
+        self,
+        obs: torch.Tensor,
+        state: torch.Tensor,
+        action: torch.Tensor,
+        advantage: torch.Tensor,
+        value_target: torch.Tensor,
+        value: torch.Tensor | None = None,
+        old_log_prob: torch.Tensor | None = None,
+    ) -> MAPPOStats:
+        """PPO's epochs of minibatch updates over every agent's samples.
+
+        Args:
+            obs: `(B, n_agents, obs_dim)` observations.
+            state: `(B, state_dim)` global states.
+            action: `(B, n_agents)` actions taken.
+            advantage: `(B, n_agents)` advantage estimates.
+            value_target: `(B, n_agents)` return estimates for the value function.
+            value: `(B, n_agents)` values at collection time (needed for value clipping).
+            old_log_prob: `(B, n_agents)` `log pi_old(a|o)`; computed here when left out.
+        """
+        rows = pack_agent_inputs(obs, state).flatten(0, 1)
+
+        def flat(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x.flatten(0, 1)
+
+        stats = super().learn(
+            rows,
+            flat(action),
+            flat(advantage),
+            flat(value_target),
+            flat(value),
+            flat(old_log_prob),
+        )
+        return MAPPOStats(**dataclasses.asdict(stats))
