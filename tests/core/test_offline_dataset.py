@@ -114,7 +114,7 @@ def test_sample_batch_is_a_named_batch_of_real_rows():
     dataset = OfflineDataset(**arrays, seed=3)
     batch = dataset.sample_batch(64)
     assert isinstance(batch, Batch)
-    assert batch._fields == ("obs", "action", "reward", "next_obs", "terminated")
+    assert batch._fields == ("obs", "act", "reward", "next_obs", "terminal")
     assert batch.obs.shape == (64, 3) and batch.act.shape == (64, 2)
     assert batch.terminal.dtype == np.float32 and batch.reward.dtype == np.float32
     rows = batch.reward.astype(int)  # reward i marks row i
