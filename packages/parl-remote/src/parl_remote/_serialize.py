@@ -5,13 +5,20 @@ Pickle protocol 5 with out-of-band buffers: a contiguous numpy array (or any obj
 into the pickle stream. The fast C pickler is tried first; objects it cannot pickle, and
 objects that refer to the user's script (`__main__`, which the actor process does not share),
 go through cloudpickle, which pickles such classes and functions by value.
+
+Torch CPU tensors (once the user's code imported torch; this module never imports it) travel
+as the numpy arrays that share their memory, so they too go out of band -- and through shared
+memory on one host -- and come back as tensors.
 """
 
 from __future__ import annotations
 
 import builtins
+import copyreg
+import io
 import os
 import pickle
+import sys
 import traceback
 from typing import Any
 
@@ -46,13 +53,59 @@ def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
         return False
 
     try:
-        data = pickle.dumps(obj, protocol=5, buffer_callback=keep)
+        if "torch" in sys.modules:
+            data = _dumps_with_tensors(obj, keep)
+        else:
+            data = pickle.dumps(obj, protocol=5, buffer_callback=keep)
         if _MAIN not in data:
             return data, buffers
     except Exception:
         pass
     buffers.clear()
     return cloudpickle.dumps(obj, protocol=5, buffer_callback=keep), buffers
+
+
+def _dumps_with_tensors(obj: Any, keep: Any) -> bytes:
+    import torch
+
+    table = _TENSOR_TABLE
+    if not table:
+        table.update(copyreg.dispatch_table)
+        table[torch.Tensor] = _reduce_tensor
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=5, buffer_callback=keep)
+    pickler.dispatch_table = table
+    pickler.dump(obj)
+    return out.getvalue()
+
+
+_TENSOR_TABLE: dict = {}
+
+
+def _reduce_tensor(tensor: Any) -> Any:
+    """A plain CPU tensor as its numpy array (sharing memory); any other tensor as torch says."""
+    if (
+        tensor.device.type == "cpu"
+        and tensor.layout is sys.modules["torch"].strided
+        and not tensor.requires_grad
+        and not tensor.is_conj()
+        and not tensor.is_neg()
+    ):
+        try:
+            array = tensor.numpy()
+        except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16, ...)
+            pass
+        else:
+            return _tensor_from_numpy, (array,)
+    return tensor.__reduce_ex__(5)
+
+
+def _tensor_from_numpy(array: Any) -> Any:
+    import torch
+
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.from_numpy(array)
 
 
 def loads(data: bytes, buffers: tuple | list = ()) -> Any:
