@@ -139,6 +139,10 @@ def test_awaitable_and_future_handles(client):
         assert await a.aio.seen(x) == (True, float(x.sum()))
         y = await a.aio.echo(x)
         assert via_segment(y)
+        mine = x.copy()
+        pending = a.aio.seen(mine)  # sent now, through a segment: no copy of ours is needed
+        mine[:] = 0
+        assert await pending == (True, float(x.sum()))
         return y
 
     np.testing.assert_array_equal(asyncio.run(use()), x)
@@ -232,7 +236,7 @@ def test_client_killed_mid_call_leaves_nothing(shm_cluster, client):
 
 
 def test_cap_falls_back_to_the_socket(tmp_path):
-    cluster = make_cluster(tmp_path, workers=(1,), PARL_SHM_MAX_BYTES=100_000)
+    cluster = make_cluster(tmp_path, workers=(2,), PARL_SHM_MAX_BYTES=100_000)
     try:
         with client_env(cluster, PARL_SHM_MAX_BYTES=100_000):
             parl_remote.connect(cluster.address)
@@ -242,6 +246,16 @@ def test_cap_falls_back_to_the_socket(tmp_path):
             assert not via_segment(a.echo(x))
             small = np.arange(20_000, dtype=np.float32)  # 80 KB: within it
             assert a.seen(small)[0] is True and via_segment(a.echo(small))
+
+            async def use():
+                b = await Arrays.aio()
+                await b.aio.seen(small)  # the connection is open
+                mine = x.copy()
+                pending = b.aio.seen(mine)  # over the cap: the socket, with a copy of ours
+                mine[:] = 0
+                assert await pending == (False, float(x.sum()))
+
+            asyncio.run(use())
     finally:
         cluster.stop()
 

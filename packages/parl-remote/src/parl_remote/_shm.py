@@ -265,6 +265,7 @@ class SegmentStore:
             if size == 0:
                 mapped: Any = bytearray()
             else:
+                # Faulted in as read (MAP_POPULATE measured slower on this machine class).
                 mapped = mmap.mmap(
                     fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
                 )

@@ -198,6 +198,9 @@ class Connection:
                 ref = _shm.encode_ref(name, lengths)
                 head = _HEADER.pack(len(envelope), 1 | SHM_FLAG) + _LENGTH.pack(len(ref))
                 return [head + envelope, ref]
+            # Over the cap: the socket carries them, copied, as a caller that skipped its own
+            # copy for shared memory may change its arrays once this returns.
+            raws = [bytes(r) for r in raws]
         head = _HEADER.pack(len(envelope), len(raws)) + struct.pack(f"<{len(raws)}Q", *lengths)
         return [head + envelope, *raws]
 
