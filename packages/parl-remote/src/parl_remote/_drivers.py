@@ -199,8 +199,8 @@ class PipelinedDriver:
             future.set_exception(self.core.died_error())
             return future
         conn = self.conn  # open, and to a peer of this host: large arrays leave at once
-        shm = conn.proto.shm if conn is not None and not self.closed else None
-        shared_from = shm.threshold if shm is not None else 0
+        store = conn.proto.shm if conn is not None and not self.closed else None
+        shared_from = store.threshold if store is not None else 0
         msg, buffers = self.core.call(kind, name, args, kwargs, copy=True, shared_from=shared_from)
         self.submit(msg, buffers, _Awaited(self, future, name))
         return future

@@ -19,6 +19,7 @@ import io
 import os
 import pickle
 import sys
+import threading
 import traceback
 from typing import Any
 
@@ -66,20 +67,54 @@ def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
 
 
 def _dumps_with_tensors(obj: Any, keep: Any) -> bytes:
+    """Pickle with torch CPU tensors reduced to numpy arrays.
+
+    One pickler per thread, reused: as fast as `pickle.dumps`, where making a pickler per call
+    cost several times more.
+    """
+    local = _TENSOR_PICKLERS
+    if getattr(local, "busy", False):  # pickling from within pickling: a pickler of its own
+        out = io.BytesIO()
+        nested = pickle.Pickler(out, protocol=5, buffer_callback=keep)
+        nested.dispatch_table = _tensor_table()
+        nested.dump(obj)
+        return out.getvalue()
+    pickler = getattr(local, "pickler", None)
+    if pickler is None:
+        local.out = io.BytesIO()
+        local.keep = [keep]
+        pickler = pickle.Pickler(local.out, protocol=5, buffer_callback=lambda b: local.keep[0](b))
+        pickler.dispatch_table = _tensor_table()
+        local.pickler = pickler
+    out = local.out
+    out.seek(0)
+    out.truncate()
+    local.keep[0] = keep
+    local.busy = True
+    try:
+        pickler.dump(obj)
+    finally:
+        pickler.clear_memo()
+        local.keep[0] = None
+        local.busy = False
+    data = out.getvalue()
+    if len(data) > _KEEP_PICKLER_BYTES:  # do not hold a large stream's memory per thread
+        local.pickler = None
+    return data
+
+
+def _tensor_table() -> dict:
     import torch
 
-    table = _TENSOR_TABLE
-    if not table:
-        table.update(copyreg.dispatch_table)
-        table[torch.Tensor] = _reduce_tensor
-    out = io.BytesIO()
-    pickler = pickle.Pickler(out, protocol=5, buffer_callback=keep)
-    pickler.dispatch_table = table
-    pickler.dump(obj)
-    return out.getvalue()
+    if not _TENSOR_TABLE:
+        _TENSOR_TABLE.update(copyreg.dispatch_table)
+        _TENSOR_TABLE[torch.Tensor] = _reduce_tensor
+    return _TENSOR_TABLE
 
 
 _TENSOR_TABLE: dict = {}
+_TENSOR_PICKLERS = threading.local()
+_KEEP_PICKLER_BYTES = 1 << 20
 
 
 def _reduce_tensor(tensor: Any) -> Any:
