@@ -404,3 +404,17 @@ def test_reference_limits():
             _shm.decode_ref(_shm.encode_ref("parl-abc-1-2", lengths), pattern, 100, 4)
     assert _shm.layout([1, 64, 65]) == ([0, 64, 128], 256)
     assert not _shm.wants_segment([MIN], 0) and _shm.wants_segment([MIN - 1, 1], MIN)
+
+
+def test_sweep_removes_only_the_named_process_or_cluster():
+    tag, other = _shm.cluster_tag(os.urandom(8)), _shm.cluster_tag(os.urandom(8))
+    names = [_shm.segment_name(tag, 11, 1), _shm.segment_name(tag, 12, 1)]
+    names.append(_shm.segment_name(other, 11, 1))
+    for name in names:
+        os.close(os.open(os.path.join(_shm.SHM_DIR, name), os.O_CREAT | os.O_EXCL, 0o600))
+    try:
+        assert _shm.sweep(tag, 11) == 1 and segments(tag) == [names[1]]
+        assert _shm.sweep(tag) == 1 and segments(tag) == [] and segments(other) == [names[2]]
+    finally:
+        _shm.sweep(other)
+    assert segments(other) == []
