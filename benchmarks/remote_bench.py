@@ -10,6 +10,9 @@ absolute times do.
         in calls/s, against two raw pipelines: one writing each wave of 1000 requests with
         one system call (the floor), one writing each request as it comes (a plain client)
     W3  numpy float32 argument + result round trip, 1/16/128 MB     target >= 0.5x raw socket
+        (echo), argument only (sum) and result only (make): through shared memory, with it
+        turned off (PARL_SHM_MIN_BYTES=0, the socket), a raw socket, and one memcpy of the
+        same bytes (the ceiling: a round trip is at best two of them)
     W4  actor creation until its first answer, ms                   target <= 20 ms
     W5  2 actors x a pure-Python loop vs the same work serially     target >= 1.8x on 2 cores
 
@@ -139,6 +142,12 @@ class Actor:
     def echo(self, x):
         return x
 
+    def sum(self, x):
+        return float(x[0])
+
+    def make(self, n):
+        return np.ones(n, dtype=np.float32)
+
     def spin(self, n):
         total = 0
         for i in range(n):
@@ -186,15 +195,69 @@ def parl_async_throughput(actors, total: int, depth: int) -> float:
     return uvloop.run(run())
 
 
-def parl_payload(actor, size: int, reps: int) -> float:
+def parl_payload(actor, size: int, reps: int, way: str = "echo") -> float:
     x = np.ones(size // 4, dtype=np.float32)
     actor.echo(x[:10])
+    call = {
+        "echo": lambda: actor.echo(x),
+        "sum": lambda: actor.sum(x),
+        "make": lambda: actor.make(size // 4),
+    }[way]
     t0 = time.perf_counter()
     for _ in range(reps):
-        y = actor.echo(x)
+        y = call()
     elapsed = time.perf_counter() - t0
-    assert y.nbytes == size
+    assert way == "sum" or y.nbytes == size
     return size * reps / elapsed / 1e6
+
+
+def memcpy_rate(size: int, reps: int) -> float:
+    """One memcpy of `size` bytes into fresh memory, MB/s (what a receiver's copy costs)."""
+    src = np.ones(size // 4, dtype=np.float32)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        dst = np.empty_like(src)
+        np.copyto(dst, src)
+    return size * reps / (time.perf_counter() - t0) / 1e6
+
+
+def shm_table(shared, plain, raw_port: int, scale: float) -> list[tuple[str, ...]]:
+    """W3: shared memory, the socket, a raw socket and memcpy, in MB/s, one run."""
+    rows = []
+    for mb, reps in ((1, 200), (16, 20), (128, 4)):
+        reps = max(2, int(reps * scale))
+        size = mb * 1024 * 1024
+        raw = raw_payload(raw_port, size, reps)
+        copy = memcpy_rate(size, reps)
+        for way in ("echo", "sum", "make"):
+            on = parl_payload(shared, size, reps, way)
+            off = parl_payload(plain, size, reps, way)
+            # A round trip moves the bytes twice: its ceiling is half a single memcpy's rate.
+            ceiling = copy / 2 if way == "echo" else copy
+            base = raw if way == "echo" else 2 * raw
+            rows.append(
+                (
+                    f"W3 {mb:3d} MB {way}",
+                    f"{on:8.0f}",
+                    f"{off:8.0f}",
+                    f"{base:8.0f}",
+                    f"{ceiling:8.0f}",
+                    f"{on / off:5.2f}x",
+                    f"{on / ceiling:5.2f}x",
+                )
+            )
+    return rows
+
+
+def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
 
 
 def parl_creation(client, n: int) -> list[float]:
@@ -310,7 +373,17 @@ def main() -> None:
                     ">= 0.5x",
                 )
             )
-        del plain, one
+        old = os.environ.get("PARL_SHM_MIN_BYTES")
+        os.environ["PARL_SHM_MIN_BYTES"] = "0"  # this client's connections: the socket only
+        try:
+            socket_only = Actor()
+        finally:
+            if old is None:
+                os.environ.pop("PARL_SHM_MIN_BYTES")
+            else:
+                os.environ["PARL_SHM_MIN_BYTES"] = old
+        w3 = shm_table(one, socket_only, raw_port, scale)
+        del plain, one, socket_only
 
         creation = parl_creation(client, max(5, int(20 * scale)))
         rows.append(
@@ -336,15 +409,15 @@ def main() -> None:
         f"\nparl-remote vs the raw uvloop+msgspec baseline ({os.cpu_count()} CPUs, "
         f"{sys.version.split()[0]})"
     )
-    header = ("workload", "parl-remote", "raw baseline", "ratio", "target")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
-    for row in [header, *rows]:
-        print(
-            "  ".join(
-                c.rjust(w) if i else c.ljust(w)
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
+    print_table(("workload", "parl-remote", "raw baseline", "ratio", "target"), rows)
+    print(
+        "\nW3 in MB/s (sum: the argument only, make: the result only; raw socket: the same "
+        "bytes one way at a time, memcpy: one copy, halved for a round trip)"
+    )
+    print_table(
+        ("workload", "shared mem", "socket", "raw socket", "memcpy", "vs socket", "vs memcpy"),
+        w3,
+    )
 
 
 if __name__ == "__main__":

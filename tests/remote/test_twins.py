@@ -102,7 +102,7 @@ def test_a_call_decides_nothing_of_its_own():
     by_name = _classes()
     for cls, name, copy in (("BlockingDriver", "call", False), ("PipelinedDriver", "acall", True)):
         body = "\n".join(_body(by_name[cls], name))
-        assert f"self.core.call(kind, name, args, kwargs, copy={copy})" in body
+        assert f"self.core.call(kind, name, args, kwargs, copy={copy}" in body
         assert "self.core.died_error()" in body and "m." not in body
 
 

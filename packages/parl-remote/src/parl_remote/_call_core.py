@@ -130,6 +130,10 @@ def _named_arguments(args: tuple, kwargs: dict) -> dict[str, Any]:
     return named
 
 
+def _shared(buffers: list, shared_from: int) -> bool:
+    return 0 < shared_from <= sum(b.raw().nbytes for b in buffers)
+
+
 def _copied(buffers: Iterable) -> list:
     return [bytes(b) for b in buffers]
 
@@ -160,12 +164,23 @@ class ActorCore:
         """
         return m.Init(self.actor_id, payload, bundle), _copied(buffers) if copy else buffers
 
-    def call(self, kind: m.CallKind, name: str, args: tuple, kwargs: dict, *, copy: bool) -> tuple:
+    def call(
+        self,
+        kind: m.CallKind,
+        name: str,
+        args: tuple,
+        kwargs: dict,
+        *,
+        copy: bool,
+        shared_from: int = 0,
+    ) -> tuple:
         """`(Call, buffers)` for a method call, an attribute read or an attribute write.
 
         Arrays among the arguments travel out of band as views of the caller's memory; with
         `copy` (a call sent later, or kept in flight while the caller goes on) each is copied
-        once, so the caller may change its arrays after the call returns.
+        once, so the caller may change its arrays after the call returns -- unless they total
+        at least `shared_from` (> 0) bytes: sent at once through shared memory, whose segment
+        is their one copy.
         """
         if kind == _GETATTR:
             data, buffers = _NONE, []
@@ -177,7 +192,7 @@ class ActorCore:
                 data, buffers = ser.dumps(value)
             except Exception as exc:
                 raise self._unsendable(kind, name, args, kwargs) from exc
-            if copy and buffers:
+            if copy and buffers and not _shared(buffers, shared_from):
                 buffers = _copied(buffers)
         return m.Call(next(self._ids), name, data, kind), buffers
 

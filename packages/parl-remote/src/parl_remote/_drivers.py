@@ -198,7 +198,10 @@ class PipelinedDriver:
         if self.core.dead is not None:
             future.set_exception(self.core.died_error())
             return future
-        msg, buffers = self.core.call(kind, name, args, kwargs, copy=True)
+        conn = self.conn  # open, and to a peer of this host: large arrays leave at once
+        store = conn.proto.shm if conn is not None and not self.closed else None
+        shared_from = store.threshold if store is not None else 0
+        msg, buffers = self.core.call(kind, name, args, kwargs, copy=True, shared_from=shared_from)
         self.submit(msg, buffers, _Awaited(self, future, name))
         return future
 

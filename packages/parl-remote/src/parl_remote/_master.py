@@ -21,11 +21,13 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 import uuid
 from typing import Any, ClassVar
 
+from parl_remote import _shm
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ProtocolError
 from parl_remote._loop import run
@@ -236,6 +238,9 @@ class Master:
             client.conn.context = None
             client.conn.close()
         self.placement.client_gone(client)
+        if self.token is not None and client.hostname == socket.gethostname():
+            # Segments it wrote but was killed before sending (pids are per host).
+            _shm.sweep(_shm.cluster_tag(self.token), client.pid)
         for actor_id in list(client.actors):
             actor = self.registry.actors.get(actor_id)
             if actor is not None:

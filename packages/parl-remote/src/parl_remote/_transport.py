@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from parl_remote import _shm
 from parl_remote._config import settings
 from parl_remote._exceptions import AuthenticationError, ClusterError, ProtocolError
 from parl_remote.protocol.connection import AUTHENTICATED, NEED_DATA, Connection
@@ -35,6 +36,19 @@ _IOV_MAX = 1024
 
 class ConnectionClosed(ConnectionError):
     """The peer closed the connection (or it broke) before a reply arrived."""
+
+
+def _connection(role: str, is_server: bool, token: bytes | None) -> Connection:
+    """A protocol object with this process's shared-memory store (used if the peer is local)."""
+    store = _shm.store(token)
+    return Connection(
+        role,
+        is_server=is_server,
+        token=token,
+        max_message_bytes=settings.max_message_bytes,
+        store=store,
+        host=_shm.host_id() if store is not None else "",
+    )
 
 
 def _tune(sock: socket.socket) -> None:
@@ -72,9 +86,7 @@ class SyncConnection:
         """Connect and authenticate, within `timeout` seconds in all."""
         timeout = settings.connect_timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        proto = Connection(
-            role, is_server=False, token=token, max_message_bytes=settings.max_message_bytes
-        )
+        proto = _connection(role, False, token)
         sock = socket.create_connection((host, port), timeout=timeout)
         try:
             _tune(sock)
@@ -100,9 +112,7 @@ class SyncConnection:
         """Authenticate an accepted socket as the server, within `timeout` seconds."""
         timeout = settings.connect_timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        proto = Connection(
-            role, is_server=True, token=token, max_message_bytes=settings.max_message_bytes
-        )
+        proto = _connection(role, True, token)
         try:
             _tune(sock)
             conn = cls(sock, proto)
@@ -182,6 +192,7 @@ class SyncConnection:
             self.closed = True
             with contextlib.suppress(OSError):
                 self.sock.close()
+            self.proto.release_segments()
 
     def shutdown(self) -> None:
         """Wake a thread blocked on this connection: its read fails at once."""
@@ -282,6 +293,7 @@ class AsyncConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.proto.release_segments()
         if not self.authenticated.done():
             self.authenticated.set_exception(
                 exc or ConnectionClosed("the peer closed the connection")
@@ -388,9 +400,7 @@ async def open_async(
     """Connect and authenticate on the running loop, within `timeout` seconds."""
     timeout = settings.connect_timeout_s if timeout is None else timeout
     loop = asyncio.get_running_loop()
-    proto = Connection(
-        role, is_server=False, token=token, max_message_bytes=settings.max_message_bytes
-    )
+    proto = _connection(role, False, token)
 
     async def connect() -> AsyncConnection:
         _, conn = await loop.create_connection(
@@ -443,9 +453,7 @@ async def serve_async(
             on_close(conn, exc)
 
     def factory() -> AsyncConnection:
-        proto = Connection(
-            role, is_server=True, token=token, max_message_bytes=settings.max_message_bytes
-        )
+        proto = _connection(role, True, token)
         conn = AsyncConnection(proto, on_message, closed, exact_flow=exact_flow)
         if len(live) >= settings.max_connections:
             loop.call_soon(

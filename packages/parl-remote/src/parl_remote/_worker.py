@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 import psutil
 
+from parl_remote import _shm
 from parl_remote._actor_process import ActorProcess, spawn_host, tree_rss
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ClusterError, ProtocolError
@@ -362,6 +363,8 @@ class Worker:
             await asyncio.wait_for(asyncio.gather(*host.readers, return_exceptions=True), 0.5)
         self._flush_logs()
         self.hosts.discard(host)
+        if self.token is not None:  # segments it wrote that no receiver mapped
+            _shm.sweep(_shm.cluster_tag(self.token), host.proc.pid)
         os.close(host.death_w)
         if host.ctl is not None:
             host.ctl.close()

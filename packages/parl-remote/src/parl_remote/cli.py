@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from parl_remote import _cluster
+from parl_remote import _cluster, _shm
 from parl_remote._config import ensure_token, load_token, parl_home, settings, token_path
 from parl_remote._drivers import request
 from parl_remote._exceptions import ClusterError, RemoteError
@@ -328,6 +328,9 @@ def _cmd_stop(args: argparse.Namespace) -> int:
     for path in [state_file, *worker_files]:
         if os.path.exists(path):
             os.unlink(path)
+    token = load_token()
+    if token is not None:  # shared-memory segments its processes left on this machine
+        _shm.sweep(_shm.cluster_tag(token))
     print(f"PARL cluster on port {port} stopped ({stopped} local processes ended by PID)")
     return 0
 

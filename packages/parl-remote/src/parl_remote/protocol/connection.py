@@ -4,7 +4,10 @@ A frame is::
 
     u32 envelope length | u32 buffer count n | n x u64 buffer lengths | envelope | buffers...
 
-(little-endian). The envelope is a msgpack-encoded `Message`; the buffers are the out-of-band
+(little-endian). When the buffer count has its top bit (`SHM_FLAG`) set, the one buffer that
+follows is a reference to a shared-memory segment that holds the real buffers (`_shm.py`):
+accepted only on an authenticated connection between a client and an actor of the same host.
+The envelope is a msgpack-encoded `Message`; the buffers are the out-of-band
 pickle-5 buffers of its payload (numpy arrays), sent as they are and received straight into
 memory of their exact size: a large buffer is never copied into a bigger bytes object. (That
 memory is a plain `bytearray`: the allocator reuses warm pages, which made 1-16 MB round trips
@@ -35,6 +38,7 @@ from typing import Any
 
 import msgspec
 
+from parl_remote import _shm
 from parl_remote._exceptions import AuthenticationError, ProtocolError
 from parl_remote.protocol import messages as m
 
@@ -43,6 +47,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "HANDSHAKE_LIMIT",
     "NEED_DATA",
+    "SHM_FLAG",
     "Connection",
 ]
 
@@ -55,6 +60,8 @@ _DIRECT_READ_MIN = 64 << 10  # read a payload buffer in place when this much of 
 _SCRATCH = 256 << 10
 _HANDSHAKE_TYPES = (m.Challenge, m.Hello, m.Welcome, m.Refused)
 _HANDSHAKE_SET = frozenset(_HANDSHAKE_TYPES)
+SHM_FLAG = 1 << 31
+_SHM_ROLES = frozenset(("client", "actor"))
 
 
 class _Sentinel:
@@ -92,6 +99,9 @@ class Connection:
         token: the cluster token; None with `trusted=True` only.
         trusted: skip the handshake (a private socket pair between a worker and its child).
         max_message_bytes: the largest frame accepted once authenticated, buffers included.
+        store: a `_shm.SegmentStore`: large buffers travel through shared memory when the peer
+            proves (in the handshake) to be a client or actor on this same host.
+        host: this host's id (`_shm.host_id()`), told to the peer with `store`.
     """
 
     def __init__(
@@ -102,6 +112,8 @@ class Connection:
         token: bytes | None,
         trusted: bool = False,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        store: Any = None,
+        host: str = "",
     ) -> None:
         if token is None and not trusted:
             raise AuthenticationError(
@@ -115,6 +127,7 @@ class Connection:
         self._token = token
         self._nonce = os.urandom(32)
         self._peer_nonce = b""
+        self._peer_host = ""
         self._hs = _OPEN if trusted else (_AWAIT_HELLO if is_server else _AWAIT_CHALLENGE)
         self._error: Exception | None = None
         self._outgoing: list[bytes] = []
@@ -131,6 +144,11 @@ class Connection:
         self._filled = 0
         self._scratch = memoryview(bytearray(_SCRATCH))
         self._direct = False
+        self._store = store
+        self._host = host if store is not None else ""
+        self.shm: Any = None  # the store, once the peer is known to share this host
+        self.segments_sent: list[str] = []
+        self._flagged = False
 
     # -- state -----------------------------------------------------------------------------
     @property
@@ -141,7 +159,8 @@ class Connection:
     def initiate(self) -> list[bytes]:
         """Return the server's opening `Challenge` frame (nothing on the client side)."""
         if self.is_server and self._hs == _AWAIT_HELLO:
-            return [self._frame(m.Challenge(m.PROTOCOL_VERSION, self.role, self._nonce))]
+            challenge = m.Challenge(m.PROTOCOL_VERSION, self.role, self._nonce, self._host)
+            return [self._frame(challenge)]
         return []
 
     @property
@@ -172,8 +191,24 @@ class Connection:
         total = len(envelope) + sum(lengths)
         if total > self.max_message_bytes:
             raise ProtocolError(self._too_large(total))
+        if self.shm is not None and total - len(envelope) >= self.shm.threshold:
+            name = self.shm.place(raws, lengths)
+            if name is not None:
+                self._note_sent(name)
+                ref = _shm.encode_ref(name, lengths)
+                head = _HEADER.pack(len(envelope), 1 | SHM_FLAG) + _LENGTH.pack(len(ref))
+                return [head + envelope, ref]
+            # Over the cap: the socket carries them, copied, as a caller that skipped its own
+            # copy for shared memory may change its arrays once this returns.
+            raws = [bytes(r) for r in raws]
         head = _HEADER.pack(len(envelope), len(raws)) + struct.pack(f"<{len(raws)}Q", *lengths)
         return [head + envelope, *raws]
+
+    def _note_sent(self, name: str) -> None:
+        sent = self.segments_sent
+        if len(sent) >= 64:  # forget those the peer has mapped (and so removed)
+            sent[:] = [n for n in sent if os.path.exists(os.path.join(_shm.SHM_DIR, n))]
+        sent.append(name)
 
     def _frame(self, msg: m.Message) -> bytes:
         envelope = m.encoder.encode(msg)
@@ -293,10 +328,22 @@ class Connection:
         if env_len == 0:
             raise ProtocolError("a frame with an empty envelope")
 
+    def _check_shm_header(self) -> None:
+        if self.shm is None or self._hs != _OPEN:
+            raise ProtocolError(
+                "a shared-memory reference from a peer not known to share this host"
+            )
+        if self._nbuf != 1 | SHM_FLAG:
+            raise ProtocolError("a shared-memory frame must carry exactly one reference")
+        self._nbuf = 1
+
     def _advance(self) -> None:
         data = self._in
         if self._state == _HEAD:
             self._env_len, self._nbuf = _HEADER.unpack(data)
+            self._flagged = bool(self._nbuf & SHM_FLAG)
+            if self._flagged:
+                self._check_shm_header()
             self._check_header(self._env_len, self._nbuf)
             self._in = bytearray()
             if self._nbuf:
@@ -305,6 +352,11 @@ class Connection:
                 self._state, self._need = _ENVELOPE, self._env_len
         elif self._state == _LENGTHS:
             self._lengths = struct.unpack(f"<{self._nbuf}Q", data)
+            if self._flagged and self._lengths[0] > _shm.MAX_REF:
+                raise ProtocolError(
+                    f"a shared-memory reference of {self._lengths[0]} bytes "
+                    f"(at most {_shm.MAX_REF})"
+                )
             total = self._env_len + sum(self._lengths)
             if total > self.max_message_bytes:
                 raise ProtocolError(
@@ -344,6 +396,13 @@ class Connection:
         msg, buffers = self._pending, tuple(self._buffers)
         self._pending, self._buffers = None, []
         self._reset()
+        if self._flagged:
+            self._flagged = False
+            store = self.shm
+            name, lengths = _shm.decode_ref(
+                buffers[0], store.pattern, self.max_message_bytes, _MAX_BUFFERS
+            )
+            buffers = store.open(name, lengths)
         self._deliver(msg, buffers)
 
     def _reset(self) -> None:
@@ -372,8 +431,9 @@ class Connection:
             self._peer_nonce = msg.nonce
             digest = _digest(self._token, b"hello", self.role, msg.nonce, self._nonce)
             self._outgoing.append(
-                self._frame(m.Hello(m.PROTOCOL_VERSION, self.role, self._nonce, digest))
+                self._frame(m.Hello(m.PROTOCOL_VERSION, self.role, self._nonce, digest, self._host))
             )
+            self._peer_host = msg.host
             self._hs = _AWAIT_WELCOME
         elif self._hs == _AWAIT_HELLO and isinstance(msg, m.Hello):
             expected = _digest(self._token, b"hello", msg.role, self._nonce, msg.nonce)
@@ -391,6 +451,7 @@ class Connection:
                 )
             self.peer_role = msg.role
             self._peer_nonce = msg.nonce
+            self._share_if_local(msg.host)
             proof = _digest(self._token, b"welcome", self.role, self._nonce, msg.nonce)
             self._outgoing.append(self._frame(m.Welcome(proof)))
             self._hs = _OPEN
@@ -404,6 +465,7 @@ class Connection:
                     f"the {self.peer_role} did not prove it knows the cluster token; "
                     "check PARL_CLUSTER_TOKEN on both machines"
                 )
+            self._share_if_local(self._peer_host)
             self._hs = _OPEN
             self._events.append(AUTHENTICATED)
         elif isinstance(msg, m.Refused):
@@ -417,6 +479,16 @@ class Connection:
             )
         else:
             raise ProtocolError(f"an unexpected {type(msg).__name__} during the handshake")
+
+    def _share_if_local(self, peer_host: str) -> None:
+        if self._host and peer_host == self._host and {self.role, self.peer_role} == _SHM_ROLES:
+            self.shm = self._store
+
+    def release_segments(self) -> None:
+        """Remove the segments sent on this connection that the peer never mapped (on close)."""
+        if self.segments_sent:
+            sent, self.segments_sent = self.segments_sent, []
+            self.shm.discard(sent)
 
     def _check_version(self, version: int) -> None:
         if version != m.PROTOCOL_VERSION:

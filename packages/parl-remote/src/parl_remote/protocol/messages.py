@@ -94,6 +94,8 @@ class Challenge(_Msg):
     version: int
     role: str
     nonce: bytes
+    host: str = ""
+    """The server's host id when it takes shared-memory transfers (see `_shm.py`), else ""."""
 
 
 class Hello(_Msg):
@@ -103,6 +105,8 @@ class Hello(_Msg):
     role: str
     nonce: bytes
     digest: bytes
+    host: str = ""
+    """The client's host id when it takes shared-memory transfers, else ""."""
 
 
 class Welcome(_Msg):
