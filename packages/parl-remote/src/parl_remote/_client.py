@@ -289,6 +289,21 @@ class Client:
         with contextlib.suppress(RuntimeError):  # the loop is already stopping
             self.loop.call_soon_threadsafe(send)
 
+    def kill(self, actor_id: str, reason: str, timeout: float = 10.0) -> None:
+        """Stop an actor now (any client may): its calls here and everywhere fail with `reason`.
+
+        Returns once the master has ordered its process stopped; its slot frees as it exits.
+        """
+        self.fates.setdefault(actor_id, reason)
+        ref = self.refs.get(actor_id)
+        if ref is not None:
+            ref.core.mark_dead(reason)  # later calls fail at once; waiting ones wake below
+            self.run_soon(ref.mark_dead, reason)
+        if self._closed:
+            return  # the actor ended with this client
+        coro = self._request(lambda rid: m.KillActor(rid, actor_id, reason), timeout)
+        asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout + 1)
+
     def known_fate(self, actor_id: str) -> str | None:
         """Why an actor died, if this client knows without asking (None: it does not)."""
         if actor_id in self.fates:

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 
 from parl_remote._exceptions import ClusterError
-from parl_remote._util import kill_pid, read_json
+from parl_remote._util import available_cpus, kill_pid, read_json
 
 __all__ = ["EmbeddedCluster", "ProcessInfo", "spawn"]
 
@@ -141,7 +141,7 @@ class EmbeddedCluster:
         The master serves the dashboard on `monitor_port` (0: a free port; None: none) when
         parl-dashboard is installed.
         """
-        cpu_num = cpu_num or len(os.sched_getaffinity(0))
+        cpu_num = cpu_num or available_cpus()
         token = secrets.token_hex(32)
         env = dict(os.environ, PARL_CLUSTER_TOKEN=token)
         logdir = tempfile.mkdtemp(prefix="parl-cluster-")

@@ -253,6 +253,19 @@ class Master:
         if actor is not None and actor.client_id == peer.client_id:
             self._release(actor, "released by its client")
 
+    def _kill_actor(self, conn: AsyncConnection, peer: Any, msg: m.KillActor) -> None:
+        self._require(peer, ClientInfo, msg)
+        actor = self.registry.actors.get(msg.actor_id)
+        if actor is not None:
+            # Released, its end is no news to its clients: tell them now, with the reason.
+            self._send(conn, m.ActorDied(actor.actor_id, msg.reason))
+            owner = self.registry.clients.get(actor.client_id)
+            if owner is not None and owner is not peer:
+                self._send(owner.conn, m.ActorDied(actor.actor_id, msg.reason))
+            self._release(actor, msg.reason)
+            logger.info("actor %s killed: %s", actor.actor_id, msg.reason)
+        conn.send(m.Ack(msg.request_id))
+
     def _release(self, actor: ActorInfo, reason: str) -> None:
         """Stop an actor's process; its slot frees when the worker reports the exit."""
         self.registry.release_actor(actor, reason)
@@ -402,6 +415,7 @@ class Master:
         m.Ping: _ping,
         m.CreateActor: _create_actor,
         m.ReleaseActor: _release_actor,
+        m.KillActor: _kill_actor,
         m.QueryActor: _query_actor,
         m.StatusRequest: _status,
         m.ShutdownCluster: _shutdown_cluster,

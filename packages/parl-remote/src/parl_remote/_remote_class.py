@@ -21,6 +21,8 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import os
+import socket
 import threading
 import weakref
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from parl_remote._config import settings
 from parl_remote._drivers import BlockingDriver, PipelinedDriver, RemoteFuture
 from parl_remote.protocol import messages as m
 
-__all__ = ["ActorHandle", "AsyncActorHandle", "remote_class"]
+__all__ = ["ActorHandle", "AsyncActorHandle", "kill", "remote_class"]
 
 METHOD, GETATTR, SETATTR = m.CallKind.METHOD, m.CallKind.GETATTR, m.CallKind.SETATTR
 _RESERVED = ("aio", "sync")
@@ -106,6 +108,7 @@ class _ActorRef:
         self.blocking = BlockingDriver(self.core, client)
         self.drivers: dict[asyncio.AbstractEventLoop, PipelinedDriver] = {}  # one per loop
         self.lock = threading.Lock()
+        self.shadowed: tuple[str, ...] = ()  # methods hidden by instance attributes
         client.refs[self.actor_id] = self
         self.release = weakref.finalize(
             self, _release, client, self.actor_id, self.blocking, self.drivers, self.lock
@@ -221,13 +224,15 @@ class ActorHandle:
     aio = _AioAccess()
     sync = _SyncAccess()
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        return cls._parl_wrap(_create(cls._parl_spec, args, kwargs))
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        object.__setattr__(self, "_parl_aio", None)
-        object.__setattr__(self, "_parl_ref", _create(type(self)._parl_spec, args, kwargs))
+        pass  # `__new__` built the actor
 
     @classmethod
     def _parl_wrap(cls, ref: _ActorRef) -> Any:
-        handle = object.__new__(cls)
+        handle = object.__new__(_shadowing(cls, ref.shadowed) if ref.shadowed else cls)
         object.__setattr__(handle, "_parl_aio", None)
         object.__setattr__(handle, "_parl_ref", ref)
         return handle
@@ -269,7 +274,7 @@ class AsyncActorHandle:
 
     @classmethod
     def _parl_wrap(cls, ref: _ActorRef) -> Any:
-        handle = object.__new__(cls)
+        handle = object.__new__(_shadowing(cls, ref.shadowed) if ref.shadowed else cls)
         object.__setattr__(handle, "_parl_ref", ref)
         return handle
 
@@ -305,6 +310,29 @@ class AsyncActorHandle:
         )
 
 
+@functools.cache
+def _shadowing(proxy_cls: type, names: tuple[str, ...]) -> type:
+    """`proxy_cls` where the methods `names` read as the actor's attributes of those names.
+
+    As in PARL: an instance attribute hides a method of the same name (`self.arg1 = 5` in
+    `__init__` makes `actor.arg1` read 5); calling it then raises the TypeError it would locally.
+    """
+    if issubclass(proxy_cls, ActorHandle):
+
+        def read(name: str) -> property:
+            return property(lambda self: self._parl_ref.blocking.call(GETATTR, name, (), {}))
+    else:
+
+        def read(name: str) -> property:
+            return property(lambda self: self._parl_ref.acall(GETATTR, name, (), {}))
+
+    namespace = {n: read(n) for n in names if n in proxy_cls._parl_spec.methods}
+    shadowing = type(proxy_cls.__name__, (proxy_cls,), {"__slots__": (), **namespace})
+    shadowing.__qualname__ = proxy_cls.__qualname__
+    shadowing.__module__ = proxy_cls.__module__
+    return shadowing
+
+
 def _create(spec: _ClassSpec, args: tuple, kwargs: dict) -> _ActorRef:
     client = current_client()
     payload, buffers = init_payload(spec.cls, spec.name, args, kwargs)
@@ -313,7 +341,7 @@ def _create(spec: _ClassSpec, args: tuple, kwargs: dict) -> _ActorRef:
     )
     ref = _ActorRef(client, spec, assigned)
     try:
-        ref.blocking.create(payload, buffers, client.bundle.data())
+        ref.shadowed = ref.blocking.create(payload, buffers, client.bundle.data())
     except BaseException:
         ref.release()
         raise
@@ -330,7 +358,7 @@ async def _acreate(proxy_cls: type, *args: Any, **kwargs: Any) -> AsyncActorHand
     ref = _ActorRef(client, spec, assigned)
     try:
         driver = ref.pipelined(asyncio.get_running_loop())
-        await driver.acreate(payload, buffers, client.bundle.data())
+        ref.shadowed = await driver.acreate(payload, buffers, client.bundle.data())
     except BaseException:
         ref.release()
         raise
@@ -373,6 +401,29 @@ def _decorate(method: Any, cls: type, spec: _MethodSpec) -> Any:
             parameters=[self_param, *spec.signature.parameters.values()]
         )
     return method
+
+
+def kill(handle: ActorHandle | AsyncActorHandle) -> None:
+    """Stop the actor of `handle` now and free its slot, whoever created it.
+
+    A call to it waiting at that moment, and every later call on any handle of it in any
+    process, raise `RemoteActorDiedError` saying it was killed. Killing an actor that is
+    already gone does nothing.
+
+    Args:
+        handle: a blocking or awaitable handle of the actor.
+
+    Raises:
+        TypeError: `handle` is not an actor handle.
+        ClusterError: the master could not be reached to stop it.
+    """
+    if not isinstance(handle, ActorHandle | AsyncActorHandle):
+        raise TypeError(f"parl.kill() takes an actor handle, not {ser.describe(handle)}")
+    ref = handle._parl_ref
+    if ref.core.dead is not None:
+        return
+    reason = f"it was killed by parl.kill() in process {os.getpid()} on {socket.gethostname()}"
+    ref.client.kill(ref.actor_id, reason)
 
 
 def remote_class(

@@ -12,7 +12,7 @@ Who sends what:
 - handshake, every TCP connection: server `Challenge`, client `Hello`, server `Welcome` or
   `Refused`;
 - client -> actor process (data plane): `Init`, `Call`; replies `Ready`, `Result`, `Error`;
-- client -> master: `RegisterClient`, `Ping`, `CreateActor`, `ReleaseActor`,
+- client -> master: `RegisterClient`, `Ping`, `CreateActor`, `ReleaseActor`, `KillActor`,
   `QueryActor`, `StatusRequest`, `ShutdownCluster`; master -> client: `Accepted`,
   `ActorAssigned`, `CreateFailed`, `ActorState`, `StatusReply`, `ActorDied`, `LogLines`, `Ack`,
   `Ping`;
@@ -58,6 +58,7 @@ __all__ = [
     "Hello",
     "HostReady",
     "Init",
+    "KillActor",
     "LogLines",
     "Message",
     "Ping",
@@ -127,10 +128,11 @@ class Init(_Msg):
 
 
 class Ready(_Msg):
-    """The actor is constructed and serving."""
+    """The actor is constructed and serving; `shadowed`: methods its instance attributes hide."""
 
     actor_id: str
     pid: int
+    shadowed: list[str] = []
 
 
 class CallKind(enum.IntEnum):
@@ -234,6 +236,14 @@ class ReleaseActor(_Msg):
     """The client no longer needs the actor: stop its process, free its slot."""
 
     actor_id: str
+
+
+class KillActor(_Msg):
+    """Stop an actor now, whoever created it; every client that knows it hears `ActorDied`."""
+
+    request_id: int
+    actor_id: str
+    reason: str
 
 
 class QueryActor(_Msg):
@@ -432,6 +442,7 @@ Message = (
     | ActorAssigned
     | CreateFailed
     | ReleaseActor
+    | KillActor
     | QueryActor
     | ActorState
     | ActorDied

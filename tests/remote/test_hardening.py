@@ -1,0 +1,204 @@
+"""Operator and PARL-compatibility details: CPU count without affinity, `xparl --version`,
+stale cluster state, attribute shadowing, what `distributed_files` ships and when."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import json
+import os
+import threading
+import time
+
+import psutil
+import pytest
+
+import parl_remote
+from parl_remote import _util
+from tests.remote.conftest import client_env, free_port, make_cluster, wait_until
+from tests.remote.test_cluster import xparl
+
+
+def test_available_cpus_without_sched_getaffinity(monkeypatch):
+    assert _util.available_cpus() >= 1
+    monkeypatch.delattr(_util.os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(_util.os, "cpu_count", lambda: 7)
+    assert _util.available_cpus() == 7
+    monkeypatch.setattr(_util.os, "cpu_count", lambda: None)
+    assert _util.available_cpus() == 1
+
+
+def test_xparl_version_prints_the_package_version():
+    result = xparl("--version", env=dict(os.environ))
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"xparl {importlib.metadata.version('parl-remote')}"
+
+
+def _stale_state(home, port: int) -> str:
+    """A state file left by a cluster that died without `xparl stop` (its PIDs are gone)."""
+    dead = psutil.Popen(["true"])
+    dead.wait(10)
+    entry = {"pid": dead.pid, "create_time": 1.0, "log": "gone.log"}
+    path = home / "clusters" / f"master-{port}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {"port": port, "host": "127.0.0.1", "connect_host": "127.0.0.1"}
+    path.write_text(json.dumps({**state, "master": entry, "workers": [entry]}))
+    return path
+
+
+def test_dead_clusters_state_does_not_count(tmp_path):
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k != "PARL_CLUSTER_TOKEN"}
+    env["PARL_HOME"] = str(home)
+    stale = _stale_state(home, free_port())
+    port = free_port()
+    started = xparl("start", "--port", str(port), "--cpu_num", "1", "--monitor_port", "0", env=env)
+    state_file = home / "clusters" / f"master-{port}.json"
+    try:
+        assert started.returncode == 0, started.stderr
+        status = xparl("status", env=env)
+        assert status.returncode == 0, status.stderr
+        assert "several clusters" not in status.stderr
+        assert f":{port}" in status.stdout
+        assert not stale.exists()
+        state = json.loads(state_file.read_text())
+        pids = [state["master"]["pid"], *(w["pid"] for w in state["workers"])]
+        stopped = xparl("stop", env=env)
+        assert stopped.returncode == 0, stopped.stderr
+        wait_until(lambda: not any(psutil.pid_exists(p) for p in pids), what="the cluster to end")
+        nothing = xparl("status", env=env)
+        assert nothing.returncode == 1 and "no cluster was started" in nothing.stderr
+    finally:
+        if state_file.exists():
+            state = json.loads(state_file.read_text())
+            for proc in [state["master"], *state["workers"]]:
+                _util.kill_pid(proc["pid"], create_time=proc["create_time"])
+
+
+@parl_remote.remote_class
+class Shadowed:
+    def __init__(self):
+        self.arg1 = 5
+        self.value = 7
+
+    def arg1(self):  # hidden by the instance attribute, as in PARL
+        return "method"
+
+    def other(self):
+        return "other"
+
+
+def test_an_attribute_hides_a_method_of_its_name(connected):
+    s = Shadowed()
+    assert s.arg1 == 5
+    assert s.other() == "other"
+    assert s.value == 7
+    with pytest.raises(TypeError):
+        s.value()
+    with pytest.raises(TypeError):
+        s.arg1()  # 5 is not callable, here as locally
+
+    async def main():
+        a = await Shadowed.aio()
+        return await a.arg1, await s.aio.arg1, await a.other()
+
+    assert asyncio.run(main()) == (5, 5, "other")
+
+
+@parl_remote.remote_class
+class Lister:
+    def tree(self, top):
+        found = {}
+        for dirpath, dirnames, names in os.walk(top):
+            for d in dirnames:
+                found[os.path.relpath(os.path.join(dirpath, d), top) + "/"] = None
+            for n in names:
+                with open(os.path.join(dirpath, n)) as f:
+                    found[os.path.relpath(os.path.join(dirpath, n), top)] = f.read()
+        return found
+
+
+def test_distributed_files_are_read_at_connect_with_empty_folders(
+    module_cluster, tmp_path, monkeypatch
+):
+    data = tmp_path / "data"
+    (data / "empty" / "deeper").mkdir(parents=True)
+    (data / "sub").mkdir()
+    (data / "sub" / "a.txt").write_text("first")
+    (data / "b.txt").write_text("kept")
+    monkeypatch.chdir(tmp_path)
+    with client_env(module_cluster):
+        parl_remote.connect(module_cluster.address, distributed_files=["data"])
+        (data / "sub" / "a.txt").write_text("changed after connect")
+        (data / "b.txt").unlink()
+        tree = Lister().tree("data")
+    assert tree == {
+        "empty/": None,
+        "empty/deeper/": None,
+        "sub/": None,
+        "sub/a.txt": "first",
+        "b.txt": "kept",
+    }
+
+
+def test_a_missing_distributed_file_fails_at_connect(module_cluster, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with client_env(module_cluster):
+        with pytest.raises(ValueError, match="matches no file"):
+            parl_remote.connect(module_cluster.address, distributed_files=["nothing.txt"])
+        with pytest.raises(parl_remote.NotConnectedError):
+            Lister()
+
+
+@parl_remote.remote_class
+class Sleeper:
+    def nap(self, seconds):
+        time.sleep(seconds)
+        return seconds
+
+    def pid(self):
+        return os.getpid()
+
+
+async def _await(method, *args):
+    return await method(*args)
+
+
+def test_kill_frees_the_actor_and_its_slot_now(tmp_path):
+    cluster = make_cluster(tmp_path, workers=(1,))
+    try:
+        with client_env(cluster):
+            parl_remote.connect(cluster.address)
+            actor = Sleeper()
+            pid = actor.pid()
+            outcome = {}
+
+            def pending():
+                try:
+                    outcome["value"] = actor.nap(60)
+                except BaseException as exc:
+                    outcome["error"] = exc
+
+            caller = threading.Thread(target=pending, daemon=True)
+            caller.start()
+            wait_until(lambda: cluster.status()["actors"][0]["state"] == "busy", what="busy")
+            parl_remote.kill(actor)
+            caller.join(15)
+            assert isinstance(outcome.get("error"), parl_remote.RemoteActorDiedError)
+            assert "killed by parl.kill()" in str(outcome["error"])
+            with pytest.raises(parl_remote.RemoteActorDiedError, match="killed"):
+                actor.pid()
+            with pytest.raises(parl_remote.RemoteActorDiedError, match="killed"):
+                asyncio.run(_await(actor.aio.pid))
+            parl_remote.kill(actor)  # idempotent
+            parl_remote.kill(actor.aio)
+            wait_until(lambda: not psutil.pid_exists(pid), what="the actor process to end")
+            # Its only slot is free again: a new actor gets it.
+            assert Sleeper().pid() != pid
+    finally:
+        cluster.stop()
+
+
+def test_kill_takes_only_handles():
+    with pytest.raises(TypeError, match="actor handle"):
+        parl_remote.kill(object())
