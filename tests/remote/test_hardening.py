@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import json
+import multiprocessing
 import os
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import psutil
 import pytest
@@ -202,3 +204,62 @@ def test_kill_frees_the_actor_and_its_slot_now(tmp_path):
 def test_kill_takes_only_handles():
     with pytest.raises(TypeError, match="actor handle"):
         parl_remote.kill(object())
+
+
+# -- child processes -------------------------------------------------------------------------
+def _child_creates_an_actor(address: str | None) -> tuple[int, int]:
+    """In a child process: (optionally) connect, create an actor, and ask it something."""
+    if address is not None:
+        client = parl_remote.connect(address)
+        assert client.address == address
+    actor = Sleeper()
+    return os.getpid(), actor.pid()
+
+
+def _run_children(executor_factory, address: str | None, parent_actor) -> None:
+    with executor_factory() as pool:
+        futures = [pool.submit(_child_creates_an_actor, address) for _ in range(2)]
+        # The parent's actors keep working while the children use the cluster.
+        assert parent_actor.nap(0) == 0
+        for future in futures:
+            child_pid, actor_pid = future.result(timeout=30)
+            assert child_pid != os.getpid() and actor_pid != parent_actor.pid()
+    assert parent_actor.nap(0) == 0
+
+
+@pytest.mark.parametrize("explicit", [True, False], ids=["connect", "inherited"])
+def test_fork_children_get_clients_of_their_own(connected, explicit):
+    address = parl_remote.connect(connected.address).address
+    assert address == connected.address
+    parent_actor = Sleeper()
+    ctx = multiprocessing.get_context("fork")
+    _run_children(
+        lambda: ProcessPoolExecutor(2, mp_context=ctx),
+        address if explicit else None,
+        parent_actor,
+    )
+    with ctx.Pool(1) as pool:
+        child_pid, _ = pool.apply_async(_child_creates_an_actor, (None,)).get(timeout=30)
+        assert child_pid != os.getpid()
+    assert parent_actor.nap(0) == 0
+
+
+def test_spawn_children_join_the_embedded_cluster(monkeypatch):
+    monkeypatch.delenv("PARL_CLUSTER_TOKEN", raising=False)
+    client = parl_remote.connect(cpu_num=3)
+    try:
+        host, _, port = client.address.rpartition(":")
+        assert host == "127.0.0.1" and port.isdigit()
+        parent_actor = Sleeper()
+        for method in ("spawn", "forkserver"):
+            ctx = multiprocessing.get_context(method)
+            _run_children(
+                lambda ctx=ctx: ProcessPoolExecutor(1, mp_context=ctx), client.address, parent_actor
+            )
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(1) as pool:
+            result = pool.apply_async(_child_creates_an_actor, (client.address,))
+            assert result.get(timeout=30)[0] != os.getpid()
+    finally:
+        parl_remote.disconnect()
+    assert "PARL_CLUSTER_TOKEN" not in os.environ

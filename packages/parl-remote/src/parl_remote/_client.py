@@ -1,6 +1,8 @@
 """The client runtime of a user process: its link to the master, and `parl.connect`.
 
-One `Client` per process. It runs a small event loop in a daemon thread that holds the
+One `Client` per process: a child made by `fork` drops the client it inherits (never touching
+its sockets or thread) and makes its own when it connects or creates an actor, to the same
+cluster. It runs a small event loop in a daemon thread that holds the
 control connection to the master: registration, heartbeats both ways, actor placement
 requests, the master's news of dead actors, and the actors' output (echoed here with
 `log_to_driver`). Calls to actors do not pass through it: blocking calls use the caller's own
@@ -49,6 +51,22 @@ logger = logging.getLogger(__name__)
 
 _client: Client | None = None
 _client_lock = threading.Lock()
+_inherited: tuple[str, bytes | None] | None = None  # after fork: the parent's cluster and token
+_orphans: list[Client] = []  # clients inherited through fork: kept, never used or closed
+
+
+def _after_fork_in_child() -> None:
+    """In a child made by `fork`: forget the parent's client, remember its cluster."""
+    global _client, _client_lock, _inherited
+    _client_lock = threading.Lock()
+    parent, _client = _client, None
+    if parent is not None and not parent._closed:
+        _inherited = (parent.address, parent.token)
+        parent.abandon()
+        _orphans.append(parent)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _parse_address(address: str) -> tuple[str, int]:
@@ -143,6 +161,16 @@ class Client:
         if self.cluster is not None:
             self.cluster.stop()
             self.cluster = None
+
+    def abandon(self) -> None:
+        """In a child made by `fork`: this is the parent's client; never use it, nor close it.
+
+        Its sockets and thread belong to the parent: nothing is sent or closed on them here,
+        and the parent's cluster is not stopped.
+        """
+        self._closed = True
+        self.cluster = None
+        self._abandoned = [ref.abandon() for ref in list(self.refs.values())]  # kept, unclosed
 
     @property
     def connected(self) -> bool:
@@ -371,8 +399,14 @@ class Client:
 
 
 def current_client() -> Client:
-    """The client of this process, or NotConnectedError saying to call `parl.connect`."""
+    """The client of this process, or NotConnectedError saying to call `parl.connect`.
+
+    In a child made by `fork` of a connected process, the first use connects a client of its
+    own to the parent's cluster.
+    """
     client = _client
+    if (client is None or client._closed) and _inherited is not None:
+        client = connect(_inherited[0])
     if client is None or client._closed:
         raise NotConnectedError(
             "not connected to a PARL cluster: call parl.connect('HOST:PORT') (or parl.connect() "
@@ -441,6 +475,8 @@ def connect(
                 raise ValueError("cpu_num sets the size of a local cluster; it needs address=None")
             _parse_address(address)
             token = load_token()
+            if _inherited is not None and _parse_address(_inherited[0]) == _parse_address(address):
+                token = _inherited[1]
             if token is None:
                 raise AuthenticationError(
                     "no cluster token: set PARL_CLUSTER_TOKEN to the token of the cluster at "

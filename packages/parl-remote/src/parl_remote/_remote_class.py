@@ -117,6 +117,18 @@ class _ActorRef:
     def __repr__(self) -> str:
         return repr(self.core)
 
+    def abandon(self) -> tuple:
+        """In a child made by `fork`: set the parent's connections aside, unclosed; return them.
+
+        Later calls from the child open connections of its own.
+        """
+        self.release.detach()
+        old = (self.blocking, dict(self.drivers))
+        self.drivers.clear()
+        self.lock = threading.Lock()
+        self.blocking = BlockingDriver(self.core, self.client)
+        return old
+
     def mark_dead(self, reason: str) -> None:
         """The actor is gone: wake every waiting call (called from the client's loop)."""
         self.core.mark_dead(reason)
