@@ -4,6 +4,7 @@ stale cluster state, attribute shadowing, what `distributed_files` ships and whe
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.metadata
 import json
 import multiprocessing
@@ -263,3 +264,92 @@ def test_spawn_children_join_the_embedded_cluster(monkeypatch):
     finally:
         parl_remote.disconnect()
     assert "PARL_CLUSTER_TOKEN" not in os.environ
+
+
+# -- handles as arguments --------------------------------------------------------------------
+@parl_remote.remote_class
+class Relay:
+    def __init__(self):
+        self.peer = None
+
+    def keep(self, handle):
+        self.peer = handle
+        return handle
+
+    def kind(self, handle):
+        awaitable = isinstance(handle, parl_remote.AsyncActorHandle)
+        return "AsyncActorHandle" if awaitable else "ActorHandle"
+
+    def ask(self):
+        return self.peer.pid()
+
+    async def aask(self):
+        return await self.peer.pid()
+
+    def hand_on(self, other, handle):
+        return other.keep(handle)
+
+    def ask_other(self, other):
+        return other.ask()
+
+
+def test_a_handle_passed_through_two_actors_still_works(connected):
+    first, second = Relay(), Relay()
+    target = Sleeper()
+    pid = target.pid()
+    returned = first.hand_on(second, target)
+    assert returned._parl_ref is target._parl_ref  # back here: the very same actor reference
+    assert second.ask() == pid
+    assert first.ask_other(second) == pid
+    del first  # its slot goes to the next actor
+    # The actor lives while any process holds a handle of it: here the second relay does.
+    del target, returned
+    gc.collect()
+    assert second.ask() == pid
+    # A temporary handle lives on in the relay; the one it replaced was the last of `pid`.
+    second.keep(Sleeper())
+    gc.collect()
+    other_pid = second.ask()
+    assert other_pid != pid and psutil.pid_exists(other_pid)
+    wait_until(lambda: not psutil.pid_exists(pid), what="the actor no one holds to end")
+
+
+def test_handles_keep_their_kind(connected):
+    relay, target = Relay(), Sleeper()
+    assert isinstance(relay.keep(target.aio), parl_remote.AsyncActorHandle)
+    assert relay.kind(target.aio) == "AsyncActorHandle"
+    assert relay.kind(target) == "ActorHandle"
+    assert asyncio.run(_await(relay.aio.aask)) == target.pid()
+
+
+_KEPT = []
+
+
+def _child_makes_an_actor() -> Sleeper:
+    actor = Sleeper()
+    _KEPT.append(actor)  # this process holds it until it exits
+    return actor
+
+
+def test_an_actor_ends_with_its_creator_and_other_holders_hear_it(connected):
+    relay = Relay()
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+        actor = pool.submit(_child_makes_an_actor).result(timeout=30)
+        pid = actor.pid()
+        relay.keep(actor)
+        assert relay.ask() == pid
+    # The pool's process exited: its client left, and its actor ended with it.
+    wait_until(lambda: not psutil.pid_exists(pid), what="the actor to end with its creator")
+    with pytest.raises(parl_remote.RemoteActorDiedError):
+        actor.pid()
+    with pytest.raises(parl_remote.RemoteActorDiedError):
+        relay.ask()
+
+
+def test_kill_reaches_every_holder(connected):
+    relay, target = Relay(), Sleeper()
+    relay.keep(target)
+    parl_remote.kill(target)
+    with pytest.raises(parl_remote.RemoteActorDiedError, match="killed"):
+        relay.ask()

@@ -317,6 +317,20 @@ class Client:
         with contextlib.suppress(RuntimeError):  # the loop is already stopping
             self.loop.call_soon_threadsafe(send)
 
+    def hold(self, actor_id: str, timeout: float = 10.0) -> str | None:
+        """Tell the master this process holds a handle of `actor_id` (created elsewhere).
+
+        Returns why the actor is gone, or None while it lives. On the client's own thread
+        (a handle unpickled there) the news is sent without waiting for the answer.
+        """
+        self._check_open()
+        if threading.current_thread() is self._thread:
+            self.link.send(m.HoldActor(0, actor_id))
+            return None
+        coro = self._request(lambda rid: m.HoldActor(rid, actor_id), timeout)
+        reply = asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout + 1)
+        return (reply.reason or "it ended") if reply.state == "dead" else None
+
     def kill(self, actor_id: str, reason: str, timeout: float = 10.0) -> None:
         """Stop an actor now (any client may): its calls here and everywhere fail with `reason`.
 

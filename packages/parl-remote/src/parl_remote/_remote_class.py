@@ -13,6 +13,11 @@ blocking methods to `BlockingDriver.call`, awaitable ones to `PipelinedDriver.ac
 mode to the client loop's pipelined driver. The actor lives as long as some handle (or a bound
 method of one, or a call in flight) does: when the last goes, the ref's finalizer frees the
 actor and its CPU slot.
+
+A handle passed to an actor method (or returned from one) arrives in the other process as a
+handle of the same kind to the same actor: that process joins the cluster if it is not a
+client yet, and tells the master it holds the actor, which then lives while any process
+holds a handle of it, and ends with the client that created it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import functools
 import inspect
 import os
 import socket
+import sys
 import threading
 import weakref
 from dataclasses import dataclass
@@ -30,15 +36,17 @@ from typing import Any
 
 from parl_remote import _serialize as ser
 from parl_remote._call_core import ActorCore, init_payload
-from parl_remote._client import Client, current_client
+from parl_remote._client import Client, connect, current_client
 from parl_remote._config import settings
 from parl_remote._drivers import BlockingDriver, PipelinedDriver, RemoteFuture
+from parl_remote._exceptions import NotConnectedError
 from parl_remote.protocol import messages as m
 
 __all__ = ["ActorHandle", "AsyncActorHandle", "kill", "remote_class"]
 
 METHOD, GETATTR, SETATTR = m.CallKind.METHOD, m.CallKind.GETATTR, m.CallKind.SETATTR
 _RESERVED = ("aio", "sync")
+_PROXIES: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()  # cls -> proxy
 
 
 # -- class specs ---------------------------------------------------------------------------------
@@ -129,6 +137,13 @@ class _ActorRef:
         self.blocking = BlockingDriver(self.core, self.client)
         return old
 
+    def reduce(self, awaitable: bool) -> tuple:
+        """How a handle of this actor travels to another process (see `_rebuild`)."""
+        spec = self.spec
+        where = (self.actor_id, self.host, self.port, self.pid, self.shadowed)
+        kind = (_class_ref(spec.cls), spec.wait, spec.max_memory_mb, spec.n_gpu, awaitable)
+        return _rebuild, (*kind, *where, self.client.address)
+
     def mark_dead(self, reason: str) -> None:
         """The actor is gone: wake every waiting call (called from the client's loop)."""
         self.core.mark_dead(reason)
@@ -172,6 +187,57 @@ class _ActorRef:
 
     def _submit(self, msg: m.Call, buffers: list, future: RemoteFuture) -> None:
         self.pipelined(self.client.loop).submit(msg, buffers, future)
+
+
+def _class_ref(cls: type) -> type:
+    """What names the class of a travelling handle.
+
+    Its proxy where a module exports it (pickled by reference), else the plain class (pickled
+    by value, as a class of the user's script is).
+    """
+    proxy = _PROXIES.get(cls)
+    module = sys.modules.get(cls.__module__) if cls.__module__ != "__main__" else None
+    exported = module is not None and getattr(module, cls.__qualname__, None) is proxy
+    return proxy if proxy is not None and exported else cls
+
+
+def _rebuild(
+    cls: type,
+    wait: bool,
+    max_memory_mb: float,
+    n_gpu: int,
+    awaitable: bool,
+    actor_id: str,
+    host: str,
+    port: int,
+    pid: int,
+    shadowed: tuple[str, ...],
+    address: str,
+) -> Any:
+    """A handle that arrived from another process: the same actor, of the same kind.
+
+    This process joins the cluster at `address` if it is not a client yet, and holds the actor.
+    """
+    try:
+        client = current_client()
+    except NotConnectedError:
+        client = connect(address, log_to_driver=False)
+    ref = client.refs.get(actor_id)
+    if ref is None:
+        if issubclass(cls, ActorHandle):
+            proxy = cls
+        else:
+            proxy = _PROXIES.get(cls) or remote_class(
+                cls, wait=wait, max_memory=max_memory_mb or None, n_gpu=n_gpu
+            )
+        assigned = m.ActorAssigned(0, actor_id, host, port, pid, "")
+        ref = _ActorRef(client, proxy._parl_spec, assigned)
+        ref.shadowed = tuple(shadowed)
+        gone = client.hold(actor_id)
+        if gone is not None:
+            ref.core.mark_dead(gone)
+    proxy = _PROXIES[ref.spec.cls]
+    return (proxy._parl_async_cls if awaitable else proxy)._parl_wrap(ref)
 
 
 def _close_all(
@@ -263,9 +329,7 @@ class ActorHandle:
         return f"<{self._parl_ref!r}>"
 
     def __reduce__(self) -> Any:
-        raise TypeError(
-            f"an actor handle ({self._parl_ref!r}) cannot be pickled or sent to another process"
-        )
+        return self._parl_ref.reduce(awaitable=False)
 
 
 class AsyncActorHandle:
@@ -317,9 +381,7 @@ class AsyncActorHandle:
         return f"<awaitable {self._parl_ref!r}>"
 
     def __reduce__(self) -> Any:
-        raise TypeError(
-            f"an actor handle ({self._parl_ref!r}) cannot be pickled or sent to another process"
-        )
+        return self._parl_ref.reduce(awaitable=True)
 
 
 @functools.cache
@@ -493,4 +555,5 @@ def remote_class(
     for proxy in (sync_cls, async_cls):
         proxy._parl_sync_cls = sync_cls
         proxy._parl_async_cls = async_cls
+    _PROXIES[cls] = sync_cls
     return sync_cls

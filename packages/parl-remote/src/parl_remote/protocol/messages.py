@@ -13,7 +13,7 @@ Who sends what:
   `Refused`;
 - client -> actor process (data plane): `Init`, `Call`; replies `Ready`, `Result`, `Error`;
 - client -> master: `RegisterClient`, `Ping`, `CreateActor`, `ReleaseActor`, `KillActor`,
-  `QueryActor`, `StatusRequest`, `ShutdownCluster`; master -> client: `Accepted`,
+  `HoldActor`, `QueryActor`, `StatusRequest`, `ShutdownCluster`; master -> client: `Accepted`,
   `ActorAssigned`, `CreateFailed`, `ActorState`, `StatusReply`, `ActorDied`, `LogLines`, `Ack`,
   `Ping`;
 - worker -> master: `RegisterWorker`, `WorkerHeartbeat`, `ActorStarted`, `ActorStartFailed`,
@@ -56,6 +56,7 @@ __all__ = [
     "Error",
     "ErrorKind",
     "Hello",
+    "HoldActor",
     "HostReady",
     "Init",
     "KillActor",
@@ -238,6 +239,16 @@ class ReleaseActor(_Msg):
     actor_id: str
 
 
+class HoldActor(_Msg):
+    """The client got a handle of an actor it did not create; keep it alive for it too.
+
+    Answered by `ActorState` (state "dead" with the reason when the actor is gone).
+    """
+
+    request_id: int
+    actor_id: str
+
+
 class KillActor(_Msg):
     """Stop an actor now, whoever created it; every client that knows it hears `ActorDied`."""
 
@@ -263,7 +274,7 @@ class ActorState(_Msg):
 
 
 class ActorDied(_Msg):
-    """Pushed to the owner: the actor is gone, and why."""
+    """Pushed to the owner and every holder: the actor is gone, and why."""
 
     actor_id: str
     reason: str
@@ -443,6 +454,7 @@ Message = (
     | CreateFailed
     | ReleaseActor
     | KillActor
+    | HoldActor
     | QueryActor
     | ActorState
     | ActorDied
