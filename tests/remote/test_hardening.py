@@ -292,6 +292,9 @@ class Relay:
     def ask_other(self, other):
         return other.ask()
 
+    def kill_peer(self):
+        parl_remote.kill(self.peer)
+
 
 def test_a_handle_passed_through_two_actors_still_works(connected):
     first, second = Relay(), Relay()
@@ -351,5 +354,22 @@ def test_kill_reaches_every_holder(connected):
     relay, target = Relay(), Sleeper()
     relay.keep(target)
     parl_remote.kill(target)
-    with pytest.raises(parl_remote.RemoteActorDiedError, match="killed"):
-        relay.ask()
+    wait_until(lambda: _killed(relay.ask), timeout=5, what="the holder to see the kill")
+
+
+def test_any_holder_may_kill(connected):
+    relay, target = Relay(), Sleeper()
+    relay.keep(target.aio)
+    relay.kill_peer()
+    relay.kill_peer()  # idempotent there too
+    wait_until(lambda: _killed(target.pid), timeout=5, what="the creator to see the kill")
+
+
+def _killed(call) -> bool:
+    """Whether `call()` fails because its actor was killed (False while it still answers)."""
+    try:
+        call()
+    except parl_remote.RemoteActorDiedError as exc:
+        assert "killed by parl.kill()" in str(exc)
+        return True
+    return False
