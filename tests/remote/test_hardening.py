@@ -106,6 +106,14 @@ def test_an_attribute_hides_a_method_of_its_name(connected):
         return await a.arg1, await s.aio.arg1, await a.other()
 
     assert asyncio.run(main()) == (5, 5, "other")
+    twin = s.aio
+    s.other = "attribute"  # set through the handle, it hides the method too
+    assert s.other == "attribute" and s.arg1 == 5
+    assert asyncio.run(_await_attribute(twin, "other")) == "attribute"
+
+
+async def _await_attribute(handle, name):
+    return await getattr(handle, name)
 
 
 @parl_remote.remote_class

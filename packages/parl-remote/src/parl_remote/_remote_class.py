@@ -323,7 +323,14 @@ class ActorHandle:
     def __setattr__(self, name: str, value: Any) -> None:
         if name.startswith("_parl_"):
             raise AttributeError(f"{name!r} is internal to the actor handle")
-        self._parl_ref.blocking.call(SETATTR, name, (value,), {})
+        ref = self._parl_ref
+        ref.blocking.call(SETATTR, name, (value,), {})
+        if name in ref.spec.methods and name not in ref.shadowed:  # now hides the method
+            ref.shadowed = (*ref.shadowed, name)
+            object.__setattr__(self, "__class__", _shadowing(self._parl_sync_cls, ref.shadowed))
+            if self._parl_aio is not None:
+                twin = _shadowing(self._parl_async_cls, ref.shadowed)
+                object.__setattr__(self._parl_aio, "__class__", twin)
 
     def __repr__(self) -> str:
         return f"<{self._parl_ref!r}>"
