@@ -122,7 +122,8 @@ def test_results_become_values_with_their_arrays():
     reply, received = _over_the_wire(m.Result(1, data), buffers)
     value = core.result(reply, received, "weights")
     assert value["w"][0] == 3.0 and value["w"].flags.writeable
-    assert core.result(m.Ready("a1", 1), (), INIT) is None
+    assert core.result(m.Ready("a1", 1), (), INIT) == ()
+    assert core.result(m.Ready("a1", 1, shadowed=["arg1"]), (), INIT) == ("arg1",)
 
 
 def test_errors_become_exceptions_of_their_kind():

@@ -88,7 +88,10 @@ def test_xparl_connect_without_a_token_or_a_master_says_why(tmp_path):
     result = xparl(
         "connect", "--address", f"127.0.0.1:{free_port()}", env=dict(env, PARL_CLUSTER_TOKEN="x")
     )
-    assert result.returncode == 1 and "exited with code 1 before it was ready" in result.stderr
+    assert result.returncode == 1
+    assert "no PARL master answers at" in result.stderr
+    for what in ("is running there", "port is reachable", "token is right"):
+        assert what in result.stderr
 
 
 @parl.remote_class(n_gpu=1)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover - for IDEs and type checkers only
         ResourceError,
         connect,
         disconnect,
+        kill,
         remote_class,
     )
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "connect",
     "disconnect",
     "evo",
+    "kill",
     "remote_class",
     "samplers",
     "utils",
@@ -62,6 +64,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "evo": ("parl.evo", None),
     "connect": ("parl_remote", "connect"),
     "disconnect": ("parl_remote", "disconnect"),
+    "kill": ("parl_remote", "kill"),
     "FutureGetRepeatedlyError": ("parl_remote", "FutureGetRepeatedlyError"),
     "remote_class": ("parl_remote", "remote_class"),
     "RemoteError": ("parl_remote", "RemoteError"),

@@ -36,7 +36,7 @@ from parl_remote._exceptions import (
     ResourceError,
 )
 from parl_remote._registry import Registry
-from parl_remote._remote_class import ActorHandle, AsyncActorHandle, remote_class
+from parl_remote._remote_class import ActorHandle, AsyncActorHandle, kill, remote_class
 from parl_remote._status import (
     ActorStatus,
     ClientStatus,
@@ -72,5 +72,6 @@ __all__ = [
     "WorkerStatus",
     "connect",
     "disconnect",
+    "kill",
     "remote_class",
 ]

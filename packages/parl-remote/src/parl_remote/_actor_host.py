@@ -256,7 +256,8 @@ class ActorHost:
             self._send(conn, self._error(0, f"{self.class_name}.__init__", exc))
             self._report_init(ok=False)
             return
-        self._send(conn, m.Ready(actor_id=self.actor_id, pid=os.getpid()))
+        shadowed = [n for n in getattr(self.instance, "__dict__", ()) if hasattr(cls, n)]
+        self._send(conn, m.Ready(actor_id=self.actor_id, pid=os.getpid(), shadowed=shadowed))
         self._report_init(ok=True)
 
     _handlers: ClassVar[dict[type, Any]] = {m.Call: _queue_call, m.Init: _init}

@@ -6,7 +6,8 @@ file that no installed distribution and no standard-library directory provides -
 reference, so their source files are shipped: each lands at its path relative to the
 `sys.path` entry it was imported from, in the actor's working directory, which is first on the
 actor's `sys.path`. `distributed_files` (globs and folders, recursively, relative to the
-current directory) land at the same relative paths.
+current directory, empty sub-folders included) land at the same relative paths, as they were
+when `parl.connect` returned: they are read then, once.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sysconfig
 import zipfile
 from collections.abc import Iterable
 
-__all__ = ["Bundle", "expand_patterns", "user_module_files"]
+__all__ = ["Bundle", "expand_patterns", "read_files", "user_module_files"]
 
 
 @functools.cache
@@ -114,7 +115,11 @@ def user_module_files() -> dict[str, str]:
 
 
 def expand_patterns(patterns: Iterable[str], base: str | None = None) -> dict[str, str]:
-    """Map archive path -> file for `distributed_files` patterns; each must match something."""
+    """Map archive path -> file for `distributed_files` patterns; each must match something.
+
+    Folders are walked; each folder below one also gets an entry (its archive path ends with
+    "/"), so that empty ones are reproduced.
+    """
     base = os.path.realpath(base or os.getcwd())
     files: dict[str, str] = {}
     for pattern in patterns:
@@ -131,7 +136,10 @@ def expand_patterns(patterns: Iterable[str], base: str | None = None) -> dict[st
             if real != base and not real.startswith(base + os.sep):
                 raise ValueError(f"distributed_files: {pattern!r} reaches outside {base}")
             if os.path.isdir(real):
-                for dirpath, _, names in os.walk(real):
+                for dirpath, dirnames, names in os.walk(real):
+                    for dname in dirnames:
+                        full = os.path.join(dirpath, dname)
+                        files[os.path.relpath(full, base) + "/"] = full
                     for fname in names:
                         full = os.path.join(dirpath, fname)
                         files[os.path.relpath(full, base)] = full
@@ -140,11 +148,29 @@ def expand_patterns(patterns: Iterable[str], base: str | None = None) -> dict[st
     return files
 
 
+def read_files(files: dict[str, str]) -> dict[str, bytes]:
+    """The contents of `expand_patterns`' files now (b"" for a folder's entry)."""
+    contents = {}
+    for rel, path in files.items():
+        if rel.endswith("/"):
+            contents[rel] = b""
+            continue
+        try:
+            with open(path, "rb") as f:
+                contents[rel] = f.read()
+        except OSError as exc:
+            raise ValueError(f"distributed_files: cannot read {rel!r}: {exc}") from None
+    return contents
+
+
 class Bundle:
-    """The zip of code and files each new actor receives; rebuilt when imports change."""
+    """The zip of code and files each new actor receives; rebuilt when imports change.
+
+    `distributed_files` are read here, once: what actors receive is what the files held then.
+    """
 
     def __init__(self, distributed_files: Iterable[str] = ()) -> None:
-        self.extra = expand_patterns(distributed_files)
+        self.extra = read_files(expand_patterns(distributed_files))
         self._key: tuple | None = None
         self._data = b""
         self._modules_seen = -1
@@ -155,10 +181,10 @@ class Bundle:
         if len(sys.modules) != self._modules_seen:  # something was imported: look again
             self._modules_seen = len(sys.modules)
             self._module_files = user_module_files()
-        files = {**self._module_files, **self.extra}
+        files = {rel: path for rel, path in self._module_files.items() if rel not in self.extra}
         key = tuple(sorted((rel, _mtime(path)) for rel, path in files.items()))
         if key != self._key:
-            self._data = _zip(files) if files else b""
+            self._data = _zip(files, self.extra) if files or self.extra else b""
             self._key = key
         return self._data
 
@@ -170,9 +196,11 @@ def _mtime(path: str) -> float:
         return 0.0
 
 
-def _zip(files: dict[str, str]) -> bytes:
+def _zip(files: dict[str, str], contents: dict[str, bytes]) -> bytes:
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
         for rel, path in sorted(files.items()):
             z.write(path, rel)
+        for rel, data in sorted(contents.items()):
+            z.writestr(rel, data)
     return out.getvalue()

@@ -210,7 +210,10 @@ class ActorCore:
 
     # -- replies -------------------------------------------------------------------------------
     def result(self, reply: Any, buffers: tuple, name: str) -> Any:
-        """The value a reply to `name` (INIT for `Init`) carries, or raise the error it reports."""
+        """The value a reply to `name` (INIT for `Init`) carries, or raise the error it reports.
+
+        For `Init`, the value is the names of the class's methods that instance attributes hide.
+        """
         kind = type(reply)
         if kind is m.Result:
             try:
@@ -223,7 +226,7 @@ class ActorCore:
         if kind is m.Error:
             raise error_from(reply, f"{self.class_name}.{name}() of actor {self.actor_id}")
         if kind is m.Ready and name == INIT:
-            return None
+            return tuple(reply.shadowed)
         raise RemoteError(
             f"{self.class_name} actor {self.actor_id} answered {kind.__name__} to {name}()"
         )

@@ -1,6 +1,8 @@
 """The client runtime of a user process: its link to the master, and `parl.connect`.
 
-One `Client` per process. It runs a small event loop in a daemon thread that holds the
+One `Client` per process: a child made by `fork` drops the client it inherits (never touching
+its sockets or thread) and makes its own when it connects or creates an actor, to the same
+cluster. It runs a small event loop in a daemon thread that holds the
 control connection to the master: registration, heartbeats both ways, actor placement
 requests, the master's news of dead actors, and the actors' output (echoed here with
 `log_to_driver`). Calls to actors do not pass through it: blocking calls use the caller's own
@@ -49,6 +51,22 @@ logger = logging.getLogger(__name__)
 
 _client: Client | None = None
 _client_lock = threading.Lock()
+_inherited: tuple[str, bytes | None] | None = None  # after fork: the parent's cluster and token
+_orphans: list[Client] = []  # clients inherited through fork: kept, never used or closed
+
+
+def _after_fork_in_child() -> None:
+    """In a child made by `fork`: forget the parent's client, remember its cluster."""
+    global _client, _client_lock, _inherited
+    _client_lock = threading.Lock()
+    parent, _client = _client, None
+    if parent is not None and not parent._closed:
+        _inherited = (parent.address, parent.token)
+        parent.abandon()
+        _orphans.append(parent)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _parse_address(address: str) -> tuple[str, int]:
@@ -143,6 +161,16 @@ class Client:
         if self.cluster is not None:
             self.cluster.stop()
             self.cluster = None
+
+    def abandon(self) -> None:
+        """In a child made by `fork`: this is the parent's client; never use it, nor close it.
+
+        Its sockets and thread belong to the parent: nothing is sent or closed on them here,
+        and the parent's cluster is not stopped.
+        """
+        self._closed = True
+        self.cluster = None
+        self._abandoned = [ref.abandon() for ref in list(self.refs.values())]  # kept, unclosed
 
     @property
     def connected(self) -> bool:
@@ -289,6 +317,35 @@ class Client:
         with contextlib.suppress(RuntimeError):  # the loop is already stopping
             self.loop.call_soon_threadsafe(send)
 
+    def hold(self, actor_id: str, timeout: float = 10.0) -> str | None:
+        """Tell the master this process holds a handle of `actor_id` (created elsewhere).
+
+        Returns why the actor is gone, or None while it lives. On the client's own thread
+        (a handle unpickled there) the news is sent without waiting for the answer.
+        """
+        self._check_open()
+        if threading.current_thread() is self._thread:
+            self.link.send(m.HoldActor(0, actor_id))
+            return None
+        coro = self._request(lambda rid: m.HoldActor(rid, actor_id), timeout)
+        reply = asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout + 1)
+        return (reply.reason or "it ended") if reply.state == "dead" else None
+
+    def kill(self, actor_id: str, reason: str, timeout: float = 10.0) -> None:
+        """Stop an actor now (any client may): its calls here and everywhere fail with `reason`.
+
+        Returns once the master has ordered its process stopped; its slot frees as it exits.
+        """
+        self.fates.setdefault(actor_id, reason)
+        ref = self.refs.get(actor_id)
+        if ref is not None:
+            ref.core.mark_dead(reason)  # later calls fail at once; waiting ones wake below
+            self.run_soon(ref.mark_dead, reason)
+        if self._closed:
+            return  # the actor ended with this client
+        coro = self._request(lambda rid: m.KillActor(rid, actor_id, reason), timeout)
+        asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout + 1)
+
     def known_fate(self, actor_id: str) -> str | None:
         """Why an actor died, if this client knows without asking (None: it does not)."""
         if actor_id in self.fates:
@@ -356,8 +413,14 @@ class Client:
 
 
 def current_client() -> Client:
-    """The client of this process, or NotConnectedError saying to call `parl.connect`."""
+    """The client of this process, or NotConnectedError saying to call `parl.connect`.
+
+    In a child made by `fork` of a connected process, the first use connects a client of its
+    own to the parent's cluster.
+    """
     client = _client
+    if (client is None or client._closed) and _inherited is not None:
+        client = connect(_inherited[0])
     if client is None or client._closed:
         raise NotConnectedError(
             "not connected to a PARL cluster: call parl.connect('HOST:PORT') (or parl.connect() "
@@ -426,6 +489,8 @@ def connect(
                 raise ValueError("cpu_num sets the size of a local cluster; it needs address=None")
             _parse_address(address)
             token = load_token()
+            if _inherited is not None and _parse_address(_inherited[0]) == _parse_address(address):
+                token = _inherited[1]
             if token is None:
                 raise AuthenticationError(
                     "no cluster token: set PARL_CLUSTER_TOKEN to the token of the cluster at "

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 
 from parl_remote._exceptions import ClusterError
-from parl_remote._util import kill_pid, read_json
+from parl_remote._util import available_cpus, kill_pid, read_json
 
 __all__ = ["EmbeddedCluster", "ProcessInfo", "spawn"]
 
@@ -123,7 +123,12 @@ def spawn(
 
 @dataclass
 class EmbeddedCluster:
-    """A master and a worker owned by this process: what `parl.connect()` starts."""
+    """A master and a worker owned by this process: what `parl.connect()` starts.
+
+    While it runs, its token is this process's `PARL_CLUSTER_TOKEN`, so that child processes
+    (started by fork, spawn or forkserver) can `parl.connect(address)` to it; it never appears
+    on a command line.
+    """
 
     address: str
     token: bytes
@@ -131,6 +136,7 @@ class EmbeddedCluster:
     worker: ProcessInfo
     cpu_num: int
     logdir: str
+    _env_before: str | None = None
 
     @classmethod
     def start(
@@ -141,7 +147,7 @@ class EmbeddedCluster:
         The master serves the dashboard on `monitor_port` (0: a free port; None: none) when
         parl-dashboard is installed.
         """
-        cpu_num = cpu_num or len(os.sched_getaffinity(0))
+        cpu_num = cpu_num or available_cpus()
         token = secrets.token_hex(32)
         env = dict(os.environ, PARL_CLUSTER_TOKEN=token)
         logdir = tempfile.mkdtemp(prefix="parl-cluster-")
@@ -164,7 +170,10 @@ class EmbeddedCluster:
         except BaseException:
             master.stop()
             raise
-        return cls(address, token.encode(), master, worker, cpu_num, logdir)
+        cluster = cls(address, token.encode(), master, worker, cpu_num, logdir)
+        cluster._env_before = os.environ.get("PARL_CLUSTER_TOKEN")
+        os.environ["PARL_CLUSTER_TOKEN"] = token
+        return cluster
 
     @property
     def dashboard_url(self) -> str | None:
@@ -180,3 +189,8 @@ class EmbeddedCluster:
         self.worker.stop()
         self.master.stop()
         shutil.rmtree(self.logdir, ignore_errors=True)
+        if os.environ.get("PARL_CLUSTER_TOKEN") == self.token.decode():
+            if self._env_before is None:
+                del os.environ["PARL_CLUSTER_TOKEN"]
+            else:
+                os.environ["PARL_CLUSTER_TOKEN"] = self._env_before

@@ -82,11 +82,14 @@ class BlockingDriver:
         self.conns: set[SyncConnection] = set()
         self.lock = threading.Lock()
 
-    def create(self, payload: bytes, buffers: list, bundle: bytes) -> None:
-        """Build the actor from `init_payload`'s pickle; raise what its constructor raised."""
+    def create(self, payload: bytes, buffers: list, bundle: bytes) -> tuple[str, ...]:
+        """Build the actor from `init_payload`'s pickle; raise what its constructor raised.
+
+        Returns the names of methods that the instance's attributes hide.
+        """
         msg, buffers = self.core.init(payload, buffers, bundle, copy=False)
         reply, rbuffers = self.request(msg, buffers)
-        self.core.result(reply, rbuffers, INIT)
+        return self.core.result(reply, rbuffers, INIT)
 
     def call(self, kind: Any, name: str, args: tuple, kwargs: dict) -> Any:
         """Run `name` on the actor and return its result: one round trip."""
@@ -186,11 +189,14 @@ class PipelinedDriver:
         self._gone = self.loop.create_future()
         self.task = self.loop.create_task(self._run())
 
-    async def acreate(self, payload: bytes, buffers: list, bundle: bytes) -> None:
-        """Build the actor from `init_payload`'s pickle; raise what its constructor raised."""
+    async def acreate(self, payload: bytes, buffers: list, bundle: bytes) -> tuple[str, ...]:
+        """Build the actor from `init_payload`'s pickle; raise what its constructor raised.
+
+        Returns the names of methods that the instance's attributes hide.
+        """
         msg, buffers = self.core.init(payload, buffers, bundle, copy=True)
         reply, rbuffers = await self.arequest(msg, buffers)
-        self.core.result(reply, rbuffers, INIT)
+        return self.core.result(reply, rbuffers, INIT)
 
     def acall(self, kind: Any, name: str, args: tuple, kwargs: dict) -> asyncio.Future:
         """Send a call to `name` now; return the future of its result."""

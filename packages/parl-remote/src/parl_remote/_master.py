@@ -245,6 +245,10 @@ class Master:
             actor = self.registry.actors.get(actor_id)
             if actor is not None:
                 self._release(actor, reason)
+        for actor_id in list(client.held):
+            actor = self.registry.actors.get(actor_id)
+            if actor is not None:
+                self._unhold(actor, client)
         logger.info("client %s gone: %s", client.client_id, reason)
 
     def _create_actor(self, conn: AsyncConnection, peer: Any, msg: m.CreateActor) -> None:
@@ -255,11 +259,59 @@ class Master:
     def _release_actor(self, conn: AsyncConnection, peer: Any, msg: m.ReleaseActor) -> None:
         self._require(peer, ClientInfo, msg)
         actor = self.registry.actors.get(msg.actor_id)
-        if actor is not None and actor.client_id == peer.client_id:
-            self._release(actor, "released by its client")
+        if actor is None:
+            return
+        if actor.client_id == peer.client_id:
+            actor.let_go = True
+            if not actor.holders:
+                self._release(actor, "released by its client")
+        elif peer.client_id in actor.holders:
+            self._unhold(actor, peer)
+
+    def _unhold(self, actor: ActorInfo, client: ClientInfo) -> None:
+        """`client` no longer holds `actor`; the last holder of a let-go actor ends it."""
+        actor.holders.discard(client.client_id)
+        client.held.discard(actor.actor_id)
+        if actor.let_go and not actor.holders:
+            self._release(actor, "released by every process that held it")
+
+    def _hold_actor(self, conn: AsyncConnection, peer: Any, msg: m.HoldActor) -> None:
+        self._require(peer, ClientInfo, msg)
+        actor = self.registry.actors.get(msg.actor_id)
+        if actor is None or actor.released:
+            ended = self.registry.find_actor(msg.actor_id)
+            reason = ended.reason if ended is not None else "the master does not know it"
+            conn.send(m.ActorState(msg.request_id, msg.actor_id, "dead", reason or "it ended"))
+            return
+        if actor.client_id != peer.client_id:
+            actor.holders.add(peer.client_id)
+            peer.held.add(actor.actor_id)
+        conn.send(m.ActorState(msg.request_id, msg.actor_id, actor.state, actor.reason))
+
+    def _tell_holders(self, actor: ActorInfo, reason: str) -> None:
+        for client_id in actor.holders:
+            holder = self.registry.clients.get(client_id)
+            if holder is not None:
+                holder.held.discard(actor.actor_id)
+                self._send(holder.conn, m.ActorDied(actor.actor_id, reason))
+        actor.holders.clear()
+
+    def _kill_actor(self, conn: AsyncConnection, peer: Any, msg: m.KillActor) -> None:
+        self._require(peer, ClientInfo, msg)
+        actor = self.registry.actors.get(msg.actor_id)
+        if actor is not None:
+            # Released, its end is no news to its clients: tell them now, with the reason.
+            self._send(conn, m.ActorDied(actor.actor_id, msg.reason))
+            owner = self.registry.clients.get(actor.client_id)
+            if owner is not None and owner is not peer:
+                self._send(owner.conn, m.ActorDied(actor.actor_id, msg.reason))
+            self._release(actor, msg.reason)
+            logger.info("actor %s killed: %s", actor.actor_id, msg.reason)
+        conn.send(m.Ack(msg.request_id))
 
     def _release(self, actor: ActorInfo, reason: str) -> None:
         """Stop an actor's process; its slot frees when the worker reports the exit."""
+        self._tell_holders(actor, reason)
         self.registry.release_actor(actor, reason)
         worker = self.registry.workers.get(actor.worker_id)
         if worker is None:
@@ -388,6 +440,7 @@ class Master:
         client = self.registry.clients.get(actor.client_id)
         if client is not None and not actor.released:
             self._send(client.conn, m.ActorDied(actor.actor_id, reason))
+        self._tell_holders(actor, reason)
 
     def _log_lines(self, conn: AsyncConnection, peer: Any, msg: m.LogLines) -> None:
         self._require(peer, WorkerInfo, msg)
@@ -407,6 +460,8 @@ class Master:
         m.Ping: _ping,
         m.CreateActor: _create_actor,
         m.ReleaseActor: _release_actor,
+        m.KillActor: _kill_actor,
+        m.HoldActor: _hold_actor,
         m.QueryActor: _query_actor,
         m.StatusRequest: _status,
         m.ShutdownCluster: _shutdown_cluster,

@@ -100,6 +100,8 @@ class ClientInfo:
     connected_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.monotonic)
     actors: set[str] = field(default_factory=set)
+    held: set[str] = field(default_factory=set)
+    """Actors of other clients that this one holds handles of."""
 
     def status(self) -> ClientStatus:
         """A frozen copy, as readers see it."""
@@ -130,6 +132,10 @@ class ActorInfo:
     cpu_percent: float = 0.0
     rss_bytes: int = 0
     released: bool = False
+    holders: set[str] = field(default_factory=set)
+    """Clients other than its creator that hold handles of it: it lives while any does."""
+    let_go: bool = False
+    """Its creator dropped its last handle; it ends when the last holder does."""
 
     def status(self, now: float) -> ActorStatus:
         """A frozen copy, as readers see it."""

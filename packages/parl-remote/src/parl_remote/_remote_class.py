@@ -13,6 +13,11 @@ blocking methods to `BlockingDriver.call`, awaitable ones to `PipelinedDriver.ac
 mode to the client loop's pipelined driver. The actor lives as long as some handle (or a bound
 method of one, or a call in flight) does: when the last goes, the ref's finalizer frees the
 actor and its CPU slot.
+
+A handle passed to an actor method (or returned from one) arrives in the other process as a
+handle of the same kind to the same actor: that process joins the cluster if it is not a
+client yet, and tells the master it holds the actor, which then lives while any process
+holds a handle of it, and ends with the client that created it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import os
+import socket
+import sys
 import threading
 import weakref
 from dataclasses import dataclass
@@ -28,15 +36,17 @@ from typing import Any
 
 from parl_remote import _serialize as ser
 from parl_remote._call_core import ActorCore, init_payload
-from parl_remote._client import Client, current_client
+from parl_remote._client import Client, connect, current_client
 from parl_remote._config import settings
 from parl_remote._drivers import BlockingDriver, PipelinedDriver, RemoteFuture
+from parl_remote._exceptions import NotConnectedError
 from parl_remote.protocol import messages as m
 
-__all__ = ["ActorHandle", "AsyncActorHandle", "remote_class"]
+__all__ = ["ActorHandle", "AsyncActorHandle", "kill", "remote_class"]
 
 METHOD, GETATTR, SETATTR = m.CallKind.METHOD, m.CallKind.GETATTR, m.CallKind.SETATTR
 _RESERVED = ("aio", "sync")
+_PROXIES: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()  # cls -> proxy
 
 
 # -- class specs ---------------------------------------------------------------------------------
@@ -106,6 +116,7 @@ class _ActorRef:
         self.blocking = BlockingDriver(self.core, client)
         self.drivers: dict[asyncio.AbstractEventLoop, PipelinedDriver] = {}  # one per loop
         self.lock = threading.Lock()
+        self.shadowed: tuple[str, ...] = ()  # methods hidden by instance attributes
         client.refs[self.actor_id] = self
         self.release = weakref.finalize(
             self, _release, client, self.actor_id, self.blocking, self.drivers, self.lock
@@ -113,6 +124,25 @@ class _ActorRef:
 
     def __repr__(self) -> str:
         return repr(self.core)
+
+    def abandon(self) -> tuple:
+        """In a child made by `fork`: set the parent's connections aside, unclosed; return them.
+
+        Later calls from the child open connections of its own.
+        """
+        self.release.detach()
+        old = (self.blocking, dict(self.drivers))
+        self.drivers.clear()
+        self.lock = threading.Lock()
+        self.blocking = BlockingDriver(self.core, self.client)
+        return old
+
+    def reduce(self, awaitable: bool) -> tuple:
+        """How a handle of this actor travels to another process (see `_rebuild`)."""
+        spec = self.spec
+        where = (self.actor_id, self.host, self.port, self.pid, self.shadowed)
+        kind = (_class_ref(spec.cls), spec.wait, spec.max_memory_mb, spec.n_gpu, awaitable)
+        return _rebuild, (*kind, *where, self.client.address)
 
     def mark_dead(self, reason: str) -> None:
         """The actor is gone: wake every waiting call (called from the client's loop)."""
@@ -157,6 +187,57 @@ class _ActorRef:
 
     def _submit(self, msg: m.Call, buffers: list, future: RemoteFuture) -> None:
         self.pipelined(self.client.loop).submit(msg, buffers, future)
+
+
+def _class_ref(cls: type) -> type:
+    """What names the class of a travelling handle.
+
+    Its proxy where a module exports it (pickled by reference), else the plain class (pickled
+    by value, as a class of the user's script is).
+    """
+    proxy = _PROXIES.get(cls)
+    module = sys.modules.get(cls.__module__) if cls.__module__ != "__main__" else None
+    exported = module is not None and getattr(module, cls.__qualname__, None) is proxy
+    return proxy if proxy is not None and exported else cls
+
+
+def _rebuild(
+    cls: type,
+    wait: bool,
+    max_memory_mb: float,
+    n_gpu: int,
+    awaitable: bool,
+    actor_id: str,
+    host: str,
+    port: int,
+    pid: int,
+    shadowed: tuple[str, ...],
+    address: str,
+) -> Any:
+    """A handle that arrived from another process: the same actor, of the same kind.
+
+    This process joins the cluster at `address` if it is not a client yet, and holds the actor.
+    """
+    try:
+        client = current_client()
+    except NotConnectedError:
+        client = connect(address, log_to_driver=False)
+    ref = client.refs.get(actor_id)
+    if ref is None:
+        if issubclass(cls, ActorHandle):
+            proxy = cls
+        else:
+            proxy = _PROXIES.get(cls) or remote_class(
+                cls, wait=wait, max_memory=max_memory_mb or None, n_gpu=n_gpu
+            )
+        assigned = m.ActorAssigned(0, actor_id, host, port, pid, "")
+        ref = _ActorRef(client, proxy._parl_spec, assigned)
+        ref.shadowed = tuple(shadowed)
+        gone = client.hold(actor_id)
+        if gone is not None:
+            ref.core.mark_dead(gone)
+    proxy = _PROXIES[ref.spec.cls]
+    return (proxy._parl_async_cls if awaitable else proxy)._parl_wrap(ref)
 
 
 def _close_all(
@@ -221,13 +302,15 @@ class ActorHandle:
     aio = _AioAccess()
     sync = _SyncAccess()
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        return cls._parl_wrap(_create(cls._parl_spec, args, kwargs))
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        object.__setattr__(self, "_parl_aio", None)
-        object.__setattr__(self, "_parl_ref", _create(type(self)._parl_spec, args, kwargs))
+        pass  # `__new__` built the actor
 
     @classmethod
     def _parl_wrap(cls, ref: _ActorRef) -> Any:
-        handle = object.__new__(cls)
+        handle = object.__new__(_shadowing(cls, ref.shadowed) if ref.shadowed else cls)
         object.__setattr__(handle, "_parl_aio", None)
         object.__setattr__(handle, "_parl_ref", ref)
         return handle
@@ -240,15 +323,20 @@ class ActorHandle:
     def __setattr__(self, name: str, value: Any) -> None:
         if name.startswith("_parl_"):
             raise AttributeError(f"{name!r} is internal to the actor handle")
-        self._parl_ref.blocking.call(SETATTR, name, (value,), {})
+        ref = self._parl_ref
+        ref.blocking.call(SETATTR, name, (value,), {})
+        if name in ref.spec.methods and name not in ref.shadowed:  # now hides the method
+            ref.shadowed = (*ref.shadowed, name)
+            object.__setattr__(self, "__class__", _shadowing(self._parl_sync_cls, ref.shadowed))
+            if self._parl_aio is not None:
+                twin = _shadowing(self._parl_async_cls, ref.shadowed)
+                object.__setattr__(self._parl_aio, "__class__", twin)
 
     def __repr__(self) -> str:
         return f"<{self._parl_ref!r}>"
 
     def __reduce__(self) -> Any:
-        raise TypeError(
-            f"an actor handle ({self._parl_ref!r}) cannot be pickled or sent to another process"
-        )
+        return self._parl_ref.reduce(awaitable=False)
 
 
 class AsyncActorHandle:
@@ -269,7 +357,7 @@ class AsyncActorHandle:
 
     @classmethod
     def _parl_wrap(cls, ref: _ActorRef) -> Any:
-        handle = object.__new__(cls)
+        handle = object.__new__(_shadowing(cls, ref.shadowed) if ref.shadowed else cls)
         object.__setattr__(handle, "_parl_ref", ref)
         return handle
 
@@ -300,9 +388,30 @@ class AsyncActorHandle:
         return f"<awaitable {self._parl_ref!r}>"
 
     def __reduce__(self) -> Any:
-        raise TypeError(
-            f"an actor handle ({self._parl_ref!r}) cannot be pickled or sent to another process"
-        )
+        return self._parl_ref.reduce(awaitable=True)
+
+
+@functools.cache
+def _shadowing(proxy_cls: type, names: tuple[str, ...]) -> type:
+    """`proxy_cls` where the methods `names` read as the actor's attributes of those names.
+
+    As in PARL: an instance attribute hides a method of the same name (`self.arg1 = 5` in
+    `__init__` makes `actor.arg1` read 5); calling it then raises the TypeError it would locally.
+    """
+    if issubclass(proxy_cls, ActorHandle):
+
+        def read(name: str) -> property:
+            return property(lambda self: self._parl_ref.blocking.call(GETATTR, name, (), {}))
+    else:
+
+        def read(name: str) -> property:
+            return property(lambda self: self._parl_ref.acall(GETATTR, name, (), {}))
+
+    namespace = {n: read(n) for n in names if n in proxy_cls._parl_spec.methods}
+    shadowing = type(proxy_cls.__name__, (proxy_cls,), {"__slots__": (), **namespace})
+    shadowing.__qualname__ = proxy_cls.__qualname__
+    shadowing.__module__ = proxy_cls.__module__
+    return shadowing
 
 
 def _create(spec: _ClassSpec, args: tuple, kwargs: dict) -> _ActorRef:
@@ -313,7 +422,7 @@ def _create(spec: _ClassSpec, args: tuple, kwargs: dict) -> _ActorRef:
     )
     ref = _ActorRef(client, spec, assigned)
     try:
-        ref.blocking.create(payload, buffers, client.bundle.data())
+        ref.shadowed = ref.blocking.create(payload, buffers, client.bundle.data())
     except BaseException:
         ref.release()
         raise
@@ -330,7 +439,7 @@ async def _acreate(proxy_cls: type, *args: Any, **kwargs: Any) -> AsyncActorHand
     ref = _ActorRef(client, spec, assigned)
     try:
         driver = ref.pipelined(asyncio.get_running_loop())
-        await driver.acreate(payload, buffers, client.bundle.data())
+        ref.shadowed = await driver.acreate(payload, buffers, client.bundle.data())
     except BaseException:
         ref.release()
         raise
@@ -373,6 +482,29 @@ def _decorate(method: Any, cls: type, spec: _MethodSpec) -> Any:
             parameters=[self_param, *spec.signature.parameters.values()]
         )
     return method
+
+
+def kill(handle: ActorHandle | AsyncActorHandle) -> None:
+    """Stop the actor of `handle` now and free its slot, whoever created it.
+
+    A call to it waiting at that moment, and every later call on any handle of it in any
+    process, raise `RemoteActorDiedError` saying it was killed. Killing an actor that is
+    already gone does nothing.
+
+    Args:
+        handle: a blocking or awaitable handle of the actor.
+
+    Raises:
+        TypeError: `handle` is not an actor handle.
+        ClusterError: the master could not be reached to stop it.
+    """
+    if not isinstance(handle, ActorHandle | AsyncActorHandle):
+        raise TypeError(f"parl.kill() takes an actor handle, not {ser.describe(handle)}")
+    ref = handle._parl_ref
+    if ref.core.dead is not None:
+        return
+    reason = f"it was killed by parl.kill() in process {os.getpid()} on {socket.gethostname()}"
+    ref.client.kill(ref.actor_id, reason)
 
 
 def remote_class(
@@ -430,4 +562,5 @@ def remote_class(
     for proxy in (sync_cls, async_cls):
         proxy._parl_sync_cls = sync_cls
         proxy._parl_async_cls = async_cls
+    _PROXIES[cls] = sync_cls
     return sync_cls

@@ -13,6 +13,7 @@ from typing import Any
 import psutil
 
 __all__ = [
+    "available_cpus",
     "describe_exit",
     "kill_pid",
     "outward_ip",
@@ -45,6 +46,14 @@ def read_json(path: str | os.PathLike) -> Any:
             return json.load(f)
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+def available_cpus() -> int:
+    """The CPU cores this process may run on (all cores where affinity is unknown, e.g. macOS)."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    if getaffinity is not None:
+        return len(getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def outward_ip() -> str:

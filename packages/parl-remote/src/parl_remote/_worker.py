@@ -40,7 +40,7 @@ from parl_remote._exceptions import ClusterError, ProtocolError
 from parl_remote._link import MasterLink
 from parl_remote._loop import run
 from parl_remote._transport import AsyncConnection
-from parl_remote._util import describe_exit, owner_alive, write_json_atomic
+from parl_remote._util import available_cpus, describe_exit, owner_alive, write_json_atomic
 from parl_remote.protocol import messages as m
 from parl_remote.protocol.connection import Connection
 
@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     host, _, port = args.address.rpartition(":")
-    cpu_num = args.cpu_num or len(os.sched_getaffinity(0))
+    cpu_num = args.cpu_num or available_cpus()
     gpus = [g.strip() for g in args.gpu.split(",") if g.strip()]
     worker = Worker(
         host or "127.0.0.1",

@@ -15,6 +15,8 @@ processes belong to which cluster.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.metadata
 import os
 import sys
 import time
@@ -23,9 +25,9 @@ from typing import Any
 from parl_remote import _cluster, _shm
 from parl_remote._config import ensure_token, load_token, parl_home, settings, token_path
 from parl_remote._drivers import request
-from parl_remote._exceptions import ClusterError, RemoteError
+from parl_remote._exceptions import AuthenticationError, ClusterError, RemoteError
 from parl_remote._transport import SyncConnection
-from parl_remote._util import outward_ip, read_json, write_json_atomic
+from parl_remote._util import available_cpus, outward_ip, read_json, write_json_atomic
 from parl_remote.protocol import messages as m
 
 __all__ = ["console_main", "format_status", "main"]
@@ -88,13 +90,25 @@ def _local_address(args: argparse.Namespace) -> str:
 
 
 def _started_here() -> list[dict]:
+    """The state of every cluster started here that still runs; dead ones' files are removed.
+
+    A cluster whose master died while some of its workers live on still counts: a new
+    `xparl start` on its port lets them rejoin, and `xparl stop` stops them.
+    """
     states = []
     if os.path.isdir(_clusters_dir()):
         for name in sorted(os.listdir(_clusters_dir())):
             if name.startswith("master-"):
-                state = read_json(os.path.join(_clusters_dir(), name))
-                if state:
+                path = os.path.join(_clusters_dir(), name)
+                state = read_json(path)
+                if not state:
+                    continue
+                procs = [state["master"], *state.get("workers", [])]
+                if any(_process(p).alive() for p in procs):
                     states.append(state)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
     return states
 
 
@@ -115,7 +129,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
     # new master by themselves: they are not started twice.
     survivors = [w for w in old.get("workers", []) if _process(w).alive()]
     ensure_token()
-    cpu_num = args.cpu_num or len(os.sched_getaffinity(0))
+    cpu_num = args.cpu_num or available_cpus()
     monitor_port = args.monitor_port if args.monitor_port is not None else args.port + 1
     master = _cluster.spawn(
         "parl_remote._master",
@@ -180,6 +194,25 @@ def _cmd_start(args: argparse.Namespace) -> int:
     return 0
 
 
+def _probe_master(address: str) -> None:
+    """Check that a master answers at `address` with our token; say what to check if not."""
+    try:
+        _request(address, lambda rid: m.StatusRequest(rid), timeout=settings.connect_timeout_s)
+    except AuthenticationError as exc:
+        raise ClusterError(
+            f"the PARL master at {address} refused this machine's cluster token ({exc}); check "
+            f"that PARL_CLUSTER_TOKEN is that cluster's token (on the master's machine: "
+            f"{token_path()})"
+        ) from None
+    except (OSError, TimeoutError, RemoteError) as exc:
+        raise ClusterError(
+            f"no PARL master answers at {address} ({exc or type(exc).__name__}); check that a "
+            "master is running there (`xparl start` on that machine, with --host set to an "
+            "address this machine can reach), that the port is reachable from here (no firewall "
+            "in between), and that the token is right (PARL_CLUSTER_TOKEN)"
+        ) from None
+
+
 def _cmd_connect(args: argparse.Namespace) -> int:
     host, port = _split(args.address)
     if load_token() is None:
@@ -188,7 +221,8 @@ def _cmd_connect(args: argparse.Namespace) -> int:
             f"{args.address} "
             f"(on the master's machine: {token_path()})"
         )
-    cpu_num = args.cpu_num or len(os.sched_getaffinity(0))
+    _probe_master(args.address)
+    cpu_num = args.cpu_num or available_cpus()
     worker_args = ["--address", args.address, "--cpu_num", str(cpu_num)]
     if args.gpu:
         worker_args += ["--gpu", args.gpu]
@@ -338,6 +372,9 @@ def _cmd_stop(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xparl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"xparl {importlib.metadata.version('parl-remote')}"
     )
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="start a master and a local worker in the background")

@@ -12,8 +12,8 @@ Who sends what:
 - handshake, every TCP connection: server `Challenge`, client `Hello`, server `Welcome` or
   `Refused`;
 - client -> actor process (data plane): `Init`, `Call`; replies `Ready`, `Result`, `Error`;
-- client -> master: `RegisterClient`, `Ping`, `CreateActor`, `ReleaseActor`,
-  `QueryActor`, `StatusRequest`, `ShutdownCluster`; master -> client: `Accepted`,
+- client -> master: `RegisterClient`, `Ping`, `CreateActor`, `ReleaseActor`, `KillActor`,
+  `HoldActor`, `QueryActor`, `StatusRequest`, `ShutdownCluster`; master -> client: `Accepted`,
   `ActorAssigned`, `CreateFailed`, `ActorState`, `StatusReply`, `ActorDied`, `LogLines`, `Ack`,
   `Ping`;
 - worker -> master: `RegisterWorker`, `WorkerHeartbeat`, `ActorStarted`, `ActorStartFailed`,
@@ -56,8 +56,10 @@ __all__ = [
     "Error",
     "ErrorKind",
     "Hello",
+    "HoldActor",
     "HostReady",
     "Init",
+    "KillActor",
     "LogLines",
     "Message",
     "Ping",
@@ -131,10 +133,11 @@ class Init(_Msg):
 
 
 class Ready(_Msg):
-    """The actor is constructed and serving."""
+    """The actor is constructed and serving; `shadowed`: methods its instance attributes hide."""
 
     actor_id: str
     pid: int
+    shadowed: list[str] = []
 
 
 class CallKind(enum.IntEnum):
@@ -240,6 +243,24 @@ class ReleaseActor(_Msg):
     actor_id: str
 
 
+class HoldActor(_Msg):
+    """The client got a handle of an actor it did not create; keep it alive for it too.
+
+    Answered by `ActorState` (state "dead" with the reason when the actor is gone).
+    """
+
+    request_id: int
+    actor_id: str
+
+
+class KillActor(_Msg):
+    """Stop an actor now, whoever created it; every client that knows it hears `ActorDied`."""
+
+    request_id: int
+    actor_id: str
+    reason: str
+
+
 class QueryActor(_Msg):
     """Ask what became of an actor (why it died)."""
 
@@ -257,7 +278,7 @@ class ActorState(_Msg):
 
 
 class ActorDied(_Msg):
-    """Pushed to the owner: the actor is gone, and why."""
+    """Pushed to the owner and every holder: the actor is gone, and why."""
 
     actor_id: str
     reason: str
@@ -436,6 +457,8 @@ Message = (
     | ActorAssigned
     | CreateFailed
     | ReleaseActor
+    | KillActor
+    | HoldActor
     | QueryActor
     | ActorState
     | ActorDied
