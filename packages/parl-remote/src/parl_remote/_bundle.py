@@ -19,6 +19,7 @@ import io
 import os
 import sys
 import sysconfig
+import threading
 import zipfile
 from collections.abc import Iterable
 
@@ -175,18 +176,20 @@ class Bundle:
         self._data = b""
         self._modules_seen = -1
         self._module_files: dict[str, str] = {}
+        self._lock = threading.Lock()  # actors are created from many threads at once
 
     def data(self) -> bytes:
         """The current zip (cached while the set of user modules and their mtimes is unchanged)."""
-        if len(sys.modules) != self._modules_seen:  # something was imported: look again
-            self._modules_seen = len(sys.modules)
-            self._module_files = user_module_files()
-        files = {rel: path for rel, path in self._module_files.items() if rel not in self.extra}
-        key = tuple(sorted((rel, _mtime(path)) for rel, path in files.items()))
-        if key != self._key:
-            self._data = _zip(files, self.extra) if files or self.extra else b""
-            self._key = key
-        return self._data
+        with self._lock:
+            if len(sys.modules) != self._modules_seen:  # something was imported: look again
+                self._module_files = user_module_files()
+                self._modules_seen = len(sys.modules)
+            files = {rel: path for rel, path in self._module_files.items() if rel not in self.extra}
+            key = tuple(sorted((rel, _mtime(path)) for rel, path in files.items()))
+            if key != self._key:
+                self._data = _zip(files, self.extra) if files or self.extra else b""
+                self._key = key
+            return self._data
 
 
 def _mtime(path: str) -> float:
