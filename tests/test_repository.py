@@ -21,3 +21,17 @@ def test_ruff(command):
         [ruff, *command], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_parl_remote_module_over_500_lines():
+    src = os.path.join(REPO_ROOT, "packages", "parl-remote", "src", "parl_remote")
+    sizes = {}
+    for folder, _, files in os.walk(src):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as f:
+                    sizes[os.path.relpath(path, src)] = sum(1 for _ in f)
+    assert sizes, src
+    too_long = {name: n for name, n in sizes.items() if n > 500}
+    assert not too_long, f"split these modules (at most 500 lines each): {too_long}"

@@ -194,7 +194,7 @@ def test_a_restarted_master_gets_its_cluster_back(tmp_path):
 
 
 def parl_client():
-    from parl_remote._client import current_client
+    from parl_remote._connect import current_client
 
     return current_client()
 

@@ -20,7 +20,7 @@ master's registry, for apps the master serves (the dashboard; see the entry-poin
 
 from __future__ import annotations
 
-from parl_remote._client import connect, disconnect
+from parl_remote._connect import connect, disconnect
 from parl_remote._drivers import RemoteFuture
 from parl_remote._exceptions import (
     AuthenticationError,

@@ -262,17 +262,14 @@ class Master:
         if actor is None:
             return
         if actor.client_id == peer.client_id:
-            actor.let_go = True
-            if not actor.holders:
+            if self.registry.let_go(actor):
                 self._release(actor, "released by its client")
         elif peer.client_id in actor.holders:
             self._unhold(actor, peer)
 
     def _unhold(self, actor: ActorInfo, client: ClientInfo) -> None:
         """`client` no longer holds `actor`; the last holder of a let-go actor ends it."""
-        actor.holders.discard(client.client_id)
-        client.held.discard(actor.actor_id)
-        if actor.let_go and not actor.holders:
+        if self.registry.unhold(actor, client):
             self._release(actor, "released by every process that held it")
 
     def _hold_actor(self, conn: AsyncConnection, peer: Any, msg: m.HoldActor) -> None:
@@ -284,17 +281,12 @@ class Master:
             conn.send(m.ActorState(msg.request_id, msg.actor_id, "dead", reason or "it ended"))
             return
         if actor.client_id != peer.client_id:
-            actor.holders.add(peer.client_id)
-            peer.held.add(actor.actor_id)
+            self.registry.hold(actor, peer)
         conn.send(m.ActorState(msg.request_id, msg.actor_id, actor.state, actor.reason))
 
     def _tell_holders(self, actor: ActorInfo, reason: str) -> None:
-        for client_id in actor.holders:
-            holder = self.registry.clients.get(client_id)
-            if holder is not None:
-                holder.held.discard(actor.actor_id)
-                self._send(holder.conn, m.ActorDied(actor.actor_id, reason))
-        actor.holders.clear()
+        for holder in self.registry.drop_holders(actor):
+            self._send(holder.conn, m.ActorDied(actor.actor_id, reason))
 
     def _kill_actor(self, conn: AsyncConnection, peer: Any, msg: m.KillActor) -> None:
         self._require(peer, ClientInfo, msg)

@@ -266,6 +266,34 @@ class Registry:
         actor.state = "idle"
         self._changed()
 
+    def hold(self, actor: ActorInfo, client: ClientInfo) -> None:
+        """`client` holds a handle of `actor` (passed to it by another process)."""
+        actor.holders.add(client.client_id)
+        client.held.add(actor.actor_id)
+        self._changed()
+
+    def unhold(self, actor: ActorInfo, client: ClientInfo) -> bool:
+        """`client` let go of `actor`; True when that was the last hold of a let-go actor."""
+        actor.holders.discard(client.client_id)
+        client.held.discard(actor.actor_id)
+        self._changed()
+        return actor.let_go and not actor.holders
+
+    def let_go(self, actor: ActorInfo) -> bool:
+        """Its creating client let go of `actor`; True when no other process holds it."""
+        actor.let_go = True
+        self._changed()
+        return not actor.holders
+
+    def drop_holders(self, actor: ActorInfo) -> list[ClientInfo]:
+        """Forget every holder of `actor` (it is ending); return those still connected."""
+        holders = [self.clients[c] for c in actor.holders if c in self.clients]
+        for client in holders:
+            client.held.discard(actor.actor_id)
+        actor.holders.clear()
+        self._changed()
+        return holders
+
     def release_actor(self, actor: ActorInfo, reason: str) -> None:
         """Its owner let it go (its process is being stopped); the first reason given stays."""
         actor.released = True
