@@ -2,10 +2,10 @@
 
 `import parl` is a lazy facade. It gives the names PARL users know -- `parl.Model`,
 `parl.Algorithm`, `parl.Agent`, `parl.utils`, `parl.remote_class`, `parl.connect`,
-`parl.algorithms`, `parl.evo` -- and resolves each on first use (PEP 562), so importing `parl`
-costs milliseconds and never imports torch. Names that live in sibling distributions
-(parl-remote, parl-algos, parl-evo) raise an ImportError that says what to install when the
-sibling is absent.
+`parl.algorithms`, `parl.samplers`, `parl.evo` -- and resolves each on first use (PEP 562), so
+importing `parl` costs milliseconds and never imports torch. Names that live in sibling
+distributions (parl-remote, parl-algos, parl-evo) raise an ImportError that says what to install
+when the sibling is absent.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # pragma: no cover - for IDEs and type checkers only
-    from parl import algorithms, evo, utils
+    from parl import algorithms, evo, samplers, utils
     from parl._agent import Agent
     from parl._algorithm import Algorithm
     from parl._model import Model
@@ -47,6 +47,7 @@ __all__ = [
     "disconnect",
     "evo",
     "remote_class",
+    "samplers",
     "utils",
 ]
 
@@ -57,6 +58,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "Model": ("parl._model", "Model"),
     "utils": ("parl.utils", None),
     "algorithms": ("parl.algorithms", None),
+    "samplers": ("parl.samplers", None),
     "evo": ("parl.evo", None),
     "connect": ("parl_remote", "connect"),
     "disconnect": ("parl_remote", "disconnect"),

@@ -1,0 +1,26 @@
+"""Samplers: collecting experience from many environments, apart from learning (`parl.samplers`).
+
+Every sampler steps `num_workers * envs_per_worker` environments `horizon` steps per
+`collect()` and returns a `Batch` of numpy arrays, time-major, with worker-major columns
+(worker `w`'s environment `j` is column `w * envs_per_worker + j`):
+
+- `SerialSampler`: every environment in the calling process (no cluster);
+- `ParallelSampler`: worker actors, each with a copy of the agent, collect on their own;
+- `CentralSampler`: worker actors only step environments; the caller chooses all actions with
+  one `agent.sample` call a step (optionally alternating two groups of workers);
+
+Column `k` is reset with `seed + k` on its first reset, later resets are automatic (in the step
+that ends an episode) and unseeded. With a deterministic agent the three return the same
+batches, bit for bit. Workers on the caller's host hand their rollouts over through shared
+memory (`/dev/shm`); workers on other hosts through the ordinary call path.
+
+`from parl.samplers import SerialSampler, Batch` reaches this module.
+"""
+
+from __future__ import annotations
+
+from parl_algos.samplers._core import Batch
+from parl_algos.samplers._parallel import CentralSampler, ParallelSampler
+from parl_algos.samplers._serial import SerialSampler
+
+__all__ = ["Batch", "CentralSampler", "ParallelSampler", "SerialSampler"]

@@ -1,0 +1,133 @@
+"""Numpy arrays in a named shared-memory segment: the samplers' same-host data plane.
+
+One small interface, so that the samplers can move to another transport without change:
+`SharedArrays.create(layout)` makes a segment under `/dev/shm` (mode 0600, a fresh random name,
+owned by the creating process, which alone removes it with `unlink()`), and
+`SharedArrays.attach(name, layout)` maps it in another process of the same host, checking that
+it is ours and of the expected size. Both give `arrays`, numpy views laid out as `layout` says.
+`host_id()` says which host a process is on (`PARL_HOST_ID`, else the hostname): processes of
+different hosts cannot share a segment and fall back to the ordinary call path.
+
+No `multiprocessing.shared_memory`: its resource tracker (Python < 3.13) also adopts segments
+that a process only attached to, and removes them when that process exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import re
+import secrets
+import socket
+import weakref
+
+import numpy as np
+
+__all__ = ["SHM_DIR", "SharedArrays", "host_id", "shm_available"]
+
+SHM_DIR = "/dev/shm"
+_ALIGN = 64
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+
+
+def host_id() -> str:
+    """This process's host: `PARL_HOST_ID` if set, else the hostname."""
+    return os.environ.get("PARL_HOST_ID") or socket.gethostname()
+
+
+def shm_available() -> bool:
+    """Whether named segments can be made here (a writable `/dev/shm`)."""
+    return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
+
+
+def _offsets(layout) -> tuple[list[int], int]:
+    offsets, size = [], 0
+    for _, shape, dtype in layout:
+        size = -(-size // _ALIGN) * _ALIGN
+        offsets.append(size)
+        size += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return offsets, max(size, 1)
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+class SharedArrays:
+    """Arrays in one named segment; make one with `create` or `attach`.
+
+    Attributes:
+        name: the segment's name (a file of `/dev/shm`).
+        arrays: name -> numpy view on the segment, shaped as the layout says.
+    """
+
+    def __init__(self, name: str, mm: mmap.mmap, layout, owner: bool) -> None:
+        self.name = name
+        self._mm = mm
+        offsets, _ = _offsets(layout)
+        self.arrays = {
+            key: np.frombuffer(mm, dtype, int(np.prod(shape, dtype=np.int64)), offset).reshape(
+                shape
+            )
+            for (key, shape, dtype), offset in zip(layout, offsets, strict=True)
+        }
+        path = os.path.join(SHM_DIR, name)
+        # The owner's segment goes when the owner does, even if nobody called unlink().
+        self._finalizer = weakref.finalize(self, _unlink, path) if owner else None
+
+    @classmethod
+    def create(cls, layout, prefix: str = "parl-sampler") -> SharedArrays:
+        """Make a new segment of this layout, mode 0600; this process owns (and removes) it."""
+        _, size = _offsets(layout)
+        name = f"{prefix}-{os.getpid()}-{secrets.token_hex(8)}"
+        path = os.path.join(SHM_DIR, name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.ftruncate(fd, size)
+            mm = mmap.mmap(fd, size)
+        except BaseException:
+            _unlink(path)
+            raise
+        finally:
+            os.close(fd)
+        return cls(name, mm, layout, owner=True)
+
+    @classmethod
+    def attach(cls, name: str, layout) -> SharedArrays:
+        """Map the segment `name` made by `create` with the same layout (same host, same user).
+
+        Raises:
+            ValueError: a bad name, or a segment that is not this user's or not of this size.
+            FileNotFoundError: no such segment (another host, or already removed).
+        """
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ValueError(f"not a shared-memory segment name: {name!r}")
+        _, size = _offsets(layout)
+        fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR | os.O_NOFOLLOW)
+        try:
+            st = os.fstat(fd)
+            if st.st_uid != os.getuid() or st.st_mode & 0o077:
+                raise ValueError(f"shared-memory segment {name!r} is not private to this user")
+            if st.st_size != size:
+                raise ValueError(
+                    f"shared-memory segment {name!r} has {st.st_size} bytes, not {size}"
+                )
+            mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        return cls(name, mm, layout, owner=False)
+
+    def close(self) -> None:
+        """Unmap the segment here (views handed out elsewhere keep it mapped until they go)."""
+        self.arrays = {}
+        # Where someone still holds a view, the mapping goes with the last one.
+        with contextlib.suppress(BufferError):
+            self._mm.close()
+
+    def unlink(self) -> None:
+        """Remove the segment's name (the owner only); mappings stay valid until closed."""
+        if self._finalizer is not None:
+            self._finalizer()

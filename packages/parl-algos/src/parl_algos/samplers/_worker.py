@@ -1,0 +1,146 @@
+"""The worker actor of the samplers: a few environments, and for some samplers a policy copy.
+
+`EnvWorker` is a plain class; `RemoteEnvWorker` is it as a `@parl.remote_class(wait=False)`
+actor (its methods return futures, so a sampler drives all its workers at once). A worker
+writes its rollouts into `Rollout`s: views on shared-memory segments that the sampler made
+(same host, after `attach`), or arrays of its own that travel back in the call's result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import parl
+from parl_algos.samplers._core import EnvColumns, Rollout, rollout_layout, seed_process
+from parl_algos.samplers._shm import SharedArrays, host_id
+
+__all__ = ["EnvWorker", "RemoteEnvWorker", "StepResult", "WorkerResult"]
+
+WorkerResult = tuple[
+    dict[str, np.ndarray] | None,
+    dict[str, np.ndarray],
+    dict[tuple[int, int], np.ndarray],
+    list[tuple[int, int, float, int]],
+    int,
+]
+"""What `EnvWorker.collect` returns: `(arrays, extras, final_obs, ended, weights_version)`.
+
+`arrays` is None where the rollout lies in shared memory; columns are the worker's own (0..n-1).
+"""
+
+StepResult = tuple[
+    dict[str, np.ndarray] | None,
+    dict[tuple[int, int], np.ndarray],
+    list[tuple[int, int, float, int]],
+]
+"""What `EnvWorker.step` returns: `(rows of step t, or None in shared memory, final_obs, ended)`."""
+
+
+class EnvWorker:
+    """Steps `num_envs` environments; with an agent, chooses their actions too.
+
+    Args:
+        env_fn: a zero-argument callable returning a `gymnasium.Env`.
+        agent: the policy copy (ParallelSampler, AsyncSampler), or None (CentralSampler).
+        index: the worker's number; its columns are `index * num_envs + j`.
+        num_envs: environments of this worker.
+        horizon: steps of every environment per rollout.
+        seed: column `k` is reset with `seed + k` on its first reset; the process's random
+            generators (Python, numpy, torch) are seeded `seed * 1000 + index`.
+        slots: rollouts the worker can hold at once (2 lets the sampler read one while the
+            worker fills the other).
+    """
+
+    def __init__(
+        self,
+        env_fn: Callable[[], gym.Env],
+        agent: Any,
+        index: int,
+        num_envs: int,
+        horizon: int,
+        seed: int | None,
+        slots: int = 1,
+    ) -> None:
+        seed_process(None if seed is None else seed * 1_000 + index)
+        self.columns = EnvColumns(env_fn, num_envs, seed, index * num_envs)
+        self.agent = agent
+        self.horizon = horizon
+        self.layout = rollout_layout(
+            horizon, num_envs, self.columns.observation_space, self.columns.action_space
+        )
+        self.rollouts = [Rollout.allocate(self.layout) for _ in range(slots)]
+        self.segments: list[SharedArrays] = []
+        self.weights_version = 0
+
+    def describe(self) -> tuple[gym.Space, gym.Space, str]:
+        """`(observation_space, action_space, host id)` of this worker."""
+        return self.columns.observation_space, self.columns.action_space, host_id()
+
+    def attach(self, names: list[str]) -> bool:
+        """Write rollouts into the shared-memory segments `names` (one a slot) from now on.
+
+        Returns False (and keeps its own arrays) where they cannot be mapped here.
+        """
+        if len(names) != len(self.rollouts):
+            raise ValueError(f"attach: {len(names)} segments for {len(self.rollouts)} slots")
+        try:
+            segments = [SharedArrays.attach(name, self.layout) for name in names]
+        except (OSError, ValueError):
+            return False
+        self.segments = segments
+        self.rollouts = [Rollout(segment.arrays) for segment in segments]
+        return True
+
+    def set_weights(self, weights: Any, version: int) -> None:
+        """Load the learner's weights into the policy copy; `version` dates the next rollouts."""
+        self.agent.set_weights(weights)
+        self.weights_version = version
+
+    def collect(self, slot: int = 0) -> WorkerResult:
+        """Step every environment `horizon` times with the policy copy, into rollout `slot`."""
+        rollout = self.rollouts[slot]
+        version = self.weights_version
+        columns = self.columns
+        extras = columns.collect(self.agent, rollout)
+        arrays = None if self.segments else rollout.arrays()
+        return arrays, extras, columns.final_obs, columns.ended, version
+
+    def begin(self, slot: int = 0) -> np.ndarray | None:
+        """Start a rollout in `slot` driven step by step; its first observations (None: shared)."""
+        rollout = self.rollouts[slot]
+        self.columns.begin(rollout)
+        return None if self.segments else rollout.obs[0]
+
+    def step(self, t: int, actions: np.ndarray | None = None, slot: int = 0) -> StepResult:
+        """Step every environment with `actions` (None: those the caller wrote into `slot`)."""
+        rollout = self.rollouts[slot]
+        columns = self.columns
+        columns.step(t, rollout.actions[t] if actions is None else actions)
+        done = np.flatnonzero(rollout.terminated[t] | rollout.truncated[t])
+        final_obs = {(t, int(j)): columns.final_obs[(t, int(j))] for j in done}
+        ended = [record for record in columns.ended if record[0] == t]
+        if self.segments:
+            return None, final_obs, ended
+        rows = {
+            "obs": rollout.obs[t + 1],
+            "rewards": rollout.rewards[t],
+            "terminated": rollout.terminated[t],
+            "truncated": rollout.truncated[t],
+        }
+        return rows, final_obs, ended
+
+    def close(self) -> None:
+        """Close the environments and unmap the segments."""
+        self.columns.close()
+        self.rollouts = []
+        for segment in self.segments:
+            segment.close()
+        self.segments = []
+
+
+RemoteEnvWorker = parl.remote_class(wait=False)(EnvWorker)
+"""`EnvWorker` as an actor whose blocking methods return `RemoteFuture`s."""

@@ -1,0 +1,146 @@
+"""The samplers' stepping rules, checked on `SerialSampler` against environments replayed by hand.
+
+Seeding (`seed + k` on the first reset of column `k`), same-step autoreset with unseeded later
+resets, `final_obs`, shapes and dtypes, and the episode records; the samplers on a cluster
+(tests/algos/test_samplers_remote.py) must return the very same batches.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import parl
+from parl.samplers import Batch, SerialSampler
+
+# CartPole with a short time limit and a poor balancer (LinearAgent's default weights):
+# episodes end both ways, terminated and truncated, within a few collects.
+ENV_FN = functools.partial(gym.make, "CartPole-v1", max_episode_steps=10)
+
+
+class LinearAgent:
+    """A deterministic agent: each row's action depends on that row alone (numpy, no torch)."""
+
+    def __init__(self, obs_dim: int = 4, n_actions: int = 2, scale: float = -1.0) -> None:
+        w = np.linspace(-1.0, 1.0, obs_dim * n_actions, dtype=np.float32)
+        self.w = (w.reshape(obs_dim, n_actions) * scale).astype(np.float32)
+
+    def sample(self, obs):
+        scores = (obs[:, :, None] * self.w[None]).sum(axis=1)
+        return scores.argmax(axis=1), {"scores": scores}
+
+    def get_weights(self):
+        return {"w": self.w.copy()}
+
+    def set_weights(self, weights) -> None:
+        self.w = np.array(weights["w"], dtype=np.float32)
+
+
+def replay_column(batches: list[Batch], k: int, seed: int) -> None:
+    """Step a fresh environment with column `k`'s actions; every recorded value must match."""
+    env = ENV_FN()
+    obs, _ = env.reset(seed=seed + k)
+    for batch in batches:
+        for t in range(len(batch.actions)):
+            np.testing.assert_array_equal(batch.obs[t, k], obs)
+            obs, reward, terminated, truncated, _ = env.step(int(batch.actions[t, k]))
+            assert batch.rewards[t, k] == reward
+            assert batch.terminated[t, k] == terminated and batch.truncated[t, k] == truncated
+            if terminated or truncated:
+                np.testing.assert_array_equal(batch.final_obs[(t, k)], obs)
+                obs, _ = env.reset()  # later resets are unseeded
+            else:
+                assert (t, k) not in batch.final_obs
+        np.testing.assert_array_equal(batch.next_obs[k], obs)
+
+
+def test_parl_samplers_is_the_parl_algos_module():
+    import parl_algos.samplers
+
+    assert parl.samplers is parl_algos.samplers
+    assert Batch is parl_algos.samplers.Batch
+
+
+def test_serial_batches_have_the_documented_shapes_and_dtypes():
+    with SerialSampler(ENV_FN, LinearAgent(), num_workers=2, envs_per_worker=3, horizon=5) as s:
+        batch = s.collect()
+    assert isinstance(batch, Batch)
+    assert batch.obs.shape == (5, 6, 4) and batch.obs.dtype == np.float32
+    assert batch.actions.shape == (5, 6) and batch.actions.dtype == np.int64
+    assert batch.rewards.shape == (5, 6) and batch.rewards.dtype == np.float32
+    assert batch.terminated.dtype == bool and batch.truncated.dtype == bool
+    assert batch.terminated.shape == batch.truncated.shape == (5, 6)
+    assert batch.next_obs.shape == (6, 4) and batch.next_obs.dtype == np.float32
+    assert batch.extras["scores"].shape == (5, 6, 2)
+    assert batch.worker is None and batch.weights_version is None
+
+
+def test_serial_seeds_columns_apart_and_resets_in_the_same_step():
+    seed = 7
+    with SerialSampler(ENV_FN, LinearAgent(), num_workers=2, envs_per_worker=2, horizon=9) as s:
+        batches = [s.collect() for _ in range(4)]  # 36 steps: every column ends episodes
+    for k in range(4):
+        replay_column(batches, k, 0)
+    assert sum(len(b.final_obs) for b in batches) >= 4
+    assert any(b.truncated.any() for b in batches) and any(b.terminated.any() for b in batches)
+    firsts = {tuple(batches[0].obs[0, k]) for k in range(4)}
+    assert len(firsts) == 4  # every column started from its own seed
+    with SerialSampler(ENV_FN, LinearAgent(), 1, 1, 3, seed=seed) as other:
+        replay_column([other.collect()], 0, seed)
+
+
+def test_consecutive_collects_continue_the_same_episodes():
+    with SerialSampler(ENV_FN, LinearAgent(), num_workers=1, envs_per_worker=2, horizon=4) as s:
+        first, second = s.collect(), s.collect()
+    np.testing.assert_array_equal(second.obs[0], first.next_obs)
+
+
+def test_episodes_are_dated_by_the_samplers_env_steps():
+    with SerialSampler(ENV_FN, LinearAgent(), num_workers=2, envs_per_worker=2, horizon=10) as s:
+        batches = [s.collect() for _ in range(3)]
+        episodes = s.episodes()
+        assert s.episodes() == []  # each episode is reported once
+        assert s.env_steps == 3 * 10 * 4
+    expected = []
+    for i, batch in enumerate(batches):
+        done = batch.terminated | batch.truncated
+        for t, k in zip(*np.nonzero(done), strict=True):
+            expected.append((i * 40 + (t + 1) * 4, k))
+    assert [e.env_step for e in episodes] == [step for step, _ in expected]
+    assert all(e.length >= 1 and e.ret == e.length for e in episodes)  # CartPole: +1 a step
+    assert all(e.length <= 10 for e in episodes)
+
+
+def test_actions_take_the_action_spaces_dtype_and_shape():
+    class FloatActions(LinearAgent):
+        def sample(self, obs):
+            return np.ones((len(obs), 1), dtype=np.float64) * 0.5  # no extras
+
+    env_fn = functools.partial(gym.make, "Pendulum-v1")
+    with SerialSampler(env_fn, FloatActions(obs_dim=3), 1, 2, horizon=3) as s:
+        batch = s.collect()
+    assert batch.actions.shape == (3, 2, 1) and batch.actions.dtype == np.float32
+    assert batch.extras == {}
+
+
+def test_bad_arguments_and_a_closed_sampler_say_what_was_wrong():
+    with pytest.raises(ValueError, match="num_workers=0"):
+        SerialSampler(ENV_FN, LinearAgent(), num_workers=0)
+    with pytest.raises(TypeError, match="sample"):
+        SerialSampler(ENV_FN, object())
+
+    class WrongShape(LinearAgent):
+        def sample(self, obs):
+            return np.zeros(len(obs) + 1, dtype=np.int64)
+
+    with (
+        SerialSampler(ENV_FN, WrongShape(), 1, 2, 3) as s,
+        pytest.raises(ValueError, match="shape"),
+    ):
+        s.collect()
+    s.close()  # again: nothing happens
+    with pytest.raises(RuntimeError, match="closed"):
+        s.collect()
