@@ -189,3 +189,27 @@ def test_ctrl_c_writes_a_checkpoint_exits_130_and_the_resumed_run_matches(tmp_pa
     proc = parl_train("--resume", str(stopped), "--train.total_steps", "5000")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert step_and_return(stopped) == step_and_return(whole)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ppo_reaches_475_on_cartpole_in_sync_mode_with_2_actors(tmp_path):
+    logdir = tmp_path / "run"
+    proc = parl_train(
+        "ppo/cartpole",
+        "--mode",
+        "sync",
+        "--actors",
+        "2",
+        "--train.stop_at_target",
+        "true",
+        "--train.eval_every",
+        "0",
+        "--no-progress",
+        "--logdir",
+        str(logdir),
+        timeout=580,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "reached" in (logdir / "log.log").read_text()
+    assert max(float(r["mean_return"]) for r in rows(logdir) if r["mean_return"]) >= 475

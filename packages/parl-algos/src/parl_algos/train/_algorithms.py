@@ -394,22 +394,30 @@ def _build_continuous(config: Config, obs_space: gym.Space, act_space: gym.Space
     return Learner(ContinuousAgent(alg), memory=memory)
 
 
+ON = OFF = ("single", "sync")  # the modes of the on-policy and of the off-policy algorithms
+
 SPECS: dict[str, AlgorithmSpec] = {
     spec.name: spec
     for spec in (
         AlgorithmSpec(
-            "A2C", "on_policy", VectorEnvSection, A2CSection, A2CStats, _build_actor_critic
+            "A2C", "on_policy", VectorEnvSection, A2CSection, A2CStats, _build_actor_critic, ON
         ),
         AlgorithmSpec(
-            "PPO", "on_policy", VectorEnvSection, PPOSection, PPOStats, _build_actor_critic
+            "PPO", "on_policy", VectorEnvSection, PPOSection, PPOStats, _build_actor_critic, ON
         ),
         AlgorithmSpec(
-            "IMPALA", "on_policy", VectorEnvSection, IMPALASection, IMPALAStats, _build_impala
+            "IMPALA", "on_policy", VectorEnvSection, IMPALASection, IMPALAStats, _build_impala, ON
         ),
-        AlgorithmSpec("DQN", "off_policy", EnvSection, DQNSection, DQNStats, _build_dqn),
-        AlgorithmSpec("DDPG", "off_policy", EnvSection, DDPGSection, DDPGStats, _build_continuous),
-        AlgorithmSpec("TD3", "off_policy", EnvSection, TD3Section, TD3Stats, _build_continuous),
-        AlgorithmSpec("SAC", "off_policy", EnvSection, SACSection, SACStats, _build_continuous),
+        AlgorithmSpec("DQN", "off_policy", EnvSection, DQNSection, DQNStats, _build_dqn, OFF),
+        AlgorithmSpec(
+            "DDPG", "off_policy", EnvSection, DDPGSection, DDPGStats, _build_continuous, OFF
+        ),
+        AlgorithmSpec(
+            "TD3", "off_policy", EnvSection, TD3Section, TD3Stats, _build_continuous, OFF
+        ),
+        AlgorithmSpec(
+            "SAC", "off_policy", EnvSection, SACSection, SACStats, _build_continuous, OFF
+        ),
     )
 }
 """Every algorithm `parl-train` runs, by the name a config gives."""

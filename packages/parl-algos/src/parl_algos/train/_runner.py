@@ -7,9 +7,10 @@ the optimizers, the agent's counters) and `state.pkl` (the training loop's objec
 environments, the replay memory, the episodes under way; the RNG states of python, numpy,
 torch and of the agent's own generators; the run's counters, curves and schedules).
 
-`run_single` trains in one process with the loops of `parl_algos.training`:
-`train_on_policy` on a `VectorCollector` for the trajectory-based algorithms and
-`train_off_policy` for the replay-based ones; evaluation runs between training steps. Because
+`run_single` trains with the loops of `parl_algos.training`: `train_on_policy` on a sampler
+(`parl.samplers`: a `SerialSampler` in `single` mode, a `ParallelSampler` of remote workers in
+`sync` mode) for the trajectory-based algorithms, and `train_off_policy` for the replay-based
+ones; evaluation runs in this process between training steps. Because
 every piece of state is in the checkpoint, a run stopped (Ctrl-C, or killed after a periodic
 checkpoint) and resumed writes the same rows of progress.csv as the run left alone.
 """
@@ -34,7 +35,7 @@ import numpy as np
 import torch
 
 from parl.utils import logger
-from parl_algos.rollout import Episode, VectorCollector, make_rescaled_env
+from parl_algos.rollout import Episode, Trajectory, make_rescaled_env
 from parl_algos.train._algorithms import AlgorithmSpec, Learner, get_spec, stat_columns
 from parl_algos.train._config import Config, dump_config
 from parl_algos.training import (
@@ -138,6 +139,125 @@ def latest_checkpoint(logdir: str) -> str | None:
         int(m.group(1)) for name in os.listdir(root) if (m := re.fullmatch(r"step-(\d+)", name))
     )
     return os.path.join(root, f"step-{steps[-1]:010d}") if steps else None
+
+
+class SamplerCollector:
+    """A sampler (`parl.samplers`) with the face of a `VectorCollector`, for `train_on_policy`.
+
+    Each `collect` first sends the agent's weights to the sampler's workers (nothing for a
+    `SerialSampler`), then returns the sampler's next batch as a `Trajectory`. `offset` counts
+    the env steps of earlier sessions of the run, when a resumed run starts a fresh sampler.
+
+    Args:
+        sampler: a `SerialSampler` or `ParallelSampler` built with the agent.
+        offset: env steps taken before this sampler's first.
+    """
+
+    def __init__(self, sampler: Any, *, offset: int = 0) -> None:
+        self.sampler = sampler
+        self.offset = offset
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps of the run so far, summed over the environments."""
+        return self.offset + self.sampler.env_steps
+
+    def collect(self, n_steps: int, act: Any = None) -> Trajectory:
+        """The sampler's next batch (its own `horizon` steps, with its own agent)."""
+        self.sampler.sync_weights()
+        return Trajectory.from_batch(self.sampler.collect())
+
+    def pop_episodes(self) -> list[Episode]:
+        """The episodes finished since the last call, dated by the run's env steps."""
+        return [e._replace(env_step=e.env_step + self.offset) for e in self.sampler.episodes()]
+
+    def close(self) -> None:
+        """Close the sampler (its environments, and its workers if it has any)."""
+        self.sampler.close()
+
+
+class BatchActing:
+    """An off-policy agent acting on a batch of observations, as the samplers' workers need.
+
+    The first `random_steps` steps (counted over the batches this copy acted on) take uniformly
+    random actions, as `train_off_policy`'s warm-up does; after that, the agent's `sample`
+    acts on each observation. Weights go to and from the agent.
+
+    Args:
+        agent: a `DQNAgent` or `ContinuousAgent`.
+        action_space: the environment's action space (its own seeded generator).
+        random_steps: steps of random actions before the agent acts.
+    """
+
+    def __init__(self, agent: Any, action_space: gym.Space, random_steps: int) -> None:
+        self.agent = agent
+        self.action_space = action_space
+        self.random_steps = random_steps
+        self.steps = 0
+
+    def sample(self, obs: np.ndarray) -> np.ndarray:
+        """One action per row of `obs`."""
+        self.steps += len(obs)
+        if self.steps <= self.random_steps:
+            return np.stack([self.action_space.sample() for _ in obs])
+        return np.stack([np.asarray(self.agent.sample(o)) for o in obs])
+
+    def get_weights(self) -> dict:
+        """The agent's weights."""
+        return self.agent.get_weights()
+
+    def set_weights(self, weights: dict) -> None:
+        """Load weights into the agent."""
+        self.agent.set_weights(weights)
+
+
+def train_off_policy_rounds(
+    run: TrainingRun,
+    collector: SamplerCollector,
+    agent: Any,
+    memory: Any,
+    args: OffPolicyArgs,
+    *,
+    after_step: Callable[[int], None] | None = None,
+) -> None:
+    """Off-policy learning in rounds: workers fill the replay memory, then the learner learns.
+
+    Each round the workers get the latest weights and collect `horizon` steps of each of their
+    environments; every transition goes into `memory` (`terminal` on termination only, the
+    true last observation as `next_obs` where an episode ended); then the learner takes
+    `gradient_steps` updates per `train_freq` env steps of the round, once past
+    `learning_starts`, as `train_off_policy` does step by step.
+    """
+    run.start()
+    owed = 0.0
+    while collector.env_steps < args.total_steps and not run.done:
+        before = collector.env_steps
+        trajectory = collector.collect(0)
+        _store(memory, trajectory)
+        steps = collector.env_steps
+        stats = None
+        if steps > args.learning_starts:
+            owed += (steps - max(before, args.learning_starts)) / args.train_freq
+            for _ in range(int(owed) * args.gradient_steps):
+                stats = agent.learn(memory, args.batch_size)
+            owed -= int(owed)
+        if after_step is not None:
+            for step in range(before + 1, steps + 1):
+                after_step(step)
+        run.record(steps, collector.pop_episodes(), stats)
+        run.maybe_evaluate(agent.predict)
+
+
+def _store(memory: Any, t: Trajectory) -> None:
+    final = {tuple(k): i for i, k in enumerate(t.final_index.tolist())}
+    horizon, width = t.reward.shape
+    for i in range(horizon):
+        for k in range(width):
+            if t.terminated[i, k] or (i, k) not in final:
+                next_obs = t.obs[i + 1, k]  # a terminal step's next_obs is never bootstrapped
+            else:
+                next_obs = t.final_obs[final[i, k]]
+            memory.append(t.obs[i, k], t.action[i, k], t.reward[i, k], next_obs, t.terminated[i, k])
 
 
 class _Run(TrainingRun):
@@ -252,18 +372,6 @@ def _run_args(config: Config, spec: AlgorithmSpec, logdir: str) -> OnPolicyArgs 
     return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
 
 
-def make_vector_env(env_id: str, num_envs: int) -> gym.vector.SyncVectorEnv:
-    """`num_envs` environments stepped in this process with `SAME_STEP` autoreset.
-
-    As `parl_algos.rollout.make_vector_env`, but built from picklable parts, so that a
-    checkpoint can hold the environments themselves (their state and random streams).
-    """
-    return gym.vector.SyncVectorEnv(
-        [functools.partial(gym.make, env_id) for _ in range(num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-    )
-
-
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
     """One environment; Box actions are rescaled to `[-1, 1]` (the range of a tanh policy)."""
     env = gym.make(env_id, **kwargs)
@@ -331,10 +439,12 @@ def _set_rng_state(agent: Any, state: dict[str, Any]) -> None:
     _set_generators(agent.alg, state["algorithm"])
 
 
-def _picklable(objects: dict[str, Any]) -> dict[str, Any]:
-    """`objects` with those that cannot be pickled left out (with a warning)."""
+def _picklable(objects: dict[str, Any], skip: Iterable[str] = ()) -> dict[str, Any]:
+    """`objects` but `skip`, and those that cannot be pickled left out (with a warning)."""
     kept = {}
     for name, value in objects.items():
+        if name in skip:
+            continue
         try:
             pickle.dumps(value)
         except Exception as exc:  # an environment holding a renderer, a socket, ...
@@ -344,7 +454,9 @@ def _picklable(objects: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def save_checkpoint(logdir: str, agent: Any, run: _Run, objects: dict[str, Any]) -> str:
+def save_checkpoint(
+    logdir: str, agent: Any, run: _Run, objects: dict[str, Any], *, skip: Iterable[str] = ()
+) -> str:
     """Write `checkpoints/step-<env steps>/` atomically; keep the newest two; return its path.
 
     Args:
@@ -352,6 +464,7 @@ def save_checkpoint(logdir: str, agent: Any, run: _Run, objects: dict[str, Any])
         agent: the agent (saved with `Agent.save`).
         run: the `TrainingRun` (its counters, curves and schedules).
         objects: the loop's objects to pickle (environments, memory, loop state).
+        skip: names of `objects` not to save (a sampler whose environments are in workers).
     """
     root = os.path.join(logdir, "checkpoints")
     final = os.path.join(root, f"step-{run.env_steps:010d}")
@@ -364,7 +477,7 @@ def save_checkpoint(logdir: str, agent: Any, run: _Run, objects: dict[str, Any])
         "env_steps": run.env_steps,
         "run": run.state_dict(),
         "rng": _rng_state(agent),
-        "objects": _picklable(objects),
+        "objects": _picklable(objects, skip=skip),
     }
     with open(os.path.join(tmp, "state.pkl"), "wb") as f:
         pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
@@ -441,34 +554,99 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
         progress=train.progress,
         progress_log=progress_log,
         checkpoint_every=train.checkpoint_every,
-        save_checkpoint=lambda: save_checkpoint(logdir, learner.agent, run, objects),
+        save_checkpoint=lambda: save_checkpoint(
+            logdir,
+            learner.agent,
+            run,
+            objects,
+            skip=() if train.mode == "single" else ["collector"],
+        ),
     )
     if spec.family == "on_policy":
-        envs = make_vector_env(config.env.id, config.env.num_envs)
-        learner = spec.build(config, envs.single_observation_space, envs.single_action_space)
-        objects.update(collector=VectorCollector(envs, seed=train.seed), eval_env=eval_env)
+        learner = spec.build(config, eval_env.observation_space, eval_env.action_space)
+        objects.update(collector=make_collector(config, learner.agent), eval_env=eval_env)
     else:
         env = make_env(config.env.id)
         learner = spec.build(config, env.observation_space, env.action_space)
-        objects.update(env=env, eval_env=eval_env, memory=learner.memory)
-        objects["loop"] = OffPolicyState.start(env, train.seed)
+        objects.update(eval_env=eval_env, memory=learner.memory)
+        if train.mode == "single":
+            objects.update(env=env, loop=OffPolicyState.start(env, train.seed))
+        else:
+            env.action_space.seed(train.seed)
+            random_steps = config.agent.learning_starts // train.actors
+            acting = BatchActing(learner.agent, env.action_space, random_steps)
+            env.close()
+            objects["collector"] = make_collector(config, acting)
 
     if checkpoint is not None:
         state = load_checkpoint(checkpoint, learner.agent)
         objects.update(state["objects"])
+        if "collector" in objects and "collector" not in state["objects"]:  # workers' envs
+            objects["collector"].offset = state["env_steps"]
+        elif "collector" in objects:
+            objects["collector"].sampler.agent = learner.agent  # not the pickled copy
         learner.memory = objects.get("memory", learner.memory)
         run.eval_env = objects["eval_env"]
         run.load_state_dict(state["run"])
         _set_rng_state(learner.agent, state["rng"])
         logger.info("resumed %s from %s (env step %d)", logdir, checkpoint, run.env_steps)
 
-    with _Interrupt(run):
-        _train_loop(spec, learner, run, objects, args)
-    if not run.interrupted and run.last_row != run.env_steps:
-        run.write_row()  # the last step's row
-    run.checkpoint()
+    try:
+        with _Interrupt(run):
+            _train_loop(spec, learner, run, objects, args)
+        if not run.interrupted and run.last_row != run.env_steps:
+            run.write_row()  # the last step's row
+        run.checkpoint()
+    finally:
+        if "collector" in objects:
+            objects["collector"].close()
     summary = run.finish(learner.agent)
     return RunResult(logdir, run.env_steps, run.interrupted, summary)
+
+
+def make_collector(config: Config, agent: Any) -> SamplerCollector:
+    """The sampler of a run: in-process (`single`) or on worker actors (`sync`).
+
+    On-policy, `single` steps `env.num_envs` environments with a `SerialSampler` and `sync`
+    splits them over `train.actors` workers of a `ParallelSampler` (at least one each), for
+    `agent.n_steps` steps a round. Off-policy (`sync` only), each worker steps one
+    environment for `train_freq / actors` steps a round (at least 8). Workers run on the
+    cluster of `train.address`, or on an embedded one of `actors + 1` slots.
+    """
+    from parl.samplers import ParallelSampler, SerialSampler
+
+    train = config.train
+    if get_spec(config.algorithm).family == "on_policy":
+        env_fn = functools.partial(gym.make, config.env.id)
+        horizon, num_envs = config.agent.n_steps, config.env.num_envs
+    else:
+        env_fn = functools.partial(make_env, config.env.id)
+        horizon, num_envs = max(config.agent.train_freq // train.actors, 8), train.actors
+    if train.mode == "single":
+        sampler = SerialSampler(
+            env_fn,
+            agent,
+            num_workers=1,
+            envs_per_worker=num_envs,
+            horizon=horizon,
+            seed=train.seed,
+        )
+        return SamplerCollector(sampler)
+    import parl
+
+    if train.address is None:
+        parl.connect(cpu_num=train.actors + 1)
+    else:
+        parl.connect(train.address)
+    sampler = ParallelSampler(
+        env_fn,
+        agent,
+        num_workers=train.actors,
+        envs_per_worker=max(num_envs // train.actors, 1),
+        horizon=horizon,
+        seed=train.seed,
+    )
+    return SamplerCollector(sampler)
 
 
 def _train_loop(
@@ -479,6 +657,15 @@ def _train_loop(
     if spec.family == "on_policy":
         train_on_policy(
             run, objects["collector"], learner.agent, args, before_learn=learner.before_learn
+        )
+    elif "collector" in objects:
+        train_off_policy_rounds(
+            run,
+            objects["collector"],
+            learner.agent,
+            objects["memory"],
+            args,
+            after_step=learner.after_step,
         )
     else:
         train_off_policy(
