@@ -144,3 +144,20 @@ def test_bad_arguments_and_a_closed_sampler_say_what_was_wrong():
     s.close()  # again: nothing happens
     with pytest.raises(RuntimeError, match="closed"):
         s.collect()
+
+
+def test_a_batch_becomes_the_trajectory_the_on_policy_agents_learn_from():
+    env_fn = functools.partial(gym.make, "CartPole-v1", max_episode_steps=8)  # mostly truncated
+    with SerialSampler(env_fn, LinearAgent(), num_workers=2, envs_per_worker=2, horizon=36) as s:
+        batch = s.collect()
+    trajectory = batch.to_trajectory()
+    assert trajectory.obs.shape == (37, 4, 4)
+    np.testing.assert_array_equal(trajectory.obs[:-1], batch.obs)
+    np.testing.assert_array_equal(trajectory.obs[-1], batch.next_obs)
+    assert not (trajectory.truncated & trajectory.terminated).any()
+    truncated = [tuple(int(x) for x in i) for i in trajectory.final_index]
+    only = [k for k in batch.final_obs if batch.truncated[k] and not batch.terminated[k]]
+    assert truncated and truncated == only
+    for (t, k), obs in zip(truncated, trajectory.final_obs, strict=True):
+        np.testing.assert_array_equal(obs, batch.final_obs[(t, k)])
+    np.testing.assert_array_equal(trajectory.extras["scores"], batch.extras["scores"])

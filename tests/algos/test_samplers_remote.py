@@ -9,15 +9,17 @@ through the ordinary call path when the workers look like another host's.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import signal
 import time
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 import parl
-from parl.samplers import Batch, CentralSampler, ParallelSampler, SerialSampler
+from parl.samplers import AsyncSampler, Batch, CentralSampler, ParallelSampler, SerialSampler
 from tests.algos.test_samplers import ENV_FN, LinearAgent
 
 SIZES = {"num_workers": 2, "envs_per_worker": 2, "horizon": 6, "seed": 3}
@@ -146,7 +148,7 @@ def killing_env(column: int, at: int) -> gym.Env:
     return KillAt(gym.make("CartPole-v1"), column, at)
 
 
-@pytest.mark.parametrize("kind", [ParallelSampler, CentralSampler])
+@pytest.mark.parametrize("kind", [ParallelSampler, CentralSampler, AsyncSampler])
 def test_a_worker_killed_mid_collect_is_named_and_nothing_leaks(cluster, kind):
     before = shm_names()
     wait_until(lambda: no_actors(cluster), what="a cluster without actors")
@@ -154,13 +156,48 @@ def test_a_worker_killed_mid_collect_is_named_and_nothing_leaks(cluster, kind):
     env_fn = functools.partial(killing_env, 5, 8)
     sampler = kind(env_fn, LinearAgent(), num_workers=2, envs_per_worker=3, horizon=5, seed=0)
     with sampler:
-        assert len(shm_names() - before) == 2
-        sampler.collect()  # steps 1-5
+        assert len(shm_names() - before) == 2 * sampler._slots
         with pytest.raises(parl.RemoteActorDiedError, match=r"worker 1 died"):
-            sampler.collect()
+            deadline = time.monotonic() + 60  # a synchronous sampler: the second collect
+            while time.monotonic() < deadline:  # AsyncSampler: once its death is known
+                sampler.collect()
         assert shm_names() == before  # freed as soon as the worker was found dead
         with pytest.raises(RuntimeError, match="closed"):
             sampler.collect()
     sampler.close()  # again: nothing happens
     wait_until(lambda: no_actors(cluster), what="every slot to be free again")
     assert shm_names() == before
+
+
+def test_async_batches_say_which_worker_and_which_weights(cluster):
+    learner, old = LinearAgent(), LinearAgent().w
+    n = SIZES["envs_per_worker"]
+    with AsyncSampler(ENV_FN, learner, **SIZES) as sampler:
+        assert sampler.shared_memory == [True, True]
+        by_worker: dict[int, list[Batch]] = {0: [], 1: []}
+        for _ in range(6):
+            batch = sampler.collect()
+            assert batch.obs.shape == (SIZES["horizon"], n, 4) and batch.weights_version == 0
+            by_worker[batch.worker].append(batch)
+        learner.set_weights({"w": -old})
+        sampler.sync_weights()
+        assert sampler.weights_version == 1
+        versions = []
+        for _ in range(12):  # two queued rollouts a worker go out with the old weights
+            batch = sampler.collect()
+            versions.append((batch.worker, batch.weights_version))
+            by_worker[batch.worker].append(batch)
+            weights = old if batch.weights_version == 0 else -old
+            scores = (batch.obs[..., None] * weights).sum(axis=2)
+            np.testing.assert_array_equal(batch.actions, scores.argmax(axis=-1))
+        for w in (0, 1):  # a worker's versions only go up, and the new one arrives
+            mine = [v for worker, v in versions if worker == w]
+            assert mine == sorted(mine) and mine[-1] == 1, versions
+    for w, batches in by_worker.items():
+        assert batches  # every worker contributed
+        for a, b in itertools.pairwise(batches):  # each worker's episodes go on batch to batch
+            np.testing.assert_array_equal(b.obs[0], a.next_obs)
+        first = batches[0].obs[0]
+        for j in range(n):  # worker w's env j was first reset with seed + w * n + j
+            env = ENV_FN()
+            np.testing.assert_array_equal(first[j], env.reset(seed=SIZES["seed"] + w * n + j)[0])

@@ -5,15 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 import gymnasium as gym
-import numpy as np
 import pytest
-import torch
 
 from parl.algorithms import PPO
 from parl_algos.agents import ActorCriticAgent
 from parl_algos.nets import ActorCriticMLP
 from parl_algos.rollout import Episode
-from parl_algos.training import RunArgs, TrainingRun, actor_collector, evaluate
+from parl_algos.training import RunArgs, TrainingRun, evaluate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,21 +74,3 @@ def test_evaluate_returns_the_mean_episode_return():
         return state["a"]
 
     assert evaluate(env, alternate, episodes=3, seed=0) == 7.0
-
-
-def test_actor_collectors_seed_every_environment_of_a_run_apart():
-    args = RunArgs(seed=3, torch_threads=1)
-    collectors = [actor_collector(args, index, num_envs=2) for index in range(2)]
-    assert torch.get_num_threads() == 1
-    # Actor 1's environments start where actor 0's seeds end: 3, 4 | 5, 6.
-    first = np.concatenate([c.obs for c in collectors])
-    expected = np.stack([gym.make("CartPole-v1").reset(seed=3 + i)[0] for i in range(4)])
-    np.testing.assert_array_equal(first, expected)
-    # Each actor seeds torch by its index: the same index draws the same actions.
-    draws = []
-    for index in (0, 1, 0):
-        actor_collector(args, index, num_envs=1)
-        draws.append(torch.rand(3))
-    assert torch.equal(draws[0], draws[2]) and not torch.equal(draws[0], draws[1])
-    for c in collectors:
-        c.envs.close()

@@ -1,8 +1,9 @@
-"""The examples on remote actors run on a local cluster, and (slow) learn CartPole-v1.
+"""The examples on remote workers run on a local cluster, and (slow) learn CartPole-v1.
 
-`examples/a2c_parallel` (synchronous A2C: every round waits for all actors) and
-`examples/impala` (asynchronous: the learner takes trajectories as they come) each start a
-local cluster of 2 CPU slots in a fresh interpreter, as a user's run would.
+`examples/a2c_parallel` (synchronous A2C on `ParallelSampler`: every round waits for all
+workers) and `examples/impala` (asynchronous, on `AsyncSampler`: the learner takes
+trajectories as they come) each start a local cluster of 2 CPU slots in a fresh interpreter,
+as a user's run would.
 """
 
 from __future__ import annotations
@@ -93,5 +94,8 @@ def test_parallel_example_reaches_475_on_two_actors(name, seed, tmp_path):
     flags = ["--seed", str(seed), "--logdir", str(tmp_path / "out")]
     result = run_example(name, tmp_path, *flags, timeout=280)
     assert result["reached_at"] is not None and result["reached_at"] <= 300_000, result
-    assert result["env_steps"] == result["reached_at"]  # it stopped there
+    # It stopped there: at the end of the batch in which the episode that reached it ended
+    # (episodes are dated by the step they ended at; a batch is 2 x 8 x 5 or 8 x 20 steps).
+    batch = 80 if name == "a2c_parallel" else 160
+    assert result["reached_at"] <= result["env_steps"] < result["reached_at"] + batch
     assert result["final_mean_return"] >= 475

@@ -8,8 +8,8 @@ bar), records finished episodes and training statistics to TensorBoard, evaluate
 policy on a schedule, notices when the mean return of the last episodes first reaches a
 target, and at the end saves the agent, draws the learning curve and returns a summary.
 `train_off_policy` is the loop of the replay-based examples (DQN, DDPG, TD3, SAC) and
-`train_on_policy` that of the trajectory-based ones (A2C, PPO); `actor_collector` sets up each
-remote actor of the parallel ones (A2C on remote actors, IMPALA).
+`train_on_policy` that of the trajectory-based ones (A2C, PPO); the parallel ones collect with
+`parl.samplers`.
 `evaluate` and `save_learning_curve` can be used on their own. The progress bar needs `tqdm`
 and the curve `matplotlib` (the `examples` extra of parl-algos).
 """
@@ -35,7 +35,6 @@ from parl_algos.rollout import (
     EpisodeCounter,
     VectorCollector,
     make_rescaled_env,
-    make_vector_env,
 )
 
 __all__ = [
@@ -44,7 +43,6 @@ __all__ = [
     "OnPolicyArgs",
     "RunArgs",
     "TrainingRun",
-    "actor_collector",
     "evaluate",
     "save_learning_curve",
     "train_continuous_control",
@@ -519,20 +517,6 @@ def train_on_policy(
         stats = agent.learn(trajectory)
         run.record(collector.env_steps, collector.pop_episodes(), stats)
         run.maybe_evaluate(agent.predict)
-
-
-def actor_collector(args: RunArgs, index: int, num_envs: int) -> VectorCollector:
-    """Set up remote actor number `index` of a run: torch's threads and seed, and its collector.
-
-    The collector steps `num_envs` environments of `args.env_id`; actor `index` seeds them
-    `args.seed + index * num_envs + i`, so that no two environments of the run start alike, and
-    seeds torch with `args.seed * 1000 + index`, so that each actor draws its own actions.
-    """
-    if args.torch_threads:
-        torch.set_num_threads(args.torch_threads)
-    torch.manual_seed(args.seed * 1_000 + index)
-    envs = make_vector_env(args.env_id, num_envs)
-    return VectorCollector(envs, seed=args.seed + index * num_envs)
 
 
 def _round(value: float | None) -> float | None:

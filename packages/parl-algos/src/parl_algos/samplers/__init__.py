@@ -8,6 +8,8 @@ Every sampler steps `num_workers * envs_per_worker` environments `horizon` steps
 - `ParallelSampler`: worker actors, each with a copy of the agent, collect on their own;
 - `CentralSampler`: worker actors only step environments; the caller chooses all actions with
   one `agent.sample` call a step (optionally alternating two groups of workers);
+- `AsyncSampler`: worker actors with agent copies collect continuously; `collect()` returns the
+  next batch any worker finished, with its worker and weights version.
 
 Column `k` is reset with `seed + k` on its first reset, later resets are automatic (in the step
 that ends an episode) and unseeded. With a deterministic agent the three return the same
@@ -19,8 +21,9 @@ memory (`/dev/shm`); workers on other hosts through the ordinary call path.
 
 from __future__ import annotations
 
+from parl_algos.samplers._async import AsyncSampler
 from parl_algos.samplers._core import Batch
 from parl_algos.samplers._parallel import CentralSampler, ParallelSampler
 from parl_algos.samplers._serial import SerialSampler
 
-__all__ = ["Batch", "CentralSampler", "ParallelSampler", "SerialSampler"]
+__all__ = ["AsyncSampler", "Batch", "CentralSampler", "ParallelSampler", "SerialSampler"]

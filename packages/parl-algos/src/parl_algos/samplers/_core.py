@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
+from parl_algos.rollout import Trajectory
+
 __all__ = [
     "Batch",
     "EnvColumns",
@@ -59,6 +61,28 @@ class Batch(NamedTuple):
     """`AsyncSampler`: the worker that collected the batch (else None)."""
     weights_version: int | None = None
     """`AsyncSampler`: how many `sync_weights()` calls the worker's weights had seen (else None)."""
+
+    def to_trajectory(self) -> Trajectory:
+        """The batch as a `parl_algos.rollout.Trajectory`, what the on-policy agents learn from.
+
+        Its `obs` has `horizon + 1` rows (`next_obs` last), its `truncated` is False where the
+        step also terminated, and its `final_obs` keeps the truncated episodes' last observations.
+        """
+        truncated = self.truncated & ~self.terminated
+        index = [key for key in self.final_obs if truncated[key]]
+        obs_shape = self.obs.shape[2:]
+        return Trajectory(
+            obs=np.concatenate([self.obs, self.next_obs[None]]),
+            action=self.actions,
+            reward=self.rewards,
+            terminated=self.terminated,
+            truncated=truncated,
+            final_obs=np.array(
+                [self.final_obs[key] for key in index], dtype=self.obs.dtype
+            ).reshape(-1, *obs_shape),
+            final_index=np.array(index, dtype=np.int64).reshape(-1, 2),
+            extras=dict(self.extras),
+        )
 
 
 def rollout_layout(

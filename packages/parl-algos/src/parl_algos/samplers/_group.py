@@ -144,20 +144,25 @@ class WorkerGroup:
         try:
             return future.get()
         except RemoteError as exc:
-            if type(exc) not in (RemoteError, RemoteActorDiedError):
-                raise  # the worker's own code failed: its error, as it is
-            message = f"{self.owner}: worker {w} died ({exc}); the sampler is closed"
-        self.close()
-        raise RemoteActorDiedError(message)
+            self.fail(w, exc)
 
-    def copy_out(self, results: list[Any], slot: int, out: Rollout) -> None:
-        """Copy every worker's rollout (the call's arrays, or its segment) into `out`."""
-        for w, arrays in enumerate(results):
-            source = self.shared_rollout(w, slot)
-            source_arrays = source.arrays() if source is not None else arrays
-            cols = self.columns(w)
-            for name, target in out.arrays().items():
-                target[:, cols] = source_arrays[name]
+    def fail(self, w: int, exc: BaseException) -> None:
+        """Raise what a call on worker `w` raised; for a dead worker, after closing the group."""
+        if not isinstance(exc, RemoteError) or type(exc) not in (RemoteError, RemoteActorDiedError):
+            raise exc  # the worker's own code failed: its error, as it is
+        self.close()
+        raise RemoteActorDiedError(
+            f"{self.owner}: worker {w} died ({exc}); the sampler is closed"
+        ) from None
+
+    def copy_out(
+        self, w: int, arrays: dict[str, np.ndarray] | None, slot: int, out: Rollout, cols: slice
+    ) -> None:
+        """Copy worker `w`'s rollout (the call's `arrays`, or its segment) into `out[:, cols]`."""
+        source = self.shared_rollout(w, slot)
+        source_arrays = source.arrays() if source is not None else arrays
+        for name, target in out.arrays().items():
+            target[:, cols] = source_arrays[name]
 
     def close(self) -> None:
         """Free every actor and segment; calling it again does nothing."""

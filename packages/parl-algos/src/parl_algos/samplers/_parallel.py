@@ -112,10 +112,10 @@ class ParallelSampler(_ClusterSampler):
         group = self._group
         results = group.gather([w.collect(0) for w in group.workers])
         out = Rollout.allocate(group.batch_layout)
-        group.copy_out([arrays for arrays, *_ in results], 0, out)
         extras: dict[str, list[np.ndarray]] = {}
         final_obs, ended = {}, []
-        for w, (_, worker_extras, worker_final, worker_ended, _) in enumerate(results):
+        for w, (arrays, worker_extras, worker_final, worker_ended, _) in enumerate(results):
+            group.copy_out(w, arrays, 0, out, group.columns(w))
             for name, value in worker_extras.items():
                 extras.setdefault(name, []).append(value)
             more_final, more_ended = offset_records(

@@ -8,6 +8,7 @@ writes its rollouts into `Rollout`s: views on shared-memory segments that the sa
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -50,7 +51,8 @@ class EnvWorker:
         num_envs: environments of this worker.
         horizon: steps of every environment per rollout.
         seed: column `k` is reset with `seed + k` on its first reset; the process's random
-            generators (Python, numpy, torch) are seeded `seed * 1000 + index`.
+            generators (Python, numpy, torch) are seeded `seed * 1000 + index`, and torch
+            runs on one thread.
         slots: rollouts the worker can hold at once (2 lets the sampler read one while the
             worker fills the other).
     """
@@ -65,6 +67,9 @@ class EnvWorker:
         seed: int | None,
         slots: int = 1,
     ) -> None:
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(1)  # one core a worker: threads of its own only compete
         seed_process(None if seed is None else seed * 1_000 + index)
         self.columns = EnvColumns(env_fn, num_envs, seed, index * num_envs)
         self.agent = agent
