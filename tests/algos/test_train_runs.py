@@ -193,12 +193,16 @@ def test_ctrl_c_writes_a_checkpoint_exits_130_and_the_resumed_run_matches(tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_ppo_reaches_475_on_cartpole_in_sync_mode_with_2_actors(tmp_path):
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [("ppo/cartpole", "sync"), ("dqn/cartpole", "sync"), ("dqn/cartpole", "async")],
+)
+def test_cartpole_reaches_475_with_2_actors(name, mode, tmp_path):
     logdir = tmp_path / "run"
     proc = parl_train(
-        "ppo/cartpole",
+        name,
         "--mode",
-        "sync",
+        mode,
         "--actors",
         "2",
         "--train.stop_at_target",

@@ -394,7 +394,10 @@ def _build_continuous(config: Config, obs_space: gym.Space, act_space: gym.Space
     return Learner(ContinuousAgent(alg), memory=memory)
 
 
-ON = OFF = ("single", "sync")  # the modes of the on-policy and of the off-policy algorithms
+# The modes of each family: A2C's and PPO's updates assume on-policy data, so they have no
+# async mode; IMPALA corrects for the actors' lag with V-trace; a replay memory takes any data.
+ON = ("single", "sync")
+ASYNC = ("single", "sync", "async")
 
 SPECS: dict[str, AlgorithmSpec] = {
     spec.name: spec
@@ -406,17 +409,23 @@ SPECS: dict[str, AlgorithmSpec] = {
             "PPO", "on_policy", VectorEnvSection, PPOSection, PPOStats, _build_actor_critic, ON
         ),
         AlgorithmSpec(
-            "IMPALA", "on_policy", VectorEnvSection, IMPALASection, IMPALAStats, _build_impala, ON
+            "IMPALA",
+            "on_policy",
+            VectorEnvSection,
+            IMPALASection,
+            IMPALAStats,
+            _build_impala,
+            ASYNC,
         ),
-        AlgorithmSpec("DQN", "off_policy", EnvSection, DQNSection, DQNStats, _build_dqn, OFF),
+        AlgorithmSpec("DQN", "off_policy", EnvSection, DQNSection, DQNStats, _build_dqn, ASYNC),
         AlgorithmSpec(
-            "DDPG", "off_policy", EnvSection, DDPGSection, DDPGStats, _build_continuous, OFF
+            "DDPG", "off_policy", EnvSection, DDPGSection, DDPGStats, _build_continuous, ASYNC
         ),
         AlgorithmSpec(
-            "TD3", "off_policy", EnvSection, TD3Section, TD3Stats, _build_continuous, OFF
+            "TD3", "off_policy", EnvSection, TD3Section, TD3Stats, _build_continuous, ASYNC
         ),
         AlgorithmSpec(
-            "SAC", "off_policy", EnvSection, SACSection, SACStats, _build_continuous, OFF
+            "SAC", "off_policy", EnvSection, SACSection, SACStats, _build_continuous, ASYNC
         ),
     )
 }

@@ -8,11 +8,13 @@ environments, the replay memory, the episodes under way; the RNG states of pytho
 torch and of the agent's own generators; the run's counters, curves and schedules).
 
 `run_single` trains with the loops of `parl_algos.training`: `train_on_policy` on a sampler
-(`parl.samplers`: a `SerialSampler` in `single` mode, a `ParallelSampler` of remote workers in
-`sync` mode) for the trajectory-based algorithms, and `train_off_policy` for the replay-based
-ones; evaluation runs in this process between training steps. Because
-every piece of state is in the checkpoint, a run stopped (Ctrl-C, or killed after a periodic
-checkpoint) and resumed writes the same rows of progress.csv as the run left alone.
+(`parl.samplers`: a `SerialSampler` in `single` mode, a `ParallelSampler` of remote workers
+in `sync` mode, an `AsyncSampler` in `async` mode) for the trajectory-based algorithms;
+`train_off_policy` (single) or `train_off_policy_rounds` (workers filling the replay memory)
+for the replay-based ones. Evaluation runs in this process between training steps. In
+`single` mode every piece of state is in the checkpoint, so a run stopped (Ctrl-C, or killed
+after a periodic checkpoint) and resumed writes the same rows of progress.csv as the run left
+alone; in the other modes the workers' environments start afresh on resume.
 """
 
 from __future__ import annotations
@@ -605,7 +607,11 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
 
 
 def make_collector(config: Config, agent: Any) -> SamplerCollector:
-    """The sampler of a run: in-process (`single`) or on worker actors (`sync`).
+    """The sampler of a run: in-process (`single`) or on worker actors (`sync`, `async`).
+
+    `async` uses an `AsyncSampler` where `sync` uses a `ParallelSampler`: workers never wait
+    for the learner, which takes each worker's batch as it comes (IMPALA's V-trace corrects
+    for the policy lag; off-policy algorithms learn from the replay memory, Ape-X style).
 
     On-policy, `single` steps `env.num_envs` environments with a `SerialSampler` and `sync`
     splits them over `train.actors` workers of a `ParallelSampler` (at least one each), for
@@ -613,7 +619,7 @@ def make_collector(config: Config, agent: Any) -> SamplerCollector:
     environment for `train_freq / actors` steps a round (at least 8). Workers run on the
     cluster of `train.address`, or on an embedded one of `actors + 1` slots.
     """
-    from parl.samplers import ParallelSampler, SerialSampler
+    from parl.samplers import AsyncSampler, ParallelSampler, SerialSampler
 
     train = config.train
     if get_spec(config.algorithm).family == "on_policy":
@@ -638,7 +644,8 @@ def make_collector(config: Config, agent: Any) -> SamplerCollector:
         parl.connect(cpu_num=train.actors + 1)
     else:
         parl.connect(train.address)
-    sampler = ParallelSampler(
+    sampler_cls = ParallelSampler if train.mode == "sync" else AsyncSampler
+    sampler = sampler_cls(
         env_fn,
         agent,
         num_workers=train.actors,
