@@ -22,13 +22,13 @@ from parl_algos.train._config import (
 from parl_algos.train._runner import ProgressLog, RunResult, latest_checkpoint, run_single
 
 __all__ = [
-    "SPECS",
     "AlgorithmSpec",
     "Config",
     "ConfigError",
     "Learner",
     "ProgressLog",
     "RunResult",
+    "SPECS",
     "TrainSection",
     "apply_override",
     "dump_config",

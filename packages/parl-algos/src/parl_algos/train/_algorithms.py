@@ -33,7 +33,23 @@ from parl_algos.sac import SAC, SACStats
 from parl_algos.td3 import TD3, TD3Stats
 from parl_algos.train._config import Config, ConfigError
 
-__all__ = ["SPECS", "AlgorithmSpec", "Learner", "get_spec", "stat_columns"]
+__all__ = [
+    "A2CSection",
+    "AlgorithmSpec",
+    "DDPGSection",
+    "DQNSection",
+    "EnvSection",
+    "IMPALASection",
+    "Learner",
+    "PPOSection",
+    "QNetwork",
+    "SACSection",
+    "SPECS",
+    "TD3Section",
+    "VectorEnvSection",
+    "get_spec",
+    "stat_columns",
+]
 
 
 @dataclass

@@ -27,7 +27,11 @@ from parl_algos.train._config import (
     shipped_configs,
 )
 
-__all__ = ["main"]
+__all__ = [
+    "main",
+    "resolve",
+    "split_overrides",
+]
 
 _SHORT = {"mode": "train.mode", "actors": "train.actors", "address": "train.address"}
 _SHORT["logdir"] = "train.logdir"

@@ -30,6 +30,7 @@ __all__ = [
     "ConfigError",
     "TrainSection",
     "apply_override",
+    "check_config",
     "dump_config",
     "load_config",
     "shipped_configs",

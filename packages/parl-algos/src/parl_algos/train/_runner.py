@@ -50,12 +50,21 @@ from parl_algos.training import (
 )
 
 __all__ = [
+    "BatchActing",
     "INTERRUPTED_EXIT_CODE",
     "ProgressLog",
     "RunResult",
+    "SamplerCollector",
     "default_logdir",
+    "env_name",
     "latest_checkpoint",
+    "load_checkpoint",
+    "make_collector",
+    "make_env",
+    "make_eval_env",
     "run_single",
+    "save_checkpoint",
+    "train_off_policy_rounds",
 ]
 
 INTERRUPTED_EXIT_CODE = 130
