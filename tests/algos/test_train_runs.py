@@ -6,6 +6,7 @@ Each run is the real command in a subprocess with a budget of a few hundred env 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import itertools
 import os
 import shutil
@@ -189,6 +190,29 @@ def test_ctrl_c_writes_a_checkpoint_exits_130_and_the_resumed_run_matches(tmp_pa
     proc = parl_train("--resume", str(stopped), "--train.total_steps", "5000")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert step_and_return(stopped) == step_and_return(whole)
+
+
+@pytest.mark.skipif(
+    not (importlib.util.find_spec("moviepy") and importlib.util.find_spec("pygame")),
+    reason="needs parl-algos[video]",
+)
+def test_capture_video_records_the_evaluation_episodes(tmp_path):
+    logdir = tmp_path / "run"
+    proc = parl_train(
+        "ppo/cartpole",
+        "--capture-video",
+        "--train.total_steps",
+        "300",
+        "--logdir",
+        str(logdir),
+        *SMALL,
+        "--train.eval_episodes",
+        "2",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    videos = sorted(os.listdir(logdir / "videos"))
+    # Evaluations at env steps 256 and 512 (after each 256-step batch past a multiple of 200).
+    assert videos == [f"eval-episode-{i}.mp4" for i in range(4)]
 
 
 @pytest.mark.slow

@@ -144,9 +144,29 @@ def resolve(argv: Sequence[str]) -> tuple[Config, bool] | None:
     if ns.capture_video:
         config.train.capture_video = True
     check_config(config)
-    if config.train.capture_video and importlib.util.find_spec("moviepy") is None:
-        raise ConfigError("--capture-video needs moviepy: pip install 'parl-algos[video]'")
+    if config.train.capture_video:
+        _check_video(config.env.id)
     return config, ns.resume is not None
+
+
+def _check_video(env_id: str) -> None:
+    """Raise ConfigError now if videos of `env_id` cannot be recorded (not at the first one)."""
+    install = "pip install 'parl-algos[video]'"
+    if importlib.util.find_spec("moviepy") is None:
+        raise ConfigError(f"--capture-video needs moviepy: {install}")
+    import gymnasium as gym
+
+    try:
+        env = gym.make(env_id, render_mode="rgb_array")
+        try:
+            env.reset(seed=0)
+            env.render()
+        finally:
+            env.close()
+    except Exception as exc:  # a missing renderer, or an environment without rgb_array
+        raise ConfigError(
+            f"--capture-video: {env_id} cannot render frames ({exc}); {install}"
+        ) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

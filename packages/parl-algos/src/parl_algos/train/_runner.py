@@ -612,6 +612,7 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
         if "collector" in objects:
             objects["collector"].close()
     summary = run.finish(learner.agent)
+    run.eval_env.close()  # a video recorder writes its last video here
     return RunResult(logdir, run.env_steps, run.interrupted, summary)
 
 
