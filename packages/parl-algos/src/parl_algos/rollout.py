@@ -98,6 +98,29 @@ class Trajectory:
         """`(T, N)` True where an episode ended, for either reason."""
         return self.terminated | self.truncated
 
+    @classmethod
+    def from_batch(cls, batch: Any) -> Trajectory:
+        """The trajectory of a sampler's `Batch` (`parl.samplers`): the same steps, this layout.
+
+        `obs` gains the batch's `next_obs` as its last row; only the final observations of
+        truncated (not terminated) steps are kept, as `VectorCollector` keeps them.
+        """
+        truncated = batch.truncated & ~batch.terminated
+        index = sorted(key for key in batch.final_obs if truncated[key])
+        obs_shape = batch.obs.shape[2:]
+        return cls(
+            obs=np.concatenate([batch.obs, batch.next_obs[None]]),
+            action=batch.actions,
+            reward=batch.rewards,
+            terminated=batch.terminated,
+            truncated=truncated,
+            final_obs=np.array([batch.final_obs[k] for k in index], dtype=batch.obs.dtype).reshape(
+                -1, *obs_shape
+            ),
+            final_index=np.array(index, dtype=np.int64).reshape(-1, 2),
+            extras=dict(batch.extras),
+        )
+
 
 @dataclass(frozen=True)
 class AdvantageBatch:

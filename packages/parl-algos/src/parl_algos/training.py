@@ -39,6 +39,7 @@ from parl_algos.rollout import (
 
 __all__ = [
     "OffPolicyArgs",
+    "OffPolicyState",
     "OnPolicyArgs",
     "RunArgs",
     "RunResult",
@@ -356,6 +357,32 @@ class TrainingRun:
         logger.info("env step %d: evaluation mean return %.1f", self.env_steps, mean)
         return mean
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint needs to continue this run: counters, curves, schedules, clock."""
+        return {
+            "env_steps": self.env_steps,
+            "train_curve": list(self.train_curve),
+            "eval_curve": list(self.eval_curve),
+            "reached_at": self.reached_at,
+            "reached_seconds": self.reached_seconds,
+            "recent": list(self._recent),
+            "next_eval": self._next_eval,
+            "next_log": self._next_log,
+            "seconds": time.perf_counter() - self._start,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from what `state_dict` returned; the clock goes on from its `seconds`."""
+        self.env_steps = state["env_steps"]
+        self.train_curve = list(state["train_curve"])
+        self.eval_curve = list(state["eval_curve"])
+        self.reached_at = state["reached_at"]
+        self.reached_seconds = state["reached_seconds"]
+        self._recent = deque(state["recent"], maxlen=self.window)
+        self._next_eval = state["next_eval"]
+        self._next_log = state["next_log"]
+        self._start = time.perf_counter() - state["seconds"]
+
     def finish(self, agent: parl.Agent) -> RunResult:
         """Save the agent and the learning curve, flush the summary, and return the results."""
         if self._bar is not None:
@@ -384,6 +411,27 @@ class TrainingRun:
         return result
 
 
+@dataclasses.dataclass
+class OffPolicyState:
+    """Where `train_off_policy` is: what a checkpoint needs to continue the loop exactly."""
+
+    obs: Any
+    """The observation the next step acts on."""
+    counter: EpisodeCounter
+    """Returns and lengths of the episodes under way."""
+    step: int = 0
+    """Env steps taken so far."""
+    stats: Any = None
+    """What the last update returned (None before the first)."""
+
+    @classmethod
+    def start(cls, env: gym.Env, seed: int) -> OffPolicyState:
+        """A fresh start: `env` and its action space seeded with `seed`, and reset."""
+        env.action_space.seed(seed)
+        obs, _ = env.reset(seed=seed)
+        return cls(obs=obs, counter=EpisodeCounter())
+
+
 def train_off_policy(
     run: TrainingRun,
     env: gym.Env,
@@ -394,6 +442,7 @@ def train_off_policy(
     after_step: Callable[[int], None] | None = None,
     reward_fn: Callable[[float], float] | None = None,
     eval_policy: Callable[[np.ndarray], Any] | None = None,
+    state: OffPolicyState | None = None,
 ) -> None:
     """Collect transitions into `memory` and learn from it, one environment step at a time.
 
@@ -415,25 +464,28 @@ def train_off_policy(
         reward_fn: maps each reward to the one stored (e.g. `np.sign`, Atari's reward
             clipping); episode returns are still counted from the environment's rewards.
         eval_policy: what evaluations run (default: `agent.predict`).
+        state: where the loop is (None: a fresh start, resetting `env` with `run.seed`); it
+            is updated in place step by step, so that a checkpoint taken between two steps
+            can continue the same run.
     """
-    env.action_space.seed(run.seed)
-    counter = EpisodeCounter()
-    obs, _ = env.reset(seed=run.seed)
-    stats = None
+    if state is None:
+        state = OffPolicyState.start(env, run.seed)
     run.start()
-    for step in range(1, args.total_steps + 1):
+    for step in range(state.step + 1, args.total_steps + 1):
+        obs = state.obs
         action = env.action_space.sample() if step <= args.learning_starts else agent.sample(obs)
         next_obs, reward, terminated, truncated, _ = env.step(action)
         stored = reward if reward_fn is None else reward_fn(reward)
         memory.append(obs, action, stored, next_obs, terminated, truncated)
-        obs = env.reset()[0] if terminated or truncated else next_obs
-        episodes = counter.step(reward, terminated or truncated)
+        state.obs = env.reset()[0] if terminated or truncated else next_obs
+        state.step = step
+        episodes = state.counter.step(reward, terminated or truncated)
         if step > args.learning_starts and step % args.train_freq == 0:
             for _ in range(args.gradient_steps):
-                stats = agent.learn(memory, args.batch_size)
+                state.stats = agent.learn(memory, args.batch_size)
         if after_step is not None:
             after_step(step)
-        run.record(step, episodes, stats)
+        run.record(step, episodes, state.stats)
         run.maybe_evaluate(agent.predict if eval_policy is None else eval_policy)
         if run.done:
             break

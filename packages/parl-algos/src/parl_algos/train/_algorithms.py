@@ -1,0 +1,466 @@
+"""What `parl-train` knows of each algorithm: its config sections, its stats and how to build it.
+
+An `AlgorithmSpec` ties an algorithm's name (`"PPO"`) to the dataclasses of its `[env]` and
+`[agent]` sections (the keys a config may set, with their types and defaults), the family of
+its training loop (`on_policy`: trajectories of a vector of environments; `off_policy`: a
+replay memory filled one step at a time), the stats dataclass its `learn` returns (the columns
+of progress.csv) and a `build` function that makes the agent (and its memory) for given
+observation and action spaces. The defaults are those of the example scripts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+import parl
+from parl.utils import PrioritizedReplayMemory, ReplayMemory, summary
+from parl_algos.a2c import A2C, A2CStats
+from parl_algos.agents import ActorCriticAgent, ContinuousAgent, DQNAgent, IMPALAAgent
+from parl_algos.ddpg import DDPG, DDPGStats
+from parl_algos.dqn import DQN, DQNStats
+from parl_algos.impala import IMPALA, IMPALAStats
+from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP, mlp
+from parl_algos.ppo import PPO, PPOStats
+from parl_algos.sac import SAC, SACStats
+from parl_algos.td3 import TD3, TD3Stats
+from parl_algos.train._config import Config, ConfigError
+
+__all__ = [
+    "A2CSection",
+    "AlgorithmSpec",
+    "DDPGSection",
+    "DQNSection",
+    "EnvSection",
+    "IMPALASection",
+    "Learner",
+    "PPOSection",
+    "QNetwork",
+    "SACSection",
+    "SPECS",
+    "TD3Section",
+    "VectorEnvSection",
+    "get_spec",
+    "stat_columns",
+]
+
+
+@dataclass
+class Learner:
+    """What `AlgorithmSpec.build` returns: the agent and what its training loop needs.
+
+    Attributes:
+        agent: the agent (`sample`, `predict`, `learn`).
+        memory: the replay memory of an off-policy algorithm (None for on-policy ones).
+        before_learn: on-policy: called with the env-step count before each update.
+        after_step: off-policy: called with the step count after each env step.
+    """
+
+    agent: parl.Agent
+    memory: ReplayMemory | None = None
+    before_learn: Callable[[int], None] | None = None
+    after_step: Callable[[int], None] | None = None
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """One algorithm of the zoo as `parl-train` drives it.
+
+    Attributes:
+        name: the name a config's `algorithm` key gives (`"PPO"`).
+        family: `"on_policy"` or `"off_policy"`: which training loop runs it.
+        env: dataclass of the `[env]` section.
+        agent: dataclass of the `[agent]` section.
+        stats: the dataclass the algorithm's `learn` returns.
+        build: `(config, observation_space, action_space) -> Learner`.
+        modes: the modes it runs in.
+    """
+
+    name: str
+    family: str
+    env: type
+    agent: type
+    stats: type
+    build: Callable[[Config, gym.Space, gym.Space], Learner]
+    modes: tuple[str, ...] = ("single",)
+
+
+# -- [env] sections ------------------------------------------------------------------------------
+
+
+@dataclass
+class VectorEnvSection:
+    """`[env]` of the on-policy algorithms: a vector of environments stepped together."""
+
+    id: str = "CartPole-v1"
+    """The gymnasium environment."""
+    num_envs: int = 8
+    """Environments stepped together."""
+
+
+@dataclass
+class EnvSection:
+    """`[env]` of the off-policy algorithms: one environment, one step at a time."""
+
+    id: str = "CartPole-v1"
+    """The gymnasium environment."""
+
+
+# -- [agent] sections ----------------------------------------------------------------------------
+
+
+@dataclass
+class _ActorCriticSection:
+    n_steps: int = 5
+    """Steps per environment between two updates."""
+    lr: float = 7e-4
+    """Learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 1.0
+    """GAE lambda (1: n-step returns)."""
+    ent_coef: float = 0.0
+    """Entropy bonus weight."""
+    vf_coef: float = 0.5
+    """Value loss weight."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+    hidden_size: int = 64
+    """Width of the two hidden layers of the actor and of the critic."""
+
+
+@dataclass
+class A2CSection(_ActorCriticSection):
+    """`[agent]` of A2C."""
+
+
+@dataclass
+class PPOSection(_ActorCriticSection):
+    """`[agent]` of PPO."""
+
+    n_steps: int = 32
+    lr: float = 1e-3
+    gamma: float = 0.98
+    gae_lambda: float = 0.8
+    anneal: bool = True
+    """Let the learning rate and the clip range fall linearly to zero over total_steps."""
+    variant: str = "clip"
+    """'clip' (clipped surrogate) or 'kl' (adaptive KL penalty)."""
+    clip_coef: float = 0.2
+    """Clip range of the surrogate objective."""
+    kl_target: float = 0.01
+    """Target KL of the 'kl' variant."""
+    clip_value: float | None = None
+    """Clip range of the value prediction (none: no value clipping)."""
+    update_epochs: int = 20
+    """Passes over each batch."""
+    minibatch_size: int = 256
+    """Samples per gradient step."""
+
+
+@dataclass
+class IMPALASection(_ActorCriticSection):
+    """`[agent]` of IMPALA."""
+
+    n_steps: int = 20
+    lr: float = 2e-3
+    ent_coef: float = 0.01
+    max_grad_norm: float = 40.0
+    rho_bar: float = 1.0
+    """V-trace's truncation of the importance weights."""
+    c_bar: float = 1.0
+    """V-trace's truncation of the trace coefficients."""
+
+
+@dataclass
+class _ReplaySection:
+    lr: float = 1e-3
+    """Adam learning rate (of every network)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    batch_size: int = 256
+    """Transitions per update."""
+    buffer_size: int = 1_000_000
+    """Replay memory size."""
+    learning_starts: int = 100
+    """Random steps before learning starts."""
+    train_freq: int = 1
+    """Env steps between two rounds of updates."""
+    gradient_steps: int = 1
+    """Updates per round."""
+    hidden_size: int = 256
+    """Width of the hidden layers of each network."""
+
+
+@dataclass
+class DQNSection(_ReplaySection):
+    """`[agent]` of DQN."""
+
+    lr: float = 2.3e-3
+    batch_size: int = 64
+    buffer_size: int = 100_000
+    learning_starts: int = 1000
+    train_freq: int = 256
+    gradient_steps: int = 128
+    target_update_interval: int = 10
+    """Env steps between two copies of the model into the target network."""
+    exploration_fraction: float = 0.16
+    """Fraction of total_steps over which epsilon decays (warm-up steps included)."""
+    eps_end: float = 0.04
+    """Final exploration rate."""
+    double: bool = True
+    """Use the double-DQN target."""
+    dueling: bool = False
+    """Use a dueling Q-network."""
+    prioritized: bool = False
+    """Sample the replay memory by priority (TD error)."""
+
+
+@dataclass
+class SACSection(_ReplaySection):
+    """`[agent]` of SAC."""
+
+    alpha: float | None = None
+    """A fixed temperature (none: learn it, aiming at an entropy of -act_dim)."""
+    tau: float = 0.005
+    """Polyak rate of the target critics."""
+
+
+@dataclass
+class DDPGSection(_ReplaySection):
+    """`[agent]` of DDPG."""
+
+    gamma: float = 0.98
+    buffer_size: int = 200_000
+    learning_starts: int = 1000
+    tau: float = 0.005
+    """Polyak rate of the target networks."""
+    exploration_noise: float = 0.1
+    """Standard deviation of the Gaussian exploration noise (actions in [-1, 1])."""
+
+
+@dataclass
+class TD3Section(DDPGSection):
+    """`[agent]` of TD3."""
+
+    policy_noise: float = 0.2
+    """Standard deviation of the target policy smoothing noise."""
+    noise_clip: float = 0.5
+    """Bound of the target policy smoothing noise."""
+    policy_delay: int = 2
+    """Critic updates per actor update."""
+
+
+# -- builders ------------------------------------------------------------------------------------
+
+
+def _discrete(config: Config, action_space: gym.Space) -> int:
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise ConfigError(
+            f"{config.algorithm} needs discrete actions; "
+            f"env.id={config.env.id!r} has {action_space}"
+        )
+    return int(action_space.n)
+
+
+def _continuous(config: Config, action_space: gym.Space) -> int:
+    if not isinstance(action_space, gym.spaces.Box):
+        raise ConfigError(
+            f"{config.algorithm} needs continuous (Box) actions; env.id={config.env.id!r} has "
+            f"{action_space}"
+        )
+    return int(action_space.shape[0])
+
+
+def _build_actor_critic(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
+    a = config.agent
+    model = ActorCriticMLP(
+        obs_space.shape[0], _discrete(config, act_space), (a.hidden_size, a.hidden_size)
+    )
+    common = dict(lr=a.lr, ent_coef=a.ent_coef, vf_coef=a.vf_coef, max_grad_norm=a.max_grad_norm)
+    if config.algorithm == "A2C":
+        alg = A2C(model, **common)
+        return Learner(ActorCriticAgent(alg, gamma=a.gamma, gae_lambda=a.gae_lambda))
+    alg = PPO(
+        model,
+        variant=a.variant,
+        clip_coef=a.clip_coef,
+        kl_target=a.kl_target,
+        clip_value=a.clip_value,
+        update_epochs=a.update_epochs,
+        minibatch_size=a.minibatch_size,
+        seed=config.train.seed,
+        **common,
+    )
+    total_steps = config.train.total_steps
+
+    def anneal(env_steps: int) -> None:  # linear in the progress still to go, like SB3's zoo
+        if a.anneal:
+            remaining = max(1.0 - env_steps / total_steps, 0.0)
+            alg.optimizer.param_groups[0]["lr"] = a.lr * remaining
+            alg.clip_coef = max(a.clip_coef * remaining, 1e-8)
+
+    agent = ActorCriticAgent(alg, gamma=a.gamma, gae_lambda=a.gae_lambda)
+    return Learner(agent, before_learn=anneal)
+
+
+def _build_impala(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
+    a = config.agent
+    model = ActorCriticMLP(
+        obs_space.shape[0], _discrete(config, act_space), (a.hidden_size, a.hidden_size)
+    )
+    alg = IMPALA(
+        model,
+        lr=a.lr,
+        gamma=a.gamma,
+        vf_coef=a.vf_coef,
+        ent_coef=a.ent_coef,
+        rho_bar=a.rho_bar,
+        c_bar=a.c_bar,
+        max_grad_norm=a.max_grad_norm,
+    )
+    return Learner(IMPALAAgent(alg))
+
+
+class QNetwork(parl.Model):
+    """Observation -> one Q-value per action; dueling streams when `dueling`."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: int, dueling: bool) -> None:
+        super().__init__()
+        self.body = mlp(obs_dim, [hidden], hidden)
+        self.advantage = nn.Sequential(nn.ReLU(), nn.Linear(hidden, n_actions))
+        self.state_value = nn.Sequential(nn.ReLU(), nn.Linear(hidden, 1)) if dueling else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q-values `(batch, n_actions)`."""
+        features = self.body(obs)
+        advantage = self.advantage(features)
+        if self.state_value is None:
+            return advantage
+        return self.state_value(features) + advantage - advantage.mean(dim=1, keepdim=True)
+
+
+def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
+    a, train = config.agent, config.train
+    obs_dim, n_actions = obs_space.shape[0], _discrete(config, act_space)
+    alg = DQN(
+        QNetwork(obs_dim, n_actions, a.hidden_size, a.dueling),
+        lr=a.lr,
+        gamma=a.gamma,
+        double=a.double,
+    )
+    decay = max(int(a.exploration_fraction * train.total_steps) - a.learning_starts, 1)
+    agent = DQNAgent(
+        alg,
+        n_actions,
+        eps_end=a.eps_end,
+        eps_decay_steps=decay,
+        beta_steps=max(train.total_steps * a.gradient_steps // a.train_freq, 1),
+        seed=train.seed,
+    )
+    memory_cls = PrioritizedReplayMemory if a.prioritized else ReplayMemory
+    memory = memory_cls(a.buffer_size, obs_dim, 0, seed=train.seed)
+
+    def after_step(step: int) -> None:
+        if step % a.target_update_interval == 0:
+            alg.sync_target()
+        if step % 1000 == 0:
+            summary.add_scalar("rollout/epsilon", agent.epsilon, step)
+
+    return Learner(agent, memory=memory, after_step=after_step)
+
+
+def _build_continuous(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
+    a, seed = config.agent, config.train.seed
+    obs_dim, act_dim = obs_space.shape[0], _continuous(config, act_space)
+    hidden = (a.hidden_size, a.hidden_size)
+    lrs = dict(actor_lr=a.lr, critic_lr=a.lr)
+    if config.algorithm == "SAC":
+        model = ContinuousActorCriticMLP(obs_dim, act_dim, hidden, stochastic=True, twin=True)
+        alg = SAC(model, alpha_lr=a.lr, gamma=a.gamma, tau=a.tau, alpha=a.alpha, **lrs)
+    elif config.algorithm == "TD3":
+        alg = TD3(
+            ContinuousActorCriticMLP(obs_dim, act_dim, hidden, twin=True),
+            gamma=a.gamma,
+            tau=a.tau,
+            policy_noise=a.policy_noise,
+            noise_clip=a.noise_clip,
+            policy_delay=a.policy_delay,
+            exploration_noise=a.exploration_noise,
+            seed=seed,
+            **lrs,
+        )
+    else:
+        alg = DDPG(
+            ContinuousActorCriticMLP(obs_dim, act_dim, hidden),
+            gamma=a.gamma,
+            tau=a.tau,
+            exploration_noise=a.exploration_noise,
+            seed=seed,
+            **lrs,
+        )
+    memory = ReplayMemory(a.buffer_size, obs_dim, act_dim, seed=seed)
+    return Learner(ContinuousAgent(alg), memory=memory)
+
+
+# The modes of each family: A2C's and PPO's updates assume on-policy data, so they have no
+# async mode; IMPALA corrects for the actors' lag with V-trace; a replay memory takes any data.
+ON = ("single", "sync")
+ASYNC = ("single", "sync", "async")
+
+SPECS: dict[str, AlgorithmSpec] = {
+    spec.name: spec
+    for spec in (
+        AlgorithmSpec(
+            "A2C", "on_policy", VectorEnvSection, A2CSection, A2CStats, _build_actor_critic, ON
+        ),
+        AlgorithmSpec(
+            "PPO", "on_policy", VectorEnvSection, PPOSection, PPOStats, _build_actor_critic, ON
+        ),
+        AlgorithmSpec(
+            "IMPALA",
+            "on_policy",
+            VectorEnvSection,
+            IMPALASection,
+            IMPALAStats,
+            _build_impala,
+            ASYNC,
+        ),
+        AlgorithmSpec("DQN", "off_policy", EnvSection, DQNSection, DQNStats, _build_dqn, ASYNC),
+        AlgorithmSpec(
+            "DDPG", "off_policy", EnvSection, DDPGSection, DDPGStats, _build_continuous, ASYNC
+        ),
+        AlgorithmSpec(
+            "TD3", "off_policy", EnvSection, TD3Section, TD3Stats, _build_continuous, ASYNC
+        ),
+        AlgorithmSpec(
+            "SAC", "off_policy", EnvSection, SACSection, SACStats, _build_continuous, ASYNC
+        ),
+    )
+}
+"""Every algorithm `parl-train` runs, by the name a config gives."""
+
+
+def get_spec(name: Any) -> AlgorithmSpec:
+    """The spec of algorithm `name` (case-insensitive).
+
+    Raises:
+        ConfigError: no algorithm has that name (the message lists those there are).
+    """
+    for spec in SPECS.values():
+        if isinstance(name, str) and spec.name.lower() == name.lower():
+            return spec
+    raise ConfigError(f"unknown algorithm={name!r}; allowed: {', '.join(SPECS)}")
+
+
+def stat_columns(stats: type) -> list[str]:
+    """The scalar fields of a stats dataclass: the algorithm's columns of progress.csv."""
+    hints = typing.get_type_hints(stats)
+    return [f.name for f in dataclasses.fields(stats) if hints[f.name] in (float, int)]

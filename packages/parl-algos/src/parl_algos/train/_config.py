@@ -1,0 +1,300 @@
+"""The configs of `parl-train`: TOML files with typed sections, dotted overrides, one writer.
+
+A config names its algorithm at the top (`algorithm = "PPO"`) and has three sections: `[env]`
+(the environment), `[agent]` (the algorithm's hyperparameters, by their constructor names) and
+`[train]` (budget, seed, mode, schedules). Each section is a dataclass of the algorithm's spec
+(`parl_algos.train._algorithms`): its fields are the only keys allowed and their annotations
+the types. A file may leave keys out (they take the dataclass default); `None` is written as
+an absent key. An override `--section.key value` is parsed to the type of the key it replaces
+(`int` refuses `1.5`, booleans are `true`/`false`, an optional key also takes `none`).
+
+Shipped configs live in the package (`parl_algos/configs/<algorithm>/<env>.toml`) and are
+named `<algorithm>/<env>`; anything else is a path to a user's file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import math
+import os
+import re
+import tomllib
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "TrainSection",
+    "apply_override",
+    "check_config",
+    "dump_config",
+    "load_config",
+    "shipped_configs",
+]
+
+SECTIONS = ("env", "agent", "train")
+MODES = ("single", "sync", "async")
+
+
+class ConfigError(ValueError):
+    """A config or an override is wrong: the message names the key and what is allowed."""
+
+
+@dataclass
+class TrainSection:
+    """The `[train]` section, the same for every algorithm."""
+
+    total_steps: int = 100_000
+    """Env steps to train for (summed over the environments)."""
+    seed: int = 1
+    """Seed of the environments, torch, numpy and python."""
+    mode: str = "single"
+    """'single' (one process), 'sync' (learner + actors in rounds) or 'async'."""
+    actors: int = 2
+    """Remote actors of the sync and async modes."""
+    address: str | None = None
+    """HOST:PORT of a running cluster (none: an embedded one of actors + 1 slots)."""
+    eval_every: int = 10_000
+    """Evaluate the greedy policy every this many env steps (0: never)."""
+    eval_episodes: int = 5
+    """Episodes per evaluation."""
+    target_return: float | None = None
+    """Report when the mean return of the last 10 training episodes first reaches this."""
+    stop_at_target: bool = False
+    """Stop as soon as target_return is reached."""
+    checkpoint_every: int = 10_000
+    """Env steps between two checkpoints (one is always written at the end)."""
+    log_every: int = 1000
+    """Env steps between two rows of progress.csv."""
+    logdir: str | None = None
+    """The run directory (none: train_log/<algorithm>-<env>/<timestamp>)."""
+    torch_threads: int = 1
+    """Torch intra-op threads: one is fastest for small networks on a busy machine."""
+    progress: bool = True
+    """Show a progress bar."""
+    capture_video: bool = False
+    """Record the evaluation episodes as videos in the run directory."""
+
+
+@dataclass
+class Config:
+    """A resolved config: the algorithm's name and its three sections.
+
+    Attributes:
+        algorithm: the algorithm's name as the zoo spells it (`"PPO"`).
+        env: the `[env]` section (a dataclass of the algorithm's spec).
+        agent: the `[agent]` section.
+        train: the `[train]` section.
+        name: where it came from: a shipped name (`ppo/cartpole`) or a file's path.
+    """
+
+    algorithm: str
+    env: Any
+    agent: Any
+    train: TrainSection
+    name: str = ""
+
+    def section(self, name: str) -> Any:
+        """The section called `name` (`env`, `agent` or `train`)."""
+        return getattr(self, name)
+
+
+def _configs_root():
+    return importlib.resources.files("parl_algos") / "configs"
+
+
+def shipped_configs() -> list[str]:
+    """The names of the configs shipped with parl-algos (`ppo/cartpole`, ...), sorted."""
+    names = []
+    for algorithm in _configs_root().iterdir():
+        if algorithm.is_dir():
+            names += [
+                f"{algorithm.name}/{f.name[:-5]}"
+                for f in algorithm.iterdir()
+                if f.name.endswith(".toml")
+            ]
+    return sorted(names)
+
+
+def _read(name: str) -> tuple[dict[str, Any], str]:
+    """The TOML table of a shipped config name or a file path, and the name to show."""
+    if not name.endswith(".toml") and re.fullmatch(r"[\w-]+/[\w-]+", name):
+        resource = _configs_root().joinpath(*name.split("/")).with_suffix(".toml")
+        if resource.is_file():
+            return tomllib.loads(resource.read_text(encoding="utf-8")), name
+        if not os.path.exists(name):
+            raise ConfigError(
+                f"no shipped config {name!r}; shipped: {', '.join(shipped_configs())} "
+                "(or give the path of a .toml file)"
+            )
+    try:
+        with open(name, "rb") as f:
+            return tomllib.load(f), name
+    except FileNotFoundError:
+        raise ConfigError(f"config file {name!r} not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {name!r} is not valid TOML: {exc}") from None
+
+
+def load_config(name: str) -> Config:
+    """Read and check the config `name` (a shipped `<algorithm>/<env>` or a TOML file's path).
+
+    Raises:
+        ConfigError: unknown algorithm, section or key, or a value of the wrong type.
+    """
+    from parl_algos.train._algorithms import get_spec
+
+    table, shown = _read(name)
+    unknown = sorted(table.keys() - {"algorithm", *SECTIONS})
+    if unknown:
+        raise ConfigError(
+            f"{shown}: unknown top-level key(s) {unknown}; allowed: algorithm, "
+            + ", ".join(f"[{s}]" for s in SECTIONS)
+        )
+    if "algorithm" not in table:
+        raise ConfigError(f'{shown}: the config must name its algorithm, e.g. algorithm = "PPO"')
+    spec = get_spec(table["algorithm"])
+    sections = {}
+    for section, cls in zip(SECTIONS, (spec.env, spec.agent, TrainSection), strict=True):
+        values = table.get(section, {})
+        if not isinstance(values, dict):
+            raise ConfigError(f"{shown}: {section!r} must be a table ([{section}])")
+        kwargs = {}
+        hints = _hints(cls)
+        for key, value in values.items():
+            if key not in hints:
+                raise ConfigError(_unknown_key(section, key, hints))
+            kwargs[key] = _check_value(f"{section}.{key}", value, hints[key])
+        sections[section] = cls(**kwargs)
+    config = Config(algorithm=spec.name, name=shown, **sections)
+    check_config(config)
+    return config
+
+
+def check_config(config: Config) -> None:
+    """Check what the types alone cannot: the mode is one the algorithm supports, and so on."""
+    from parl_algos.train._algorithms import get_spec
+
+    spec = get_spec(config.algorithm)
+    train = config.train
+    if train.mode not in spec.modes:
+        raise ConfigError(
+            f"train.mode={train.mode!r} is not supported by {spec.name}; "
+            f"allowed: {', '.join(spec.modes)}"
+        )
+    for key in ("total_steps", "actors", "log_every", "checkpoint_every", "eval_episodes"):
+        if getattr(train, key) < 1:
+            raise ConfigError(f"train.{key}={getattr(train, key)} must be at least 1")
+    if train.eval_every < 0:
+        raise ConfigError(f"train.eval_every={train.eval_every} must be 0 (never) or more")
+
+
+def apply_override(config: Config, dotted: str, text: str) -> None:
+    """Set `section.key` of `config` to `text` parsed to the key's type.
+
+    Raises:
+        ConfigError: the section or the key does not exist, or `text` is not of its type.
+    """
+    section, _, key = dotted.partition(".")
+    if section not in SECTIONS or not key:
+        raise ConfigError(
+            f"unknown override --{dotted}; overrides are --section.key with a section among "
+            f"{', '.join(SECTIONS)}"
+        )
+    target = config.section(section)
+    hints = _hints(type(target))
+    if key not in hints:
+        raise ConfigError(_unknown_key(section, key, hints))
+    setattr(target, key, _parse_text(f"{section}.{key}", text, hints[key]))
+
+
+def dump_config(config: Config) -> str:
+    """The config as TOML text that `load_config` reads back to an equal config."""
+    lines = [f"algorithm = {_toml_value(config.algorithm)}"]
+    for section in SECTIONS:
+        lines += ["", f"[{section}]"]
+        for field in dataclasses.fields(config.section(section)):
+            value = getattr(config.section(section), field.name)
+            if value is None:
+                lines.append(f"# {field.name}: none")
+            else:
+                lines.append(f"{field.name} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+# -- types ---------------------------------------------------------------------------------------
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return {f.name: typing.get_type_hints(cls)[f.name] for f in dataclasses.fields(cls)}
+
+
+def _unknown_key(section: str, key: str, hints: dict[str, Any]) -> str:
+    return f"unknown key {section}.{key}; allowed in [{section}]: {', '.join(hints)}"
+
+
+def _split_optional(annotation: Any) -> tuple[type, bool]:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0], len(args) < len(typing.get_args(annotation))
+    return annotation, False
+
+
+def _type_name(annotation: Any) -> str:
+    base, optional = _split_optional(annotation)
+    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+    return names[base] + (" or none" if optional else "")
+
+
+def _check_value(key: str, value: Any, annotation: Any) -> Any:
+    """A TOML value checked against (and converted to) the key's type."""
+    base, _ = _split_optional(annotation)
+    ok = (
+        (base is bool and isinstance(value, bool))
+        or (base is int and isinstance(value, int) and not isinstance(value, bool))
+        or (base is float and isinstance(value, int | float) and not isinstance(value, bool))
+        or (base is str and isinstance(value, str))
+    )
+    if not ok:
+        raise ConfigError(f"{key} must be {_type_name(annotation)}, got {value!r}")
+    return float(value) if base is float else value
+
+
+def _parse_text(key: str, text: str, annotation: Any) -> Any:
+    """A command-line value parsed to the key's type."""
+    base, optional = _split_optional(annotation)
+    if optional and text.lower() in ("none", "null"):
+        return None
+    try:
+        if base is bool:
+            if text not in ("true", "false"):
+                raise ValueError
+            return text == "true"
+        if base is int:
+            if not re.fullmatch(r"[+-]?\d[\d_]*", text):
+                raise ValueError
+            return int(text)
+        if base is float:
+            return float(text)
+    except ValueError:
+        raise ConfigError(f"--{key} must be {_type_name(annotation)}, got {text!r}") from None
+    return text
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'

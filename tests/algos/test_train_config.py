@@ -1,0 +1,209 @@
+"""`parl-train`'s configs: the shipped files, dotted overrides and the errors before anything runs.
+
+These run the command line in this process (`main(argv)`), except for the console-script
+check; nothing here trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from parl_algos.train import (
+    SPECS,
+    ConfigError,
+    apply_override,
+    dump_config,
+    load_config,
+    main,
+    shipped_configs,
+)
+from parl_algos.train._cli import resolve
+
+REQUIRED = {
+    "ppo/cartpole",
+    "dqn/cartpole",
+    "a2c/cartpole",
+    "sac/pendulum",
+    "ddpg/pendulum",
+    "td3/pendulum",
+    "impala/cartpole",
+}
+TRAIN_KEYS = {
+    "total_steps",
+    "seed",
+    "mode",
+    "actors",
+    "eval_every",
+    "eval_episodes",
+    "target_return",
+    "checkpoint_every",
+    "log_every",
+}
+
+
+def test_the_required_configs_are_shipped_and_load():
+    assert set(shipped_configs()) >= REQUIRED
+    for name in shipped_configs():
+        config = load_config(name)
+        assert config.algorithm in SPECS
+        assert config.train.mode == "single"
+        assert config.algorithm.lower() == name.split("/")[0]
+        assert {f.name for f in dataclasses.fields(config.train)} >= TRAIN_KEYS
+
+
+def test_shipped_configs_keep_the_example_scripts_hyperparameters():
+    ppo, dqn = load_config("ppo/cartpole"), load_config("dqn/cartpole")
+    assert (ppo.agent.n_steps, ppo.agent.lr, ppo.agent.gae_lambda, ppo.env.num_envs) == (
+        32,
+        1e-3,
+        0.8,
+        8,
+    )
+    assert (dqn.agent.train_freq, dqn.agent.gradient_steps, dqn.agent.lr) == (256, 128, 2.3e-3)
+    assert load_config("sac/pendulum").train.target_return == -200.0
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_dump_reads_back_to_the_same_config(name, tmp_path):
+    config = load_config(name)
+    apply_override(config, "train.target_return", "none")
+    path = tmp_path / "c.toml"
+    path.write_text(dump_config(config))
+    again = load_config(str(path))
+    assert dataclasses.asdict(again.agent) == dataclasses.asdict(config.agent)
+    assert dataclasses.asdict(again.env) == dataclasses.asdict(config.env)
+    assert dataclasses.asdict(again.train) == dataclasses.asdict(config.train)
+    assert tomllib.loads(path.read_text())["algorithm"] == config.algorithm
+
+
+def test_overrides_parse_to_the_type_of_the_key():
+    config, resume = resolve(
+        [
+            "ppo/cartpole",
+            "--agent.lr",
+            "3e-4",
+            "--train.total_steps=5000",
+            "--agent.anneal",
+            "false",
+            "--agent.clip_value",
+            "0.5",
+            "--mode",
+            "single",
+            "--actors",
+            "3",
+            "--logdir",
+            "somewhere",
+            "--env.id",
+            "Acrobot-v1",
+        ]
+    )
+    assert not resume
+    assert config.agent.lr == 3e-4 and isinstance(config.agent.lr, float)
+    assert config.train.total_steps == 5000
+    assert config.agent.anneal is False
+    assert config.agent.clip_value == 0.5
+    assert (config.train.actors, config.train.logdir) == (3, "somewhere")
+    assert config.env.id == "Acrobot-v1"
+    assert isinstance(resolve(["dqn/cartpole", "--agent.lr", "1"])[0].agent.lr, float)
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["--train.total_steps", "1.5"], ["train.total_steps", "integer"]),
+        (["--agent.anneal", "yes"], ["agent.anneal", "true or false"]),
+        (["--agent.lr", "fast"], ["agent.lr", "number"]),
+        (["--agent.learning_rate", "1e-3"], ["agent.learning_rate", "lr", "clip_coef"]),
+        (["--train.steps", "10"], ["train.steps", "total_steps", "log_every"]),
+        (["--model.size", "10"], ["model.size", "env, agent, train"]),
+        (["--actors", "two"], ["train.actors", "integer"]),
+        (["--mode", "turbo"], ["train.mode", "single"]),
+        (["--agent.lr"], ["--agent.lr", "value"]),
+        (["--train.total_steps", "0"], ["train.total_steps", "at least 1"]),
+    ],
+)
+def test_a_bad_override_exits_before_anything_starts(argv, names, capsys, tmp_path):
+    assert main(["ppo/cartpole", "--logdir", str(tmp_path / "run"), *argv]) == 2
+    err = capsys.readouterr().err
+    for name in names:
+        assert name in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ('algorithm = "PPO"\n[agent]\nlearning_rate = 1.0\n', ["agent.learning_rate", "lr"]),
+        ('algorithm = "PPO"\n[train]\ntotal_steps = 1.5\n', ["train.total_steps", "integer"]),
+        ('algorithm = "PPO"\n[train]\nprogress = 1\n', ["train.progress", "true or false"]),
+        ('algorithm = "XYZ"\n', ["XYZ", "PPO", "DQN"]),
+        ("[env]\nid = 'CartPole-v1'\n", ["algorithm"]),
+        ('algorithm = "PPO"\n[model]\nx = 1\n', ["model", "[agent]"]),
+        ('algorithm = "PPO"\n[train\n', ["not valid TOML"]),
+    ],
+)
+def test_a_bad_file_is_reported_by_key(text, names, capsys, tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err
+    for name in names:
+        assert name in err
+
+
+def test_a_users_file_takes_the_defaults_it_leaves_out(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('algorithm = "dqn"\n[agent]\nbatch_size = 32\n[train]\nseed = 7\n')
+    config = load_config(str(path))
+    assert (config.algorithm, config.agent.batch_size, config.train.seed) == ("DQN", 32, 7)
+    assert config.agent.gamma == 0.99
+
+
+def test_unknown_configs_and_missing_arguments_are_errors(capsys):
+    assert main(["nope/cartpole"]) == 2
+    assert "ppo/cartpole" in capsys.readouterr().err  # the shipped names are listed
+    assert main([]) == 2
+    assert "--list" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="not found"):
+        load_config("missing.toml")
+
+
+def test_resume_takes_only_the_step_budget(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text(dump_config(load_config("ppo/cartpole")))
+    config, resume = resolve(["--resume", str(run), "--train.total_steps", "123"])
+    assert resume and config.train.total_steps == 123 and config.train.logdir == str(run)
+    assert main(["--resume", str(run), "--agent.lr", "1"]) == 2
+    assert "only --train.total_steps" in capsys.readouterr().err
+    assert main(["ppo/cartpole", "--resume", str(run)]) == 2
+    assert "give no config" in capsys.readouterr().err
+
+
+def test_capture_video_without_the_video_extra_names_the_install_command(capsys, tmp_path):
+    if importlib.util.find_spec("moviepy") and importlib.util.find_spec("pygame"):
+        pytest.skip("the video extra is installed (test_train_runs records a video)")
+    assert main(["ppo/cartpole", "--capture-video", "--logdir", str(tmp_path / "r")]) == 2
+    assert "pip install 'parl-algos[video]'" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_list_shows_every_shipped_config_with_its_modes():
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("parl-train")), "--list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    lines = out.strip().splitlines()
+    assert [line.split()[0] for line in lines] == shipped_configs()
+    for line in lines:
+        assert "modes: single" in line

@@ -1,0 +1,257 @@
+"""`parl-train` runs: every shipped config in each of its modes, the run directory, resume, Ctrl-C.
+
+Each run is the real command in a subprocess with a budget of a few hundred env steps.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from parl_algos.train import latest_checkpoint, load_config, shipped_configs
+from parl_algos.train._algorithms import get_spec, stat_columns
+
+PARL_TRAIN = str(Path(sys.executable).with_name("parl-train"))
+# Small schedules: rows, checkpoints and an evaluation within a few hundred steps.
+SMALL = [
+    "--train.log_every",
+    "100",
+    "--train.checkpoint_every",
+    "200",
+    "--train.eval_every",
+    "200",
+    "--train.eval_episodes",
+    "1",
+    "--no-progress",
+]
+OFF_POLICY_SMALL = ["--agent.learning_starts", "100", "--agent.train_freq", "50"]
+OFF_POLICY_SMALL += ["--agent.gradient_steps", "5", "--agent.batch_size", "32"]
+
+
+def parl_train(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [PARL_TRAIN, *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def small_args(name: str) -> list[str]:
+    off_policy = get_spec(load_config(name).algorithm).family == "off_policy"
+    return SMALL + (OFF_POLICY_SMALL if off_policy else [])
+
+
+def rows(logdir: Path) -> list[dict[str, str]]:
+    with open(logdir / "progress.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# What `--list` shows (test_train_config checks that it shows these).
+MODES = [(n, m) for n in shipped_configs() for m in get_spec(load_config(n).algorithm).modes]
+
+
+@pytest.mark.parametrize(("name", "mode"), MODES)
+def test_every_shipped_config_takes_a_few_steps(name, mode, tmp_path):
+    logdir = tmp_path / "run"
+    budget = 300
+    proc = parl_train(
+        name,
+        "--mode",
+        mode,
+        "--train.total_steps",
+        str(budget),
+        "--logdir",
+        str(logdir),
+        *small_args(name),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    written = rows(logdir)
+    steps = [int(r["env_step"]) for r in written]
+    assert steps[-1] >= budget and steps == sorted(set(steps))
+    assert all(b - a <= 300 for a, b in itertools.pairwise(steps))
+    assert latest_checkpoint(str(logdir)).endswith(f"step-{steps[-1]:010d}")
+
+
+def test_the_run_directory_holds_every_file(tmp_path):
+    logdir = tmp_path / "run"
+    proc = parl_train(
+        "dqn/cartpole",
+        "--train.total_steps",
+        "600",
+        "--logdir",
+        str(logdir),
+        "--agent.lr",
+        "1e-3",
+        *small_args("dqn/cartpole"),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = set(os.listdir(logdir))
+    assert {"config.toml", "progress.csv", "learning_curve.png", "log.log"} <= names
+    assert {"checkpoints", "agent.ckpt"} <= names
+    assert any(n.startswith("events.out.tfevents") for n in names)
+    config = tomllib.loads((logdir / "config.toml").read_text())
+    assert config["algorithm"] == "DQN"
+    assert config["agent"]["lr"] == 1e-3 and config["train"]["total_steps"] == 600
+    with open(logdir / "progress.csv", newline="") as f:
+        header = next(csv.reader(f))
+    assert header == ["env_step", "seconds", "mean_return", "loss", "q_mean"]
+    assert header[3:] == stat_columns(get_spec("DQN").stats)
+    written = rows(logdir)
+    assert written[0]["env_step"] == "1" and written[0]["mean_return"] == ""  # none ended yet
+    assert any(r["mean_return"] for r in written) and any(r["loss"] for r in written)
+    checkpoints = sorted(os.listdir(logdir / "checkpoints"))
+    assert checkpoints == ["step-0000000400", "step-0000000600"]  # the newest two are kept
+    assert set(os.listdir(logdir / "checkpoints" / checkpoints[-1])) == {"agent.ckpt", "state.pkl"}
+
+
+def test_the_default_run_directory_is_named_after_algorithm_and_environment(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [PARL_TRAIN, "a2c/cartpole", "--train.total_steps", "100", *SMALL],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = (tmp_path / "train_log" / "a2c-cartpole").iterdir()
+    assert len(run.name) == len("2026-11-23_10-00-00")
+    assert (run / "progress.csv").exists()
+
+
+def step_and_return(logdir: Path) -> list[tuple[str, str]]:
+    return [(r["env_step"], r["mean_return"]) for r in rows(logdir)]
+
+
+@pytest.mark.parametrize("name", ["ppo/cartpole", "dqn/cartpole"])
+def test_resuming_from_a_periodic_checkpoint_rewrites_the_same_rows(name, tmp_path):
+    """As after `kill -9`: the rows past the last checkpoint are dropped and written again."""
+    whole = tmp_path / "whole"
+    args = ["--train.total_steps", "1500", *small_args(name), "--train.checkpoint_every", "500"]
+    proc = parl_train(name, "--logdir", str(whole), *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    crashed = tmp_path / "crashed"
+    shutil.copytree(whole, crashed)
+    shutil.rmtree(latest_checkpoint(str(crashed)))  # the run died before its last checkpoint
+    resume_from = int(latest_checkpoint(str(crashed)).rsplit("-", 1)[1])
+    assert resume_from < int(rows(whole)[-1]["env_step"])
+    proc = parl_train("--resume", str(crashed), timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert step_and_return(crashed) == step_and_return(whole)
+    assert any(ret for _, ret in step_and_return(whole))
+    assert f"resumed {crashed}" in (crashed / "log.log").read_text()
+
+
+def test_ctrl_c_writes_a_checkpoint_exits_130_and_the_resumed_run_matches(tmp_path):
+    name = "ppo/cartpole"
+    args = [*small_args(name), "--agent.anneal", "false", "--train.log_every", "256"]
+    whole = tmp_path / "whole"
+    proc = parl_train(name, "--logdir", str(whole), "--train.total_steps", "5000", *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    stopped = tmp_path / "stopped"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    child = subprocess.Popen(
+        [PARL_TRAIN, name, "--logdir", str(stopped), "--train.total_steps", "10000000", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and child.poll() is None:
+            if (stopped / "progress.csv").exists() and len(rows(stopped)) >= 3:
+                break
+            time.sleep(0.05)
+        assert child.poll() is None, child.communicate()[1][-3000:]
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 130, err[-3000:]
+    assert f"--resume {stopped}" in err
+    checkpoint = latest_checkpoint(str(stopped))
+    stopped_at = int(checkpoint.rsplit("-", 1)[1])
+    assert int(rows(stopped)[-1]["env_step"]) <= stopped_at < 5000
+    proc = parl_train("--resume", str(stopped), "--train.total_steps", "5000")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert step_and_return(stopped) == step_and_return(whole)
+
+
+@pytest.mark.skipif(
+    not (importlib.util.find_spec("moviepy") and importlib.util.find_spec("pygame")),
+    reason="needs parl-algos[video]",
+)
+def test_capture_video_records_the_evaluation_episodes(tmp_path):
+    logdir = tmp_path / "run"
+    proc = parl_train(
+        "ppo/cartpole",
+        "--capture-video",
+        "--train.total_steps",
+        "300",
+        "--logdir",
+        str(logdir),
+        *SMALL,
+        "--train.eval_episodes",
+        "2",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    videos = sorted(os.listdir(logdir / "videos"))
+    # Evaluations at env steps 256 and 512 (after each 256-step batch past a multiple of 200).
+    assert videos == [f"eval-episode-{i}.mp4" for i in range(4)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [
+        ("ppo/cartpole", "sync"),
+        *(
+            pytest.param(
+                "dqn/cartpole",
+                mode,
+                marks=pytest.mark.xfail(
+                    strict=False,
+                    reason="measured in sync: mean return 137 at 100k steps; each worker's copy "
+                    "decays epsilon by its own steps, the schedule is not yet adapted to actors",
+                ),
+            )
+            for mode in ("sync", "async")
+        ),
+    ],
+)
+def test_cartpole_reaches_475_with_2_actors(name, mode, tmp_path):
+    logdir = tmp_path / "run"
+    proc = parl_train(
+        name,
+        "--mode",
+        mode,
+        "--actors",
+        "2",
+        "--train.stop_at_target",
+        "true",
+        "--train.eval_every",
+        "0",
+        "--no-progress",
+        "--logdir",
+        str(logdir),
+        timeout=580,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "reached" in (logdir / "log.log").read_text()
+    assert max(float(r["mean_return"]) for r in rows(logdir) if r["mean_return"]) >= 475
