@@ -116,6 +116,16 @@ def test_numpy_arrays_round_trip(connected):
     assert a.echo({"obs": np.ones(5), "n": [1, 2]})["n"] == [1, 2]
 
 
+def test_constructor_arguments_carry_large_arrays_and_tensors(connected):
+    torch = pytest.importorskip("torch")
+    weights = np.arange(100_000, dtype=np.float32)  # out of band: a buffer of its own
+    tensor = torch.arange(50_000, dtype=torch.float64)  # no grad: travels as its array
+    a = Actor({"weights": weights, "tensor": tensor})
+    k = a.k
+    np.testing.assert_array_equal(k["weights"], weights)
+    assert torch.equal(k["tensor"], tensor)
+
+
 def test_awaitable_twin_and_async_creation(connected):
     a = Actor(1)
 

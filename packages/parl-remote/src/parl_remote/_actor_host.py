@@ -242,7 +242,7 @@ class ActorHost:
             if msg.bundle:
                 with zipfile.ZipFile(io.BytesIO(msg.bundle)) as bundle:
                     bundle.extractall(os.getcwd())
-            cls, args, kwargs = ser.loads(msg.payload)
+            cls, args, kwargs = ser.loads(msg.payload, buffers)
         except Exception as exc:
             text = f"the actor process could not load the class {self.class_name} or its arguments"
             self._send(conn, _unpickling_error(0, text, exc))
