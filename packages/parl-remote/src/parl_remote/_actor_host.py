@@ -66,10 +66,10 @@ class ActorHost:
         self.calls = 0
         self.errors = 0
         self.ctl: AsyncConnection | None = None
-        self._backlog: deque = deque()
+        self._backlog: deque[Any] = deque()
         self._gated = False
         self._async_starting = 0
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._cork = False
         self._corked: set[AsyncConnection] = set()
         self._durations: dict[str, float] = {}  # per method: recent run time, slow ones sticky
@@ -145,7 +145,7 @@ class ActorHost:
         task.add_done_callback(self._tasks.discard)
 
     # -- the worker's channel ------------------------------------------------------------------
-    def _on_ctl(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+    def _on_ctl(self, conn: AsyncConnection, msg: Any, buffers: tuple[Any, ...]) -> None:
         handler = self._ctl_handlers.get(type(msg))
         if handler is None:
             raise ProtocolError(
@@ -182,13 +182,13 @@ class ActorHost:
         asyncio.get_running_loop().call_later(_STATS_EVERY_S, self._report_stats)
 
     # -- clients -------------------------------------------------------------------------------
-    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple[Any, ...]) -> None:
         handler = self._handlers.get(type(msg))
         if handler is None:
             raise ProtocolError(f"an actor process does not take {type(msg).__name__}")
         handler(self, conn, msg, buffers)
 
-    def _queue_call(self, conn: AsyncConnection, msg: m.Call, buffers: tuple) -> None:
+    def _queue_call(self, conn: AsyncConnection, msg: m.Call, buffers: tuple[Any, ...]) -> None:
         self._backlog.append((conn, msg, buffers))
         if len(self._backlog) == 1:
             self._process()
@@ -225,7 +225,7 @@ class ActorHost:
         for conn in corked:
             conn.flush()
 
-    def _init(self, conn: AsyncConnection, msg: m.Init, buffers: tuple) -> None:
+    def _init(self, conn: AsyncConnection, msg: m.Init, buffers: tuple[Any, ...]) -> None:
         if self.actor_id is None or msg.actor_id != self.actor_id:
             self._send(
                 conn,
@@ -277,7 +277,7 @@ class ActorHost:
             self.methods[name] = entry
         return entry
 
-    def _call(self, conn: AsyncConnection, msg: m.Call, buffers: tuple) -> None:
+    def _call(self, conn: AsyncConnection, msg: m.Call, buffers: tuple[Any, ...]) -> None:
         where = f"{self.class_name}.{msg.name}"
         if self.instance is None:
             self._send(
@@ -425,7 +425,9 @@ class ActorHost:
             text = f"{where}() raised:\n{remote_tb.rstrip()}"
             self.ctl.send(m.LogLines([(self.actor_id, "exception", text)]))
 
-    def _send(self, conn: AsyncConnection, msg: Any, buffers: list | tuple = ()) -> None:
+    def _send(
+        self, conn: AsyncConnection, msg: Any, buffers: list[Any] | tuple[Any, ...] = ()
+    ) -> None:
         with contextlib.suppress(ConnectionError):  # the caller is gone: nobody waits for it
             if self._cork and not buffers:
                 conn.send(msg, batch=True)

@@ -89,10 +89,10 @@ class Client:
         self.refs: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self.fates: dict[str, str] = {}
         self._ids = itertools.count(1)
-        self._requests: Replies[asyncio.Future] = Replies()  # to the master, by request id
+        self._requests: Replies[asyncio.Future[Any]] = Replies()  # to the master, by request id
         self._closed = False
-        self._maintainer: ConcurrentFuture | None = None
-        self._soon: list[tuple] = []
+        self._maintainer: ConcurrentFuture[Any] | None = None
+        self._soon: list[tuple[Any, ...]] = []
         self._soon_lock = threading.Lock()
         self._soon_scheduled = False
         self._thread = threading.Thread(target=self._run_loop, name="parl-client", daemon=True)
@@ -179,7 +179,7 @@ class Client:
             actors=list(self.refs.keys()),
         )
 
-    def _on_master(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+    def _on_master(self, conn: AsyncConnection, msg: Any, buffers: tuple[Any, ...]) -> None:
         handler = self._handlers.get(type(msg))
         if handler is None:
             raise ProtocolError(f"a client does not take {type(msg).__name__} from the master")
@@ -216,7 +216,7 @@ class Client:
                     ClusterError(f"the connection to the PARL master at {self.address} was lost")
                 )
 
-    def _echo(self, lines: list) -> None:
+    def _echo(self, lines: list[Any]) -> None:
         for actor_id, stream, line in lines:
             ref = self.refs.get(actor_id)
             name = ref.class_name if ref is not None else "actor"
@@ -364,7 +364,7 @@ class Client:
             return reason
         if not self._thread.is_alive():
             return "this client is closed"
-        future: ConcurrentFuture = asyncio.run_coroutine_threadsafe(
+        future: ConcurrentFuture[Any] = asyncio.run_coroutine_threadsafe(
             self._fate(actor_id, wait), self.loop
         )
         try:

@@ -19,6 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -35,8 +36,8 @@ class ProcessInfo:
     pid: int
     create_time: float
     log: str
-    ready: dict = field(default_factory=dict)
-    popen: subprocess.Popen | None = field(default=None, repr=False, compare=False)
+    ready: dict[str, Any] = field(default_factory=dict)
+    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
     def alive(self) -> bool:
         """Whether this very process (not a reuse of its PID) still runs."""
@@ -57,7 +58,7 @@ class ProcessInfo:
                 self.popen.wait(timeout)
         return gone
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """For the state files of `xparl`."""
         return {"pid": self.pid, "create_time": self.create_time, "log": self.log}
 

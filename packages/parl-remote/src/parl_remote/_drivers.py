@@ -35,7 +35,9 @@ if TYPE_CHECKING:
 __all__ = ["BlockingDriver", "PipelinedDriver", "RemoteFuture", "arequest", "request"]
 
 
-def request(conn: SyncConnection, msg: Any, buffers: list | tuple = ()) -> tuple[Any, tuple]:
+def request(
+    conn: SyncConnection, msg: Any, buffers: list[Any] | tuple[Any, ...] = ()
+) -> tuple[Any, tuple[Any, ...]]:
     """Send `msg` and read until its reply (what else arrives meanwhile, e.g. a ping, is skipped).
 
     Returns `(reply, buffers)`. Raises ConnectionError (or OSError) if the connection breaks.
@@ -49,8 +51,11 @@ def request(conn: SyncConnection, msg: Any, buffers: list | tuple = ()) -> tuple
 
 
 async def arequest(
-    conn: AsyncConnection, replies: Replies[asyncio.Future], msg: Any, buffers: list | tuple = ()
-) -> tuple[Any, tuple]:
+    conn: AsyncConnection,
+    replies: Replies[asyncio.Future[Any]],
+    msg: Any,
+    buffers: list[Any] | tuple[Any, ...] = (),
+) -> tuple[Any, tuple[Any, ...]]:
     """Send `msg` and wait for its reply, which `replies` matches (other requests stay in flight).
 
     The owner of `conn` hands `replies` what arrives (`match` -> set the future's result) and
@@ -82,7 +87,7 @@ class BlockingDriver:
         self.conns: set[SyncConnection] = set()
         self.lock = threading.Lock()
 
-    def create(self, payload: bytes, buffers: list, bundle: bytes) -> tuple[str, ...]:
+    def create(self, payload: bytes, buffers: list[Any], bundle: bytes) -> tuple[str, ...]:
         """Build the actor from `init_payload`'s pickle; raise what its constructor raised.
 
         Returns the names of methods that the instance's attributes hide.
@@ -91,7 +96,7 @@ class BlockingDriver:
         reply, rbuffers = self.request(msg, buffers)
         return self.core.result(reply, rbuffers, INIT)
 
-    def call(self, kind: Any, name: str, args: tuple, kwargs: dict) -> Any:
+    def call(self, kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run `name` on the actor and return its result: one round trip."""
         if self.core.dead is not None:
             raise self.core.died_error()
@@ -99,7 +104,7 @@ class BlockingDriver:
         reply, rbuffers = self.request(msg, buffers)
         return self.core.result(reply, rbuffers, name)
 
-    def request(self, msg: Any, buffers: list) -> tuple[Any, tuple]:
+    def request(self, msg: Any, buffers: list[Any]) -> tuple[Any, tuple[Any, ...]]:
         """Send `msg` on an idle connection (a new one if none is idle); return its reply.
 
         A connection carries one request at a time, so the next message is the reply.
@@ -182,14 +187,14 @@ class PipelinedDriver:
         self.loop = asyncio.get_running_loop()
         self.replies: Replies[Any] = Replies()
         self.conn: AsyncConnection | None = None
-        self.queue: list[tuple[Any, list]] = []  # sent before the connection was open
+        self.queue: list[tuple[Any, list[Any]]] = []  # sent before the connection was open
         self.closed = False
         self._owner = weakref.ref(owner)  # weak: the owner holds this driver
         self._drivers, self._lock = drivers, lock
         self._gone = self.loop.create_future()
         self.task = self.loop.create_task(self._run())
 
-    async def acreate(self, payload: bytes, buffers: list, bundle: bytes) -> tuple[str, ...]:
+    async def acreate(self, payload: bytes, buffers: list[Any], bundle: bytes) -> tuple[str, ...]:
         """Build the actor from `init_payload`'s pickle; raise what its constructor raised.
 
         Returns the names of methods that the instance's attributes hide.
@@ -198,7 +203,9 @@ class PipelinedDriver:
         reply, rbuffers = await self.arequest(msg, buffers)
         return self.core.result(reply, rbuffers, INIT)
 
-    def acall(self, kind: Any, name: str, args: tuple, kwargs: dict) -> asyncio.Future:
+    def acall(
+        self, kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> asyncio.Future[Any]:
         """Send a call to `name` now; return the future of its result."""
         future = self.loop.create_future()
         if self.core.dead is not None:
@@ -211,7 +218,7 @@ class PipelinedDriver:
         self.submit(msg, buffers, _Awaited(self, future, name))
         return future
 
-    async def arequest(self, msg: Any, buffers: list) -> tuple[Any, tuple]:
+    async def arequest(self, msg: Any, buffers: list[Any]) -> tuple[Any, tuple[Any, ...]]:
         """Send `msg` (behind the calls before it) and return its reply."""
         future = self.loop.create_future()
         self.submit(msg, buffers, _Awaited(self, future, None))
@@ -222,7 +229,7 @@ class PipelinedDriver:
         self.task.cancel()
         self._end()
 
-    def submit(self, msg: Any, buffers: list, waiter: Any) -> None:
+    def submit(self, msg: Any, buffers: list[Any], waiter: Any) -> None:
         """Send `msg`; `waiter.settle(reply, buffers)` gets its reply, `.fail(error)` a loss."""
         if self.closed:
             waiter.fail(self.core.fate_error(self.core.dead))
@@ -269,7 +276,7 @@ class PipelinedDriver:
         finally:  # also when cancelled: closed, or its loop ends
             self._end()
 
-    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple[Any, ...]) -> None:
         waiter = self.replies.match(msg)
         if waiter is not None:
             waiter.settle(msg, buffers)
@@ -301,13 +308,15 @@ class _Awaited:
 
     __slots__ = ("core", "future", "name", "owner")
 
-    def __init__(self, driver: PipelinedDriver, future: asyncio.Future, name: str | None) -> None:
+    def __init__(
+        self, driver: PipelinedDriver, future: asyncio.Future[Any], name: str | None
+    ) -> None:
         self.core = driver.core
         self.owner = driver._owner()  # the actor lives at least until its reply
         self.future = future
         self.name = name
 
-    def settle(self, reply: Any, buffers: tuple) -> None:
+    def settle(self, reply: Any, buffers: tuple[Any, ...]) -> None:
         future = self.future
         if future.done():  # cancelled by its caller
             return
@@ -339,11 +348,11 @@ class RemoteFuture:
         self._done = threading.Lock()
         self._done.acquire()
         self._reply: Any = None
-        self._buffers: tuple = ()
+        self._buffers: tuple[Any, ...] = ()
         self._error: BaseException | None = None
         self._taken = False
 
-    def settle(self, reply: Any, buffers: tuple) -> None:
+    def settle(self, reply: Any, buffers: tuple[Any, ...]) -> None:
         """The reply arrived (called by the driver, once)."""
         self._reply, self._buffers = reply, buffers
         self._done.release()

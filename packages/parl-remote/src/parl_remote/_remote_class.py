@@ -51,7 +51,7 @@ METHOD, GETATTR, SETATTR = m.CallKind.METHOD, m.CallKind.GETATTR, m.CallKind.SET
 _PROXIES: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()  # cls -> proxy
 
 
-def _reduce(ref: _ActorRef, awaitable: bool) -> tuple:
+def _reduce(ref: _ActorRef, awaitable: bool) -> tuple[Any, ...]:
     """How a handle of `ref`'s actor travels to another process (see `_rebuild`)."""
     spec = ref.spec
     where = (ref.actor_id, ref.host, ref.port, ref.pid, ref.shadowed)
@@ -261,7 +261,7 @@ def _shadowing(proxy_cls: type, names: tuple[str, ...]) -> type:
     return shadowing
 
 
-def _create(spec: _ClassSpec, args: tuple, kwargs: dict) -> _ActorRef:
+def _create(spec: _ClassSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _ActorRef:
     client = current_client()
     payload, buffers = init_payload(spec.cls, spec.name, args, kwargs)
     assigned = client.create_actor(

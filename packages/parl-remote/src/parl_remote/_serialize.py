@@ -103,7 +103,7 @@ def _dumps_with_tensors(obj: Any, keep: Any) -> bytes:
     return data
 
 
-def _tensor_table() -> dict:
+def _tensor_table() -> dict[type, Any]:
     import torch
 
     if not _TENSOR_TABLE:
@@ -112,7 +112,7 @@ def _tensor_table() -> dict:
     return _TENSOR_TABLE
 
 
-_TENSOR_TABLE: dict = {}
+_TENSOR_TABLE: dict[type, Any] = {}
 _TENSOR_PICKLERS = threading.local()
 _KEEP_PICKLER_BYTES = 1 << 20
 
@@ -143,7 +143,7 @@ def _tensor_from_numpy(array: Any) -> Any:
     return torch.from_numpy(array)
 
 
-def loads(data: bytes, buffers: tuple | list = ()) -> Any:
+def loads(data: bytes, buffers: tuple[Any, ...] | list[Any] = ()) -> Any:
     """Unpickle what `dumps` produced (buffers in the same order)."""
     return pickle.loads(data, buffers=buffers)
 

@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     """Write `data` as JSON to `path` so that readers see the old file or the new one, whole."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -39,7 +39,7 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
         raise
 
 
-def read_json(path: str | os.PathLike) -> Any:
+def read_json(path: str | os.PathLike[str]) -> Any:
     """Read a JSON file, or return None if it does not exist or is not complete JSON."""
     try:
         with open(path) as f:

@@ -89,7 +89,7 @@ def _local_address(args: argparse.Namespace) -> str:
     )
 
 
-def _started_here() -> list[dict]:
+def _started_here() -> list[dict[str, Any]]:
     """The state of every cluster started here that still runs; dead ones' files are removed.
 
     A cluster whose master died while some of its workers live on still counts: a new
@@ -113,7 +113,7 @@ def _started_here() -> list[dict]:
 
 
 # -- commands ----------------------------------------------------------------------------------
-def _process(entry: dict) -> _cluster.ProcessInfo:
+def _process(entry: dict[str, Any]) -> _cluster.ProcessInfo:
     return _cluster.ProcessInfo(entry["pid"], entry["create_time"], entry["log"])
 
 

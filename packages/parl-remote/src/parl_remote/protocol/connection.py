@@ -131,7 +131,7 @@ class Connection:
         self._hs = _OPEN if trusted else (_AWAIT_HELLO if is_server else _AWAIT_CHALLENGE)
         self._error: Exception | None = None
         self._outgoing: list[bytes] = []
-        self._events: deque = deque()
+        self._events: deque[Any] = deque()
         # receive state
         self._state = _HEAD
         self._need = _HEADER.size
@@ -139,7 +139,7 @@ class Connection:
         self._env_len = 0
         self._nbuf = 0
         self._lengths: tuple[int, ...] = ()
-        self._buffers: list = []
+        self._buffers: list[Any] = []
         self._cur: memoryview | None = None
         self._filled = 0
         self._scratch = memoryview(bytearray(_SCRATCH))
@@ -174,7 +174,7 @@ class Connection:
         return out
 
     # -- sending ---------------------------------------------------------------------------
-    def send(self, msg: m.Message, buffers: list | tuple = ()) -> list:
+    def send(self, msg: m.Message, buffers: list[Any] | tuple[Any, ...] = ()) -> list[Any]:
         """Return the buffers to write for `msg` and its out-of-band `buffers` (not copied)."""
         if self._hs != _OPEN:
             raise ProtocolError(f"cannot send {type(msg).__name__} before the handshake completed")
@@ -252,7 +252,7 @@ class Connection:
             self._fail(exc)
             raise
 
-    def take_events(self) -> list:
+    def take_events(self) -> list[Any]:
         """Return (and forget) every event available now, in one list.
 
         The same events `next_event` would return, one by one, until `NEED_DATA`.
@@ -419,7 +419,7 @@ class Connection:
             raise ProtocolError(f"an undecodable frame: {type(exc).__name__}: {exc}") from None
 
     # -- the handshake ---------------------------------------------------------------------
-    def _deliver(self, msg: m.Message, buffers: tuple) -> None:
+    def _deliver(self, msg: m.Message, buffers: tuple[Any, ...]) -> None:
         if self._hs == _OPEN:
             if isinstance(msg, _HANDSHAKE_TYPES):
                 raise ProtocolError(f"an unexpected {type(msg).__name__} after the handshake")
