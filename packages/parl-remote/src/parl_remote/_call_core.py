@@ -50,7 +50,8 @@ def message_id(msg: Any) -> int | None:
     """
     kind = type(msg)
     if kind in _CALL_IDS:
-        return msg.id
+        call_id: int = msg.id
+        return call_id
     if kind in _INIT_IDS:
         return 0
     return getattr(msg, "request_id", None)
@@ -108,7 +109,7 @@ def error_from(msg: m.Error, where: str) -> BaseException:
 
 
 def init_payload(
-    cls: type, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    cls: type[Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[bytes, list[Any]]:
     """Pickle `(cls, args, kwargs)` for `Init`, after checking the arguments fit `cls`."""
     if cls.__init__ is not object.__init__:
@@ -132,7 +133,7 @@ def _named_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str,
     return named
 
 
-def _shared(buffers: list[Any], shared_from: int) -> bool:
+def _shared(buffers: list[pickle.PickleBuffer], shared_from: int) -> bool:
     return 0 < shared_from <= sum(b.raw().nbytes for b in buffers)
 
 
@@ -186,6 +187,7 @@ class ActorCore:
         at least `shared_from` (> 0) bytes: sent at once through shared memory, whose segment
         is their one copy.
         """
+        buffers: list[Any]
         if kind == _GETATTR:
             data, buffers = _NONE, []
         else:

@@ -43,10 +43,11 @@ class ProcessInfo:
         """Whether this very process (not a reuse of its PID) still runs."""
         try:
             proc = psutil.Process(self.pid)
-            return (
+            alive: bool = (
                 abs(proc.create_time() - self.create_time) < 1.0
                 and proc.status() != psutil.STATUS_ZOMBIE
             )
+            return alive
         except psutil.Error:
             return False
 

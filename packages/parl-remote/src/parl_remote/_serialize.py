@@ -97,7 +97,7 @@ def _dumps_with_tensors(obj: Any, keep: Any) -> bytes:
         pickler.clear_memo()
         local.keep[0] = None
         local.busy = False
-    data = out.getvalue()
+    data: bytes = out.getvalue()
     if len(data) > _KEEP_PICKLER_BYTES:  # do not hold a large stream's memory per thread
         local.pickler = None
     return data
@@ -179,7 +179,7 @@ def find_culprit(named: dict[str, Any]) -> str:
 def dumps_exception(exc: BaseException) -> bytes:
     """Pickle an exception raised by user code, or return b"" when that is impossible."""
     try:
-        data = cloudpickle.dumps(exc, protocol=5)
+        data: bytes = cloudpickle.dumps(exc, protocol=5)
         pickle.loads(data)  # an exception whose __init__ cannot be replayed fails here
     except Exception:
         return b""

@@ -297,7 +297,7 @@ def sweep(tag: str, pid: int | None = None) -> int:
     return removed
 
 
-_STORE: list[Any] = []
+_STORE: list[SegmentStore] = []
 _STORE_LOCK = threading.Lock()
 
 

@@ -64,7 +64,8 @@ def outward_ip() -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             s.connect(("10.255.255.255", 1))
-            return s.getsockname()[0]
+            address: str = s.getsockname()[0]
+            return address
         except OSError:
             return "127.0.0.1"
 
@@ -87,7 +88,8 @@ def owner_alive(pid: int | None) -> bool:
     if not pid:
         return True
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        alive: bool = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return alive
     except psutil.Error:
         return False
 

@@ -490,4 +490,4 @@ ActorQueryState = Literal["starting", "idle", "busy", "dead", "unknown"]
 """What `ActorState` answers: an actor's state, or "unknown" when the master never knew it."""
 
 encoder = msgspec.msgpack.Encoder()
-decoder = msgspec.msgpack.Decoder(Message)
+decoder: msgspec.msgpack.Decoder[Message] = msgspec.msgpack.Decoder(Message)
