@@ -23,7 +23,7 @@ import contextlib
 import threading
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from parl_remote._call_core import INIT, ActorCore, Replies, message_id
 from parl_remote._exceptions import FutureGetRepeatedlyError
@@ -61,8 +61,8 @@ async def arequest(
     The owner of `conn` hands `replies` what arrives (`match` -> set the future's result) and
     fails what is left when the connection is lost. Returns `(reply, buffers)`.
     """
-    key = message_id(msg)
-    future = asyncio.get_running_loop().create_future()
+    key = cast(int, message_id(msg))  # a request always carries an id
+    future: asyncio.Future[tuple[Any, tuple[Any, ...]]] = asyncio.get_running_loop().create_future()
     replies.expect(key, future)
     try:
         conn.send(msg, buffers)
@@ -94,7 +94,8 @@ class BlockingDriver:
         """
         msg, buffers = self.core.init(payload, buffers, bundle, copy=False)
         reply, rbuffers = self.request(msg, buffers)
-        return self.core.result(reply, rbuffers, INIT)
+        hidden: tuple[str, ...] = self.core.result(reply, rbuffers, INIT)
+        return hidden
 
     def call(self, kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run `name` on the actor and return its result: one round trip."""
@@ -201,7 +202,8 @@ class PipelinedDriver:
         """
         msg, buffers = self.core.init(payload, buffers, bundle, copy=True)
         reply, rbuffers = await self.arequest(msg, buffers)
-        return self.core.result(reply, rbuffers, INIT)
+        hidden: tuple[str, ...] = self.core.result(reply, rbuffers, INIT)
+        return hidden
 
     def acall(
         self, kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -220,7 +222,7 @@ class PipelinedDriver:
 
     async def arequest(self, msg: Any, buffers: list[Any]) -> tuple[Any, tuple[Any, ...]]:
         """Send `msg` (behind the calls before it) and return its reply."""
-        future = self.loop.create_future()
+        future: asyncio.Future[tuple[Any, tuple[Any, ...]]] = self.loop.create_future()
         self.submit(msg, buffers, _Awaited(self, future, None))
         return await future
 
@@ -234,7 +236,7 @@ class PipelinedDriver:
         if self.closed:
             waiter.fail(self.core.fate_error(self.core.dead))
             return
-        self.replies.expect(message_id(msg), waiter)
+        self.replies.expect(message_id(msg), waiter)  # type: ignore[arg-type]  # a request has an id
         if self.conn is None:
             self.queue.append((msg, buffers))
             return

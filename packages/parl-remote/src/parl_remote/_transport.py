@@ -15,7 +15,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from parl_remote import _shm
 from parl_remote._config import settings
@@ -157,7 +157,7 @@ class SyncConnection:
 
     def receive(self) -> tuple[Any, tuple[Any, ...]]:
         """Block until the next message arrives; return `(message, buffers)`."""
-        event = self._read_event()
+        event: tuple[Any, tuple[Any, ...]] = self._read_event()
         if event is AUTHENTICATED:  # pragma: no cover - only during open()
             raise ProtocolError("a second handshake")
         return event
@@ -233,10 +233,10 @@ class AsyncConnection(asyncio.BufferedProtocol):
 
     # protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = stream = cast(asyncio.Transport, transport)  # a stream: TCP or Unix
         if self._exact_flow:
             # Told the moment anything waits in the write buffer, and when it is all written.
-            transport.set_write_buffer_limits(high=0, low=0)
+            stream.set_write_buffer_limits(high=0, low=0)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             _tune(sock)
@@ -244,7 +244,7 @@ class AsyncConnection(asyncio.BufferedProtocol):
         self.peername = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "local")
         frames = self.proto.initiate()
         if frames:
-            transport.writelines(frames)
+            stream.writelines(frames)
         if self.proto.authenticated and not self.authenticated.done():
             self.authenticated.set_result(None)
 
