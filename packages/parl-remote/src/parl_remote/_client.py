@@ -240,7 +240,7 @@ class Client:
     async def _create(
         self, class_name: str, n_gpu: int, max_memory_mb: float, wait_s: float
     ) -> m.ActorAssigned:
-        reply = await self._request(
+        reply: m.ActorAssigned | m.CreateFailed = await self._request(
             lambda rid: m.CreateActor(rid, class_name, n_gpu, max_memory_mb, wait_s),
             wait_s + settings.connect_timeout_s + 5,
         )
@@ -339,7 +339,7 @@ class Client:
             if actor_id in self.fates:
                 return self.fates[actor_id]
             try:
-                reply = await self._request(
+                reply: m.ActorState = await self._request(
                     lambda rid: m.QueryActor(rid, actor_id), max(deadline - time.monotonic(), 0.01)
                 )
             except (ClusterError, TimeoutError):
@@ -364,7 +364,7 @@ class Client:
             return reason
         if not self._thread.is_alive():
             return "this client is closed"
-        future: ConcurrentFuture[Any] = asyncio.run_coroutine_threadsafe(
+        future: ConcurrentFuture[str | None] = asyncio.run_coroutine_threadsafe(
             self._fate(actor_id, wait), self.loop
         )
         try:
@@ -385,7 +385,8 @@ class Client:
         """The cluster's state, as `xparl status` shows it."""
         self._check_open()
         coro = self._request(lambda rid: m.StatusRequest(rid), timeout)
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout + 1).status
+        reply: m.StatusReply = asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout + 1)
+        return reply.status
 
     def _check_open(self) -> None:
         if self._closed:
