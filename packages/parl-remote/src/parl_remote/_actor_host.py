@@ -123,7 +123,8 @@ class ActorHost:
                 threading.Thread(target=handshake, args=(sock, peer), daemon=True).start()
 
         threading.Thread(target=accept_forever, name="parl-accept", daemon=True).start()
-        return listener.getsockname()[1]
+        port: int = listener.getsockname()[1]
+        return port
 
     def _adopt(self, conn: SyncConnection) -> None:
         """Serve an authenticated connection on the event loop."""
@@ -387,7 +388,7 @@ class ActorHost:
             self._send(conn, m.Error(call_id, "serialize", type(exc).__name__, text))
             return
         self._send(conn, m.Result(call_id, data), buffers)
-        if buffers and not conn.closed and conn.transport.get_write_buffer_size():
+        if buffers and not conn.closed and conn.transport.get_write_buffer_size():  # type: ignore[union-attr]  # open
             # The reply still points into the result's memory: run nothing that could change it
             # until the kernel has it all.
             self._gated = True
@@ -446,8 +447,8 @@ class ActorHost:
             reason = f"the actor called sys.exit({code!r})"
             try:
                 self.ctl.send(m.ActorExited(self.actor_id, reason, status))
-                sock = self.ctl.transport.get_extra_info("socket")
-                if self.ctl.transport.get_write_buffer_size() and sock is not None:
+                sock = self.ctl.transport.get_extra_info("socket")  # type: ignore[union-attr]  # open
+                if self.ctl.transport.get_write_buffer_size() and sock is not None:  # type: ignore[union-attr]  # open
                     sock.setblocking(True)
             except Exception:
                 pass

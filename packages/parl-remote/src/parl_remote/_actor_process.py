@@ -130,7 +130,7 @@ async def spawn_host(
 
 def tree_rss(proc: psutil.Process) -> int:
     """Resident memory of a process and all its descendants, bytes."""
-    rss = proc.memory_info().rss
+    rss: int = proc.memory_info().rss
     for child in proc.children(recursive=True):
         with contextlib.suppress(psutil.Error):
             rss += child.memory_info().rss

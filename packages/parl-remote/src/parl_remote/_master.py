@@ -67,7 +67,7 @@ class Master:
         self._adopted: dict[str, float] = {}  # actor id -> when its client must be back
         self._done: asyncio.Future[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self.dashboard_url: str | None = None
         self._dashboard: Any = None  # the dashboard's aiohttp AppRunner, while it serves
 

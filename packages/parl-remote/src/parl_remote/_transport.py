@@ -431,7 +431,7 @@ async def serve_async(
     handshake_timeout: float | None = None,
     sock: socket.socket | None = None,
     exact_flow: bool = False,
-) -> asyncio.AbstractServer:
+) -> asyncio.Server:
     """Serve authenticated connections on host:port (or an already bound `sock`).
 
     Connections that do not complete the handshake within `handshake_timeout` are closed, and

@@ -29,7 +29,7 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import psutil
 
@@ -92,7 +92,7 @@ class Worker:
         )
         self._logs: deque[Any] = deque(maxlen=_LOG_BACKLOG)
         self._log_flush: asyncio.TimerHandle | None = None
-        self._warm_changed: asyncio.Condition | None = None
+        self._warm_changed: asyncio.Condition = None  # type: ignore[assignment]  # made in run()
         self._stopping = False
         self._done: asyncio.Future[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -171,7 +171,7 @@ class Worker:
     # -- the master ------------------------------------------------------------------------
     def _registration(self, conn: AsyncConnection) -> m.RegisterWorker:
         if self.host is None:  # actors listen on the address that reaches the master
-            self.host = conn.transport.get_extra_info("sockname")[0]
+            self.host = conn.transport.get_extra_info("sockname")[0]  # type: ignore[union-attr]  # open
         return m.RegisterWorker(
             worker_id=self.worker_id,
             hostname=socket.gethostname(),
@@ -250,8 +250,12 @@ class Worker:
             sock=parent,
         )
         host.readers = [
-            self._spawn(self._read_lines(host, host.proc.stdout, "stdout")),
-            self._spawn(self._read_lines(host, host.proc.stderr, "stderr")),
+            self._spawn(
+                self._read_lines(host, cast(asyncio.StreamReader, host.proc.stdout), "stdout")
+            ),
+            self._spawn(
+                self._read_lines(host, cast(asyncio.StreamReader, host.proc.stderr), "stderr")
+            ),
         ]
         self._spawn(self._wait_exit(host))
 
@@ -337,7 +341,7 @@ class Worker:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(msg.gpus)
         host.assigned = asyncio.get_running_loop().create_future()
         try:
-            host.ctl.send(
+            host.ctl.send(  # type: ignore[union-attr]  # a warm host is connected
                 m.Assign(msg.actor_id, msg.client_id, msg.class_name, env=env, workdir=host.workdir)
             )
             await asyncio.wait_for(host.assigned, settings.connect_timeout_s)
