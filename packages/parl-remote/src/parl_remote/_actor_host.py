@@ -66,10 +66,10 @@ class ActorHost:
         self.calls = 0
         self.errors = 0
         self.ctl: AsyncConnection | None = None
-        self._backlog: deque = deque()
+        self._backlog: deque[Any] = deque()
         self._gated = False
         self._async_starting = 0
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._cork = False
         self._corked: set[AsyncConnection] = set()
         self._durations: dict[str, float] = {}  # per method: recent run time, slow ones sticky
@@ -123,7 +123,8 @@ class ActorHost:
                 threading.Thread(target=handshake, args=(sock, peer), daemon=True).start()
 
         threading.Thread(target=accept_forever, name="parl-accept", daemon=True).start()
-        return listener.getsockname()[1]
+        port: int = listener.getsockname()[1]
+        return port
 
     def _adopt(self, conn: SyncConnection) -> None:
         """Serve an authenticated connection on the event loop."""
@@ -145,7 +146,7 @@ class ActorHost:
         task.add_done_callback(self._tasks.discard)
 
     # -- the worker's channel ------------------------------------------------------------------
-    def _on_ctl(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+    def _on_ctl(self, conn: AsyncConnection, msg: Any, buffers: tuple[Any, ...]) -> None:
         handler = self._ctl_handlers.get(type(msg))
         if handler is None:
             raise ProtocolError(
@@ -182,13 +183,13 @@ class ActorHost:
         asyncio.get_running_loop().call_later(_STATS_EVERY_S, self._report_stats)
 
     # -- clients -------------------------------------------------------------------------------
-    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple[Any, ...]) -> None:
         handler = self._handlers.get(type(msg))
         if handler is None:
             raise ProtocolError(f"an actor process does not take {type(msg).__name__}")
         handler(self, conn, msg, buffers)
 
-    def _queue_call(self, conn: AsyncConnection, msg: m.Call, buffers: tuple) -> None:
+    def _queue_call(self, conn: AsyncConnection, msg: m.Call, buffers: tuple[Any, ...]) -> None:
         self._backlog.append((conn, msg, buffers))
         if len(self._backlog) == 1:
             self._process()
@@ -225,7 +226,7 @@ class ActorHost:
         for conn in corked:
             conn.flush()
 
-    def _init(self, conn: AsyncConnection, msg: m.Init, buffers: tuple) -> None:
+    def _init(self, conn: AsyncConnection, msg: m.Init, buffers: tuple[Any, ...]) -> None:
         if self.actor_id is None or msg.actor_id != self.actor_id:
             self._send(
                 conn,
@@ -277,7 +278,7 @@ class ActorHost:
             self.methods[name] = entry
         return entry
 
-    def _call(self, conn: AsyncConnection, msg: m.Call, buffers: tuple) -> None:
+    def _call(self, conn: AsyncConnection, msg: m.Call, buffers: tuple[Any, ...]) -> None:
         where = f"{self.class_name}.{msg.name}"
         if self.instance is None:
             self._send(
@@ -387,7 +388,7 @@ class ActorHost:
             self._send(conn, m.Error(call_id, "serialize", type(exc).__name__, text))
             return
         self._send(conn, m.Result(call_id, data), buffers)
-        if buffers and not conn.closed and conn.transport.get_write_buffer_size():
+        if buffers and not conn.closed and conn.transport.get_write_buffer_size():  # type: ignore[union-attr]  # open
             # The reply still points into the result's memory: run nothing that could change it
             # until the kernel has it all.
             self._gated = True
@@ -425,7 +426,9 @@ class ActorHost:
             text = f"{where}() raised:\n{remote_tb.rstrip()}"
             self.ctl.send(m.LogLines([(self.actor_id, "exception", text)]))
 
-    def _send(self, conn: AsyncConnection, msg: Any, buffers: list | tuple = ()) -> None:
+    def _send(
+        self, conn: AsyncConnection, msg: Any, buffers: list[Any] | tuple[Any, ...] = ()
+    ) -> None:
         with contextlib.suppress(ConnectionError):  # the caller is gone: nobody waits for it
             if self._cork and not buffers:
                 conn.send(msg, batch=True)
@@ -444,8 +447,8 @@ class ActorHost:
             reason = f"the actor called sys.exit({code!r})"
             try:
                 self.ctl.send(m.ActorExited(self.actor_id, reason, status))
-                sock = self.ctl.transport.get_extra_info("socket")
-                if self.ctl.transport.get_write_buffer_size() and sock is not None:
+                sock = self.ctl.transport.get_extra_info("socket")  # type: ignore[union-attr]  # open
+                if self.ctl.transport.get_write_buffer_size() and sock is not None:  # type: ignore[union-attr]  # open
                     sock.setblocking(True)
             except Exception:
                 pass

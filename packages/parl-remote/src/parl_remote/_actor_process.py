@@ -16,6 +16,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -33,7 +34,7 @@ class ActorProcess:
 
     proc: asyncio.subprocess.Process
     death_w: int
-    ready: asyncio.Future
+    ready: asyncio.Future[Any]
     ctl: AsyncConnection | None = None
     port: int = 0
     actor_id: str | None = None
@@ -44,13 +45,13 @@ class ActorProcess:
     started_at: float = 0.0
     workdir: str = ""
     exit_reason: str | None = None
-    assigned: asyncio.Future | None = None
+    assigned: asyncio.Future[Any] | None = None
     calls: int = 0
     errors: int = 0
     busy: bool = False
     last_stats: float = field(default_factory=time.monotonic)
     ps: psutil.Process | None = None
-    readers: list[asyncio.Task] = field(default_factory=list)
+    readers: list[asyncio.Task[Any]] = field(default_factory=list)
 
     @property
     def warm(self) -> bool:
@@ -129,7 +130,7 @@ async def spawn_host(
 
 def tree_rss(proc: psutil.Process) -> int:
     """Resident memory of a process and all its descendants, bytes."""
-    rss = proc.memory_info().rss
+    rss: int = proc.memory_info().rss
     for child in proc.children(recursive=True):
         with contextlib.suppress(psutil.Error):
             rss += child.memory_info().rss

@@ -15,6 +15,7 @@ import inspect
 import threading
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 from parl_remote._call_core import ActorCore
 from parl_remote._client import Client
@@ -102,7 +103,7 @@ class _ActorRef:
     def __repr__(self) -> str:
         return repr(self.core)
 
-    def abandon(self) -> tuple:
+    def abandon(self) -> tuple[Any, ...]:
         """In a child made by `fork`: set the parent's connections aside, unclosed; return them.
 
         Later calls from the child open connections of its own.
@@ -134,7 +135,9 @@ class _ActorRef:
                 self.drivers[loop] = driver
         return driver
 
-    def acall(self, kind: m.CallKind, name: str, args: tuple, kwargs: dict) -> asyncio.Future:
+    def acall(
+        self, kind: m.CallKind, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> asyncio.Future[Any]:
         """An awaitable call, sent now on the running loop's pipelined connection."""
         try:
             loop = asyncio.get_running_loop()
@@ -145,7 +148,9 @@ class _ActorRef:
             ) from None
         return self.pipelined(loop).acall(kind, name, args, kwargs)
 
-    def call_future(self, kind: m.CallKind, name: str, args: tuple, kwargs: dict) -> RemoteFuture:
+    def call_future(
+        self, kind: m.CallKind, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> RemoteFuture:
         """A future-mode call: sent in order on the client's loop, waited for with `get()`."""
         future = RemoteFuture(self, name)
         if self.core.dead is not None:
@@ -155,7 +160,7 @@ class _ActorRef:
         self.client.run_soon(self._submit, msg, buffers, future)
         return future
 
-    def _submit(self, msg: m.Call, buffers: list, future: RemoteFuture) -> None:
+    def _submit(self, msg: m.Call, buffers: list[Any], future: RemoteFuture) -> None:
         self.pipelined(self.client.loop).submit(msg, buffers, future)
 
 
@@ -175,7 +180,11 @@ def _close_all(
 
 
 def _release(
-    client: Client, actor_id: str, blocking: BlockingDriver, drivers: dict, lock: threading.Lock
+    client: Client,
+    actor_id: str,
+    blocking: BlockingDriver,
+    drivers: dict[asyncio.AbstractEventLoop, PipelinedDriver],
+    lock: threading.Lock,
 ) -> None:
     """Finalizer of an `_ActorRef`: close its connections and free the actor."""
     _close_all(blocking, drivers, lock)

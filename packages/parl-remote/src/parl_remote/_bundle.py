@@ -22,6 +22,7 @@ import sysconfig
 import threading
 import zipfile
 from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["Bundle", "expand_patterns", "read_files", "user_module_files"]
 
@@ -172,7 +173,7 @@ class Bundle:
 
     def __init__(self, distributed_files: Iterable[str] = ()) -> None:
         self.extra = read_files(expand_patterns(distributed_files))
-        self._key: tuple | None = None
+        self._key: tuple[Any, ...] | None = None
         self._data = b""
         self._modules_seen = -1
         self._module_files: dict[str, str] = {}

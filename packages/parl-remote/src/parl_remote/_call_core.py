@@ -50,7 +50,8 @@ def message_id(msg: Any) -> int | None:
     """
     kind = type(msg)
     if kind in _CALL_IDS:
-        return msg.id
+        call_id: int = msg.id
+        return call_id
     if kind in _INIT_IDS:
         return 0
     return getattr(msg, "request_id", None)
@@ -107,7 +108,9 @@ def error_from(msg: m.Error, where: str) -> BaseException:
     return RemoteError(f"{where}: {msg.message}")
 
 
-def init_payload(cls: type, name: str, args: tuple, kwargs: dict) -> tuple[bytes, list]:
+def init_payload(
+    cls: type[Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[bytes, list[Any]]:
     """Pickle `(cls, args, kwargs)` for `Init`, after checking the arguments fit `cls`."""
     if cls.__init__ is not object.__init__:
         try:
@@ -124,17 +127,17 @@ def init_payload(cls: type, name: str, args: tuple, kwargs: dict) -> tuple[bytes
         ) from exc
 
 
-def _named_arguments(args: tuple, kwargs: dict) -> dict[str, Any]:
+def _named_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     named = {f"argument {i}": a for i, a in enumerate(args)}
     named.update({f"argument {k!r}": v for k, v in kwargs.items()})
     return named
 
 
-def _shared(buffers: list, shared_from: int) -> bool:
+def _shared(buffers: list[pickle.PickleBuffer], shared_from: int) -> bool:
     return 0 < shared_from <= sum(b.raw().nbytes for b in buffers)
 
 
-def _copied(buffers: Iterable) -> list:
+def _copied(buffers: Iterable[Any]) -> list[Any]:
     return [bytes(b) for b in buffers]
 
 
@@ -157,7 +160,9 @@ class ActorCore:
         return f"{self.class_name} actor {self.actor_id} at {self.host}:{self.port}"
 
     # -- requests ------------------------------------------------------------------------------
-    def init(self, payload: bytes, buffers: list, bundle: bytes, *, copy: bool) -> tuple:
+    def init(
+        self, payload: bytes, buffers: list[Any], bundle: bytes, *, copy: bool
+    ) -> tuple[Any, ...]:
         """`(Init, buffers)` building the actor from `init_payload`'s pickle and the code bundle.
 
         With `copy`, the arrays are copied: the message may leave after the caller went on.
@@ -168,12 +173,12 @@ class ActorCore:
         self,
         kind: m.CallKind,
         name: str,
-        args: tuple,
-        kwargs: dict,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
         *,
         copy: bool,
         shared_from: int = 0,
-    ) -> tuple:
+    ) -> tuple[Any, ...]:
         """`(Call, buffers)` for a method call, an attribute read or an attribute write.
 
         Arrays among the arguments travel out of band as views of the caller's memory; with
@@ -182,6 +187,7 @@ class ActorCore:
         at least `shared_from` (> 0) bytes: sent at once through shared memory, whose segment
         is their one copy.
         """
+        buffers: list[Any]
         if kind == _GETATTR:
             data, buffers = _NONE, []
         else:
@@ -197,7 +203,7 @@ class ActorCore:
         return m.Call(next(self._ids), name, data, kind), buffers
 
     def _unsendable(
-        self, kind: m.CallKind, name: str, args: tuple, kwargs: dict
+        self, kind: m.CallKind, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> RemoteSerializeError:
         if kind == _SETATTR:
             named = {f"the value for {name!r}": args[0]}
@@ -209,7 +215,7 @@ class ActorCore:
         )
 
     # -- replies -------------------------------------------------------------------------------
-    def result(self, reply: Any, buffers: tuple, name: str) -> Any:
+    def result(self, reply: Any, buffers: tuple[Any, ...], name: str) -> Any:
         """The value a reply to `name` (INIT for `Init`) carries, or raise the error it reports.
 
         For `Init`, the value is the names of the class's methods that instance attributes hide.

@@ -89,10 +89,10 @@ class Client:
         self.refs: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self.fates: dict[str, str] = {}
         self._ids = itertools.count(1)
-        self._requests: Replies[asyncio.Future] = Replies()  # to the master, by request id
+        self._requests: Replies[asyncio.Future[Any]] = Replies()  # to the master, by request id
         self._closed = False
-        self._maintainer: ConcurrentFuture | None = None
-        self._soon: list[tuple] = []
+        self._maintainer: ConcurrentFuture[Any] | None = None
+        self._soon: list[tuple[Any, ...]] = []
         self._soon_lock = threading.Lock()
         self._soon_scheduled = False
         self._thread = threading.Thread(target=self._run_loop, name="parl-client", daemon=True)
@@ -179,7 +179,7 @@ class Client:
             actors=list(self.refs.keys()),
         )
 
-    def _on_master(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+    def _on_master(self, conn: AsyncConnection, msg: Any, buffers: tuple[Any, ...]) -> None:
         handler = self._handlers.get(type(msg))
         if handler is None:
             raise ProtocolError(f"a client does not take {type(msg).__name__} from the master")
@@ -216,7 +216,7 @@ class Client:
                     ClusterError(f"the connection to the PARL master at {self.address} was lost")
                 )
 
-    def _echo(self, lines: list) -> None:
+    def _echo(self, lines: list[Any]) -> None:
         for actor_id, stream, line in lines:
             ref = self.refs.get(actor_id)
             name = ref.class_name if ref is not None else "actor"
@@ -240,7 +240,7 @@ class Client:
     async def _create(
         self, class_name: str, n_gpu: int, max_memory_mb: float, wait_s: float
     ) -> m.ActorAssigned:
-        reply = await self._request(
+        reply: m.ActorAssigned | m.CreateFailed = await self._request(
             lambda rid: m.CreateActor(rid, class_name, n_gpu, max_memory_mb, wait_s),
             wait_s + settings.connect_timeout_s + 5,
         )
@@ -339,7 +339,7 @@ class Client:
             if actor_id in self.fates:
                 return self.fates[actor_id]
             try:
-                reply = await self._request(
+                reply: m.ActorState = await self._request(
                     lambda rid: m.QueryActor(rid, actor_id), max(deadline - time.monotonic(), 0.01)
                 )
             except (ClusterError, TimeoutError):
@@ -364,7 +364,7 @@ class Client:
             return reason
         if not self._thread.is_alive():
             return "this client is closed"
-        future: ConcurrentFuture = asyncio.run_coroutine_threadsafe(
+        future: ConcurrentFuture[str | None] = asyncio.run_coroutine_threadsafe(
             self._fate(actor_id, wait), self.loop
         )
         try:
@@ -385,7 +385,8 @@ class Client:
         """The cluster's state, as `xparl status` shows it."""
         self._check_open()
         coro = self._request(lambda rid: m.StatusRequest(rid), timeout)
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout + 1).status
+        reply: m.StatusReply = asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout + 1)
+        return reply.status
 
     def _check_open(self) -> None:
         if self._closed:

@@ -19,6 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -35,17 +36,18 @@ class ProcessInfo:
     pid: int
     create_time: float
     log: str
-    ready: dict = field(default_factory=dict)
-    popen: subprocess.Popen | None = field(default=None, repr=False, compare=False)
+    ready: dict[str, Any] = field(default_factory=dict)
+    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
     def alive(self) -> bool:
         """Whether this very process (not a reuse of its PID) still runs."""
         try:
             proc = psutil.Process(self.pid)
-            return (
+            alive: bool = (
                 abs(proc.create_time() - self.create_time) < 1.0
                 and proc.status() != psutil.STATUS_ZOMBIE
             )
+            return alive
         except psutil.Error:
             return False
 
@@ -57,7 +59,7 @@ class ProcessInfo:
                 self.popen.wait(timeout)
         return gone
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """For the state files of `xparl`."""
         return {"pid": self.pid, "create_time": self.create_time, "log": self.log}
 

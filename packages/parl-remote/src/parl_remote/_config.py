@@ -14,6 +14,7 @@ import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from parl_remote._exceptions import AuthenticationError
 
@@ -57,7 +58,7 @@ class Settings:
             setattr(self, field.name, getattr(fresh, field.name))
 
     @classmethod
-    def _env_values(cls) -> dict:
+    def _env_values(cls) -> dict[str, Any]:
         values = {}
         for field in dataclasses.fields(cls):
             name = "PARL_" + field.name.upper()

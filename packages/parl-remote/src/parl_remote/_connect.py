@@ -110,6 +110,7 @@ def connect(
             )
         files = list(distributed_files)
         cluster = None
+        token: bytes | None
         if address is None:
             from parl_remote._cluster import EmbeddedCluster
 

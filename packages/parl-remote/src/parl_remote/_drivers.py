@@ -23,7 +23,7 @@ import contextlib
 import threading
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from parl_remote._call_core import INIT, ActorCore, Replies, message_id
 from parl_remote._exceptions import FutureGetRepeatedlyError
@@ -35,7 +35,9 @@ if TYPE_CHECKING:
 __all__ = ["BlockingDriver", "PipelinedDriver", "RemoteFuture", "arequest", "request"]
 
 
-def request(conn: SyncConnection, msg: Any, buffers: list | tuple = ()) -> tuple[Any, tuple]:
+def request(
+    conn: SyncConnection, msg: Any, buffers: list[Any] | tuple[Any, ...] = ()
+) -> tuple[Any, tuple[Any, ...]]:
     """Send `msg` and read until its reply (what else arrives meanwhile, e.g. a ping, is skipped).
 
     Returns `(reply, buffers)`. Raises ConnectionError (or OSError) if the connection breaks.
@@ -49,15 +51,18 @@ def request(conn: SyncConnection, msg: Any, buffers: list | tuple = ()) -> tuple
 
 
 async def arequest(
-    conn: AsyncConnection, replies: Replies[asyncio.Future], msg: Any, buffers: list | tuple = ()
-) -> tuple[Any, tuple]:
+    conn: AsyncConnection,
+    replies: Replies[asyncio.Future[Any]],
+    msg: Any,
+    buffers: list[Any] | tuple[Any, ...] = (),
+) -> tuple[Any, tuple[Any, ...]]:
     """Send `msg` and wait for its reply, which `replies` matches (other requests stay in flight).
 
     The owner of `conn` hands `replies` what arrives (`match` -> set the future's result) and
     fails what is left when the connection is lost. Returns `(reply, buffers)`.
     """
-    key = message_id(msg)
-    future = asyncio.get_running_loop().create_future()
+    key = cast(int, message_id(msg))  # a request always carries an id
+    future: asyncio.Future[tuple[Any, tuple[Any, ...]]] = asyncio.get_running_loop().create_future()
     replies.expect(key, future)
     try:
         conn.send(msg, buffers)
@@ -82,16 +87,17 @@ class BlockingDriver:
         self.conns: set[SyncConnection] = set()
         self.lock = threading.Lock()
 
-    def create(self, payload: bytes, buffers: list, bundle: bytes) -> tuple[str, ...]:
+    def create(self, payload: bytes, buffers: list[Any], bundle: bytes) -> tuple[str, ...]:
         """Build the actor from `init_payload`'s pickle; raise what its constructor raised.
 
         Returns the names of methods that the instance's attributes hide.
         """
         msg, buffers = self.core.init(payload, buffers, bundle, copy=False)
         reply, rbuffers = self.request(msg, buffers)
-        return self.core.result(reply, rbuffers, INIT)
+        hidden: tuple[str, ...] = self.core.result(reply, rbuffers, INIT)
+        return hidden
 
-    def call(self, kind: Any, name: str, args: tuple, kwargs: dict) -> Any:
+    def call(self, kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run `name` on the actor and return its result: one round trip."""
         if self.core.dead is not None:
             raise self.core.died_error()
@@ -99,7 +105,7 @@ class BlockingDriver:
         reply, rbuffers = self.request(msg, buffers)
         return self.core.result(reply, rbuffers, name)
 
-    def request(self, msg: Any, buffers: list) -> tuple[Any, tuple]:
+    def request(self, msg: Any, buffers: list[Any]) -> tuple[Any, tuple[Any, ...]]:
         """Send `msg` on an idle connection (a new one if none is idle); return its reply.
 
         A connection carries one request at a time, so the next message is the reply.
@@ -182,23 +188,26 @@ class PipelinedDriver:
         self.loop = asyncio.get_running_loop()
         self.replies: Replies[Any] = Replies()
         self.conn: AsyncConnection | None = None
-        self.queue: list[tuple[Any, list]] = []  # sent before the connection was open
+        self.queue: list[tuple[Any, list[Any]]] = []  # sent before the connection was open
         self.closed = False
         self._owner = weakref.ref(owner)  # weak: the owner holds this driver
         self._drivers, self._lock = drivers, lock
         self._gone = self.loop.create_future()
         self.task = self.loop.create_task(self._run())
 
-    async def acreate(self, payload: bytes, buffers: list, bundle: bytes) -> tuple[str, ...]:
+    async def acreate(self, payload: bytes, buffers: list[Any], bundle: bytes) -> tuple[str, ...]:
         """Build the actor from `init_payload`'s pickle; raise what its constructor raised.
 
         Returns the names of methods that the instance's attributes hide.
         """
         msg, buffers = self.core.init(payload, buffers, bundle, copy=True)
         reply, rbuffers = await self.arequest(msg, buffers)
-        return self.core.result(reply, rbuffers, INIT)
+        hidden: tuple[str, ...] = self.core.result(reply, rbuffers, INIT)
+        return hidden
 
-    def acall(self, kind: Any, name: str, args: tuple, kwargs: dict) -> asyncio.Future:
+    def acall(
+        self, kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> asyncio.Future[Any]:
         """Send a call to `name` now; return the future of its result."""
         future = self.loop.create_future()
         if self.core.dead is not None:
@@ -211,9 +220,9 @@ class PipelinedDriver:
         self.submit(msg, buffers, _Awaited(self, future, name))
         return future
 
-    async def arequest(self, msg: Any, buffers: list) -> tuple[Any, tuple]:
+    async def arequest(self, msg: Any, buffers: list[Any]) -> tuple[Any, tuple[Any, ...]]:
         """Send `msg` (behind the calls before it) and return its reply."""
-        future = self.loop.create_future()
+        future: asyncio.Future[tuple[Any, tuple[Any, ...]]] = self.loop.create_future()
         self.submit(msg, buffers, _Awaited(self, future, None))
         return await future
 
@@ -222,12 +231,12 @@ class PipelinedDriver:
         self.task.cancel()
         self._end()
 
-    def submit(self, msg: Any, buffers: list, waiter: Any) -> None:
+    def submit(self, msg: Any, buffers: list[Any], waiter: Any) -> None:
         """Send `msg`; `waiter.settle(reply, buffers)` gets its reply, `.fail(error)` a loss."""
         if self.closed:
             waiter.fail(self.core.fate_error(self.core.dead))
             return
-        self.replies.expect(message_id(msg), waiter)
+        self.replies.expect(message_id(msg), waiter)  # type: ignore[arg-type]  # a request has an id
         if self.conn is None:
             self.queue.append((msg, buffers))
             return
@@ -269,7 +278,7 @@ class PipelinedDriver:
         finally:  # also when cancelled: closed, or its loop ends
             self._end()
 
-    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple[Any, ...]) -> None:
         waiter = self.replies.match(msg)
         if waiter is not None:
             waiter.settle(msg, buffers)
@@ -301,13 +310,15 @@ class _Awaited:
 
     __slots__ = ("core", "future", "name", "owner")
 
-    def __init__(self, driver: PipelinedDriver, future: asyncio.Future, name: str | None) -> None:
+    def __init__(
+        self, driver: PipelinedDriver, future: asyncio.Future[Any], name: str | None
+    ) -> None:
         self.core = driver.core
         self.owner = driver._owner()  # the actor lives at least until its reply
         self.future = future
         self.name = name
 
-    def settle(self, reply: Any, buffers: tuple) -> None:
+    def settle(self, reply: Any, buffers: tuple[Any, ...]) -> None:
         future = self.future
         if future.done():  # cancelled by its caller
             return
@@ -339,11 +350,11 @@ class RemoteFuture:
         self._done = threading.Lock()
         self._done.acquire()
         self._reply: Any = None
-        self._buffers: tuple = ()
+        self._buffers: tuple[Any, ...] = ()
         self._error: BaseException | None = None
         self._taken = False
 
-    def settle(self, reply: Any, buffers: tuple) -> None:
+    def settle(self, reply: Any, buffers: tuple[Any, ...]) -> None:
         """The reply arrived (called by the driver, once)."""
         self._reply, self._buffers = reply, buffers
         self._done.release()

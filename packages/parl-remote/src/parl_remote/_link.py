@@ -51,7 +51,7 @@ class MasterLink:
         role: str,
         registration: Callable[[AsyncConnection], Any],
         heartbeat: Callable[[], Any],
-        on_message: Callable[[AsyncConnection, Any, tuple], None],
+        on_message: Callable[[AsyncConnection, Any, tuple[Any, ...]], None],
         on_connected: Callable[[AsyncConnection], None] | None = None,
         on_disconnected: Callable[[], None] | None = None,
     ) -> None:
@@ -64,7 +64,7 @@ class MasterLink:
         self.on_connected = on_connected
         self.on_disconnected = on_disconnected
         self.conn: AsyncConnection | None = None
-        self._accepted: asyncio.Future | None = None
+        self._accepted: asyncio.Future[Any] | None = None
         self._last_heard = 0.0
 
     @property
@@ -148,7 +148,7 @@ class MasterLink:
             logger.warning("reconnected to the PARL master at %s", self.address)
             lost_since = None
 
-    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple[Any, ...]) -> None:
         self._last_heard = time.monotonic()
         if isinstance(msg, m.Ping):
             return

@@ -11,7 +11,7 @@ __all__ = ["new_event_loop", "run"]
 try:
     import uvloop
 except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
-    uvloop = None
+    uvloop = None  # type: ignore[assignment]  # the module or None, tested before use
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

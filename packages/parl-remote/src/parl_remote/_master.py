@@ -65,9 +65,9 @@ class Master:
         self.placement = Placement(self.registry)
         self._deadline: asyncio.TimerHandle | None = None  # of the oldest waiting request
         self._adopted: dict[str, float] = {}  # actor id -> when its client must be back
-        self._done: asyncio.Future | None = None
-        self._tasks: set[asyncio.Task] = set()
-        self._server: asyncio.AbstractServer | None = None
+        self._done: asyncio.Future[Any] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._server: asyncio.Server | None = None
         self.dashboard_url: str | None = None
         self._dashboard: Any = None  # the dashboard's aiohttp AppRunner, while it serves
 
@@ -194,7 +194,7 @@ class Master:
         self._apply(self.placement.expire(deadline))
 
     # -- dispatch --------------------------------------------------------------------------
-    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple[Any, ...]) -> None:
         peer = conn.context
         if peer is not None:
             peer.last_seen = time.monotonic()
@@ -437,7 +437,7 @@ class Master:
     def _log_lines(self, conn: AsyncConnection, peer: Any, msg: m.LogLines) -> None:
         self._require(peer, WorkerInfo, msg)
         self.registry.add_logs(msg.lines)
-        forward: dict[str, list] = {}
+        forward: dict[str, list[Any]] = {}
         for entry in msg.lines:
             actor_id, stream, _ = entry
             actor = self.registry.find_actor(actor_id)

@@ -55,7 +55,7 @@ class WorkerInfo:
     cpu_percent: float = 0.0
     mem_used: int = 0
     load_avg: float = 0.0
-    history: deque = field(default_factory=deque)
+    history: deque[Any] = field(default_factory=deque)
 
     def record_load(self, when: float) -> None:
         """Add a load sample; drop those older than `HISTORY_S`."""
@@ -180,7 +180,7 @@ class Registry:
         self.actors: dict[str, ActorInfo] = {}
         self.ended: deque[ActorInfo] = deque(maxlen=_ENDED)
         self.ended_ids: set[str] = set()
-        self.logs: dict[str, deque] = {}
+        self.logs: dict[str, deque[Any]] = {}
         self.log_counts: dict[str, int] = {}
         self._log_lines = log_lines_per_actor
         self._listeners: set[Callable[[], None]] = set()

@@ -29,7 +29,7 @@ import os
 import socket
 import sys
 import weakref
-from typing import Any
+from typing import Any, cast
 
 from parl_remote import _serialize as ser
 from parl_remote._actor_ref import (
@@ -48,10 +48,10 @@ from parl_remote.protocol import messages as m
 __all__ = ["ActorHandle", "AsyncActorHandle", "kill", "remote_class"]
 
 METHOD, GETATTR, SETATTR = m.CallKind.METHOD, m.CallKind.GETATTR, m.CallKind.SETATTR
-_PROXIES: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()  # cls -> proxy
+_PROXIES: weakref.WeakKeyDictionary[type, type[Any]] = weakref.WeakKeyDictionary()  # cls -> proxy
 
 
-def _reduce(ref: _ActorRef, awaitable: bool) -> tuple:
+def _reduce(ref: _ActorRef, awaitable: bool) -> tuple[Any, ...]:
     """How a handle of `ref`'s actor travels to another process (see `_rebuild`)."""
     spec = ref.spec
     where = (ref.actor_id, ref.host, ref.port, ref.pid, ref.shadowed)
@@ -114,7 +114,7 @@ def _rebuild(
 class _AioAccess:
     """`Actor.aio(...)` creates an actor from async code; `actor.aio` is its awaitable handle."""
 
-    def __get__(self, handle: Any, owner: type) -> Any:
+    def __get__(self, handle: Any, owner: type[Any]) -> Any:
         if handle is None:
             return functools.partial(_acreate, owner)
         twin = handle._parl_aio
@@ -127,7 +127,7 @@ class _AioAccess:
 class _SyncAccess:
     """`handle.sync`: the blocking handle of the same actor."""
 
-    def __get__(self, handle: Any, owner: type) -> Any:
+    def __get__(self, handle: Any, owner: type[Any]) -> Any:
         if handle is None:
             raise TypeError(
                 f"{owner.__name__}.sync is not a constructor: create actors with "
@@ -143,8 +143,8 @@ class ActorHandle:
 
     __slots__ = ("_parl_aio", "_parl_ref")
     _parl_spec: _ClassSpec
-    _parl_async_cls: type
-    _parl_sync_cls: type
+    _parl_async_cls: type[Any]  # the AsyncActorHandle subclass of the same class
+    _parl_sync_cls: type[Any]  # the ActorHandle subclass
     _original: type
     aio = _AioAccess()
     sync = _SyncAccess()
@@ -156,8 +156,10 @@ class ActorHandle:
         pass  # `__new__` built the actor
 
     @classmethod
-    def _parl_wrap(cls, ref: _ActorRef) -> Any:
-        handle = object.__new__(_shadowing(cls, ref.shadowed) if ref.shadowed else cls)
+    def _parl_wrap(cls: type[Any], ref: _ActorRef) -> Any:
+        handle: object = object.__new__(
+            _shadowing(cast(type, cls), ref.shadowed) if ref.shadowed else cls
+        )
         object.__setattr__(handle, "_parl_aio", None)
         object.__setattr__(handle, "_parl_ref", ref)
         return handle
@@ -174,9 +176,11 @@ class ActorHandle:
         ref.blocking.call(SETATTR, name, (value,), {})
         if name in ref.spec.methods and name not in ref.shadowed:  # now hides the method
             ref.shadowed = (*ref.shadowed, name)
-            object.__setattr__(self, "__class__", _shadowing(self._parl_sync_cls, ref.shadowed))
+            object.__setattr__(
+                self, "__class__", _shadowing(cast(type, self._parl_sync_cls), ref.shadowed)
+            )
             if self._parl_aio is not None:
-                twin = _shadowing(self._parl_async_cls, ref.shadowed)
+                twin = _shadowing(cast(type, self._parl_async_cls), ref.shadowed)
                 object.__setattr__(self._parl_aio, "__class__", twin)
 
     def __repr__(self) -> str:
@@ -191,8 +195,8 @@ class AsyncActorHandle:
 
     __slots__ = ("_parl_ref",)
     _parl_spec: _ClassSpec
-    _parl_async_cls: type
-    _parl_sync_cls: type
+    _parl_async_cls: type[Any]  # the AsyncActorHandle subclass of the same class
+    _parl_sync_cls: type[Any]  # the ActorHandle subclass
     _original: type
     sync = _SyncAccess()
 
@@ -203,8 +207,10 @@ class AsyncActorHandle:
         )
 
     @classmethod
-    def _parl_wrap(cls, ref: _ActorRef) -> Any:
-        handle = object.__new__(_shadowing(cls, ref.shadowed) if ref.shadowed else cls)
+    def _parl_wrap(cls: type[Any], ref: _ActorRef) -> Any:
+        handle: object = object.__new__(
+            _shadowing(cast(type, cls), ref.shadowed) if ref.shadowed else cls
+        )
         object.__setattr__(handle, "_parl_ref", ref)
         return handle
 
@@ -238,8 +244,9 @@ class AsyncActorHandle:
         return _reduce(self._parl_ref, awaitable=True)
 
 
+# Callers pass `cast(type, proxy)`: to mypy only a plain `type` is hashable, as the cache needs.
 @functools.cache
-def _shadowing(proxy_cls: type, names: tuple[str, ...]) -> type:
+def _shadowing(proxy_cls: type[Any], names: tuple[str, ...]) -> type:
     """`proxy_cls` where the methods `names` read as the actor's attributes of those names.
 
     As in PARL: an instance attribute hides a method of the same name (`self.arg1 = 5` in
@@ -261,7 +268,7 @@ def _shadowing(proxy_cls: type, names: tuple[str, ...]) -> type:
     return shadowing
 
 
-def _create(spec: _ClassSpec, args: tuple, kwargs: dict) -> _ActorRef:
+def _create(spec: _ClassSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _ActorRef:
     client = current_client()
     payload, buffers = init_payload(spec.cls, spec.name, args, kwargs)
     assigned = client.create_actor(
@@ -276,7 +283,7 @@ def _create(spec: _ClassSpec, args: tuple, kwargs: dict) -> _ActorRef:
     return ref
 
 
-async def _acreate(proxy_cls: type, *args: Any, **kwargs: Any) -> AsyncActorHandle:
+async def _acreate(proxy_cls: type[Any], *args: Any, **kwargs: Any) -> AsyncActorHandle:
     spec = proxy_cls._parl_spec
     client = current_client()
     payload, buffers = init_payload(spec.cls, spec.name, args, kwargs)
@@ -290,7 +297,8 @@ async def _acreate(proxy_cls: type, *args: Any, **kwargs: Any) -> AsyncActorHand
     except BaseException:
         ref.release()
         raise
-    return proxy_cls._parl_async_cls._parl_wrap(ref)
+    handle: AsyncActorHandle = proxy_cls._parl_async_cls._parl_wrap(ref)
+    return handle
 
 
 def _sync_method(spec: _MethodSpec, wait: bool) -> Any:
@@ -406,6 +414,7 @@ def remote_class(
     sync_cls = type(cls.__name__, (ActorHandle,), sync_ns)
     async_cls = type(cls.__name__, (AsyncActorHandle,), async_ns)
     sync_cls.__qualname__ = async_cls.__qualname__ = cls.__qualname__
+    proxy: type[Any]
     for proxy in (sync_cls, async_cls):
         proxy._parl_sync_cls = sync_cls
         proxy._parl_async_cls = async_cls

@@ -97,13 +97,13 @@ def _dumps_with_tensors(obj: Any, keep: Any) -> bytes:
         pickler.clear_memo()
         local.keep[0] = None
         local.busy = False
-    data = out.getvalue()
+    data: bytes = out.getvalue()
     if len(data) > _KEEP_PICKLER_BYTES:  # do not hold a large stream's memory per thread
         local.pickler = None
     return data
 
 
-def _tensor_table() -> dict:
+def _tensor_table() -> dict[type, Any]:
     import torch
 
     if not _TENSOR_TABLE:
@@ -112,7 +112,7 @@ def _tensor_table() -> dict:
     return _TENSOR_TABLE
 
 
-_TENSOR_TABLE: dict = {}
+_TENSOR_TABLE: dict[type, Any] = {}
 _TENSOR_PICKLERS = threading.local()
 _KEEP_PICKLER_BYTES = 1 << 20
 
@@ -143,7 +143,7 @@ def _tensor_from_numpy(array: Any) -> Any:
     return torch.from_numpy(array)
 
 
-def loads(data: bytes, buffers: tuple | list = ()) -> Any:
+def loads(data: bytes, buffers: tuple[Any, ...] | list[Any] = ()) -> Any:
     """Unpickle what `dumps` produced (buffers in the same order)."""
     return pickle.loads(data, buffers=buffers)
 
@@ -179,7 +179,7 @@ def find_culprit(named: dict[str, Any]) -> str:
 def dumps_exception(exc: BaseException) -> bytes:
     """Pickle an exception raised by user code, or return b"" when that is impossible."""
     try:
-        data = cloudpickle.dumps(exc, protocol=5)
+        data: bytes = cloudpickle.dumps(exc, protocol=5)
         pickle.loads(data)  # an exception whose __init__ cannot be replayed fails here
     except Exception:
         return b""

@@ -130,7 +130,7 @@ def segment_name(tag: str, pid: int, n: int) -> str:
     return f"parl-{tag}-{pid}-{n}"
 
 
-def name_pattern(tag: str) -> re.Pattern:
+def name_pattern(tag: str) -> re.Pattern[str]:
     """The pattern every segment name of cluster `tag` matches, and nothing else."""
     return re.compile(rf"parl-{re.escape(tag)}-[0-9]{{1,10}}-[0-9]{{1,20}}")
 
@@ -141,7 +141,7 @@ def encode_ref(name: str, lengths: list[int]) -> bytes:
 
 
 def decode_ref(
-    data: bytes | memoryview, pattern: re.Pattern, max_total: int, max_buffers: int
+    data: bytes | memoryview, pattern: re.Pattern[str], max_total: int, max_buffers: int
 ) -> tuple[str, list[int]]:
     """Read and check a reference; anything hostile or truncated raises `ProtocolError`."""
     if len(data) > MAX_REF:
@@ -182,7 +182,7 @@ class SegmentStore:
         self._live: dict[str, int] = {}  # written, maybe not yet mapped by the receiver: size
         self._held = 0
 
-    def place(self, raws: list, lengths: list[int]) -> str | None:
+    def place(self, raws: list[Any], lengths: list[int]) -> str | None:
         """Write the buffers into a new segment; its name, or None to use the socket instead."""
         offsets, size = layout(lengths)
         if not self._reserve(size):
@@ -241,7 +241,7 @@ class SegmentStore:
             if size is not None:
                 _unlink(os.path.join(SHM_DIR, name))
 
-    def open(self, name: str, lengths: list[int]) -> tuple:
+    def open(self, name: str, lengths: list[int]) -> tuple[Any, ...]:
         """Map a checked reference's segment and unlink it; its buffers, writable, no copy."""
         offsets, size = layout(lengths)
         path = os.path.join(SHM_DIR, name)
@@ -297,7 +297,7 @@ def sweep(tag: str, pid: int | None = None) -> int:
     return removed
 
 
-_STORE: list = []
+_STORE: list[SegmentStore] = []
 _STORE_LOCK = threading.Lock()
 
 

@@ -15,7 +15,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from parl_remote import _shm
 from parl_remote._config import settings
@@ -129,7 +129,7 @@ class SyncConnection:
             sock.close()
             raise
 
-    def send(self, msg: Any, buffers: list | tuple = ()) -> None:
+    def send(self, msg: Any, buffers: list[Any] | tuple[Any, ...] = ()) -> None:
         """Write one message and its buffers (scatter-gather, no copy of the buffers)."""
         frames = self.proto.send(msg, buffers)
         try:
@@ -141,7 +141,7 @@ class SyncConnection:
             self.close()
             raise ConnectionClosed(f"the connection broke while sending: {exc}") from exc
 
-    def _sendmsg_all(self, frames: list) -> None:
+    def _sendmsg_all(self, frames: list[Any]) -> None:
         views = [memoryview(f).cast("B") for f in frames]
         i = 0
         while i < len(views):
@@ -155,9 +155,9 @@ class SyncConnection:
                     views[i] = views[i][sent:]
                     sent = 0
 
-    def receive(self) -> tuple[Any, tuple]:
+    def receive(self) -> tuple[Any, tuple[Any, ...]]:
         """Block until the next message arrives; return `(message, buffers)`."""
-        event = self._read_event()
+        event: tuple[Any, tuple[Any, ...]] = self._read_event()
         if event is AUTHENTICATED:  # pragma: no cover - only during open()
             raise ProtocolError("a second handshake")
         return event
@@ -201,7 +201,7 @@ class SyncConnection:
 
 
 # -- asyncio shell ---------------------------------------------------------------------------
-MessageHandler = Callable[["AsyncConnection", Any, tuple], None]
+MessageHandler = Callable[["AsyncConnection", Any, tuple[Any, ...]], None]
 CloseHandler = Callable[["AsyncConnection", "Exception | None"], None]
 
 
@@ -224,19 +224,19 @@ class AsyncConnection(asyncio.BufferedProtocol):
         self.closed = False
         self.context: Any = None  # owner's per-connection state (a registered client, a worker)
         self._loop = asyncio.get_running_loop()
-        self.authenticated: asyncio.Future = self._loop.create_future()
+        self.authenticated: asyncio.Future[Any] = self._loop.create_future()
         self._paused = False
-        self._drain_waiters: list[asyncio.Future] = []
-        self._batch: list = []
+        self._drain_waiters: list[asyncio.Future[Any]] = []
+        self._batch: list[Any] = []
         self._remaining = 0  # messages of the current read still to be handled
         self._exact_flow = exact_flow
 
     # protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = stream = cast(asyncio.Transport, transport)  # a stream: TCP or Unix
         if self._exact_flow:
             # Told the moment anything waits in the write buffer, and when it is all written.
-            transport.set_write_buffer_limits(high=0, low=0)
+            stream.set_write_buffer_limits(high=0, low=0)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             _tune(sock)
@@ -244,7 +244,7 @@ class AsyncConnection(asyncio.BufferedProtocol):
         self.peername = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "local")
         frames = self.proto.initiate()
         if frames:
-            transport.writelines(frames)
+            stream.writelines(frames)
         if self.proto.authenticated and not self.authenticated.done():
             self.authenticated.set_result(None)
 
@@ -317,7 +317,9 @@ class AsyncConnection(asyncio.BufferedProtocol):
         self._drain_waiters.clear()
 
     # API
-    def send(self, msg: Any, buffers: list | tuple = (), *, batch: bool = False) -> None:
+    def send(
+        self, msg: Any, buffers: list[Any] | tuple[Any, ...] = (), *, batch: bool = False
+    ) -> None:
         """Queue one message for writing (buffers are written as they are, not copied).
 
         With `batch=True` the write waits for the end of this turn of the event loop, so that
@@ -429,7 +431,7 @@ async def serve_async(
     handshake_timeout: float | None = None,
     sock: socket.socket | None = None,
     exact_flow: bool = False,
-) -> asyncio.AbstractServer:
+) -> asyncio.Server:
     """Serve authenticated connections on host:port (or an already bound `sock`).
 
     Connections that do not complete the handshake within `handshake_timeout` are closed, and
@@ -467,7 +469,7 @@ async def serve_async(
 
         timer = loop.call_later(handshake_timeout, expire)
 
-        def authenticated(fut: asyncio.Future) -> None:
+        def authenticated(fut: asyncio.Future[Any]) -> None:
             timer.cancel()
             if not fut.cancelled() and fut.exception() is None and on_open is not None:
                 on_open(conn)

@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     """Write `data` as JSON to `path` so that readers see the old file or the new one, whole."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -39,7 +39,7 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
         raise
 
 
-def read_json(path: str | os.PathLike) -> Any:
+def read_json(path: str | os.PathLike[str]) -> Any:
     """Read a JSON file, or return None if it does not exist or is not complete JSON."""
     try:
         with open(path) as f:
@@ -64,7 +64,8 @@ def outward_ip() -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             s.connect(("10.255.255.255", 1))
-            return s.getsockname()[0]
+            address: str = s.getsockname()[0]
+            return address
         except OSError:
             return "127.0.0.1"
 
@@ -87,7 +88,8 @@ def owner_alive(pid: int | None) -> bool:
     if not pid:
         return True
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        alive: bool = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return alive
     except psutil.Error:
         return False
 

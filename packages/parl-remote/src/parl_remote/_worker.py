@@ -29,7 +29,7 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import psutil
 
@@ -90,12 +90,12 @@ class Worker:
             on_message=self._on_master,
             on_connected=self._registered,
         )
-        self._logs: deque = deque(maxlen=_LOG_BACKLOG)
+        self._logs: deque[Any] = deque(maxlen=_LOG_BACKLOG)
         self._log_flush: asyncio.TimerHandle | None = None
-        self._warm_changed: asyncio.Condition | None = None
+        self._warm_changed: asyncio.Condition = None  # type: ignore[assignment]  # made in run()
         self._stopping = False
-        self._done: asyncio.Future | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._done: asyncio.Future[Any] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- life ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -149,13 +149,13 @@ class Worker:
             self.link.conn.close()
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
-    def _spawn(self, coro: Any) -> asyncio.Task:
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
         return task
 
-    def _task_done(self, task: asyncio.Task) -> None:
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             logger.error("worker task failed", exc_info=task.exception())
@@ -171,7 +171,7 @@ class Worker:
     # -- the master ------------------------------------------------------------------------
     def _registration(self, conn: AsyncConnection) -> m.RegisterWorker:
         if self.host is None:  # actors listen on the address that reaches the master
-            self.host = conn.transport.get_extra_info("sockname")[0]
+            self.host = conn.transport.get_extra_info("sockname")[0]  # type: ignore[union-attr]  # open
         return m.RegisterWorker(
             worker_id=self.worker_id,
             hostname=socket.gethostname(),
@@ -192,7 +192,7 @@ class Worker:
         """Keep the link; after losing the master for the grace period, stop."""
         self.stop(await self.link.maintain(give_up_after=settings.master_grace_s))
 
-    def _on_master(self, conn: AsyncConnection, msg: Any, buffers: tuple) -> None:
+    def _on_master(self, conn: AsyncConnection, msg: Any, buffers: tuple[Any, ...]) -> None:
         handler = self._master_handlers.get(type(msg))
         if handler is None:
             raise ProtocolError(f"a worker does not take {type(msg).__name__} from the master")
@@ -250,8 +250,12 @@ class Worker:
             sock=parent,
         )
         host.readers = [
-            self._spawn(self._read_lines(host, host.proc.stdout, "stdout")),
-            self._spawn(self._read_lines(host, host.proc.stderr, "stderr")),
+            self._spawn(
+                self._read_lines(host, cast(asyncio.StreamReader, host.proc.stdout), "stdout")
+            ),
+            self._spawn(
+                self._read_lines(host, cast(asyncio.StreamReader, host.proc.stderr), "stderr")
+            ),
         ]
         self._spawn(self._wait_exit(host))
 
@@ -337,7 +341,7 @@ class Worker:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(msg.gpus)
         host.assigned = asyncio.get_running_loop().create_future()
         try:
-            host.ctl.send(
+            host.ctl.send(  # type: ignore[union-attr]  # a warm host is connected
                 m.Assign(msg.actor_id, msg.client_id, msg.class_name, env=env, workdir=host.workdir)
             )
             await asyncio.wait_for(host.assigned, settings.connect_timeout_s)

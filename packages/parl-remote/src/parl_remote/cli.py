@@ -73,7 +73,8 @@ def _request(
 def _local_address(args: argparse.Namespace) -> str:
     """The cluster a command is about: --address, --port, or the one started here."""
     if getattr(args, "address", None):
-        return args.address
+        address: str = args.address
+        return address
     if getattr(args, "port", None):
         state = read_json(_master_state(args.port))
         host = state["connect_host"] if state else "127.0.0.1"
@@ -89,7 +90,7 @@ def _local_address(args: argparse.Namespace) -> str:
     )
 
 
-def _started_here() -> list[dict]:
+def _started_here() -> list[dict[str, Any]]:
     """The state of every cluster started here that still runs; dead ones' files are removed.
 
     A cluster whose master died while some of its workers live on still counts: a new
@@ -113,7 +114,7 @@ def _started_here() -> list[dict]:
 
 
 # -- commands ----------------------------------------------------------------------------------
-def _process(entry: dict) -> _cluster.ProcessInfo:
+def _process(entry: dict[str, Any]) -> _cluster.ProcessInfo:
     return _cluster.ProcessInfo(entry["pid"], entry["create_time"], entry["log"])
 
 
@@ -418,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one `xparl` command; return its exit status."""
     args = _parser().parse_args(argv)
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except (ClusterError, RemoteError, OSError) as exc:
         print(f"xparl {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -34,7 +34,7 @@ import os
 import pickle
 import struct
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -124,14 +124,14 @@ class Connection:
         self.peer_role: str | None = None
         self.is_server = is_server
         self.max_message_bytes = max_message_bytes
-        self._token = token
+        self._token = cast(bytes, token)  # None only when trusted: no handshake reads it
         self._nonce = os.urandom(32)
         self._peer_nonce = b""
         self._peer_host = ""
         self._hs = _OPEN if trusted else (_AWAIT_HELLO if is_server else _AWAIT_CHALLENGE)
         self._error: Exception | None = None
         self._outgoing: list[bytes] = []
-        self._events: deque = deque()
+        self._events: deque[Any] = deque()
         # receive state
         self._state = _HEAD
         self._need = _HEADER.size
@@ -139,8 +139,8 @@ class Connection:
         self._env_len = 0
         self._nbuf = 0
         self._lengths: tuple[int, ...] = ()
-        self._buffers: list = []
-        self._cur: memoryview | None = None
+        self._buffers: list[Any] = []
+        self._cur: Any = None  # a memoryview while a buffer fills
         self._filled = 0
         self._scratch = memoryview(bytearray(_SCRATCH))
         self._direct = False
@@ -174,7 +174,7 @@ class Connection:
         return out
 
     # -- sending ---------------------------------------------------------------------------
-    def send(self, msg: m.Message, buffers: list | tuple = ()) -> list:
+    def send(self, msg: m.Message, buffers: list[Any] | tuple[Any, ...] = ()) -> list[Any]:
         """Return the buffers to write for `msg` and its out-of-band `buffers` (not copied)."""
         if self._hs != _OPEN:
             raise ProtocolError(f"cannot send {type(msg).__name__} before the handshake completed")
@@ -183,7 +183,7 @@ class Connection:
             if len(envelope) > self.max_message_bytes:
                 raise ProtocolError(self._too_large(len(envelope)))
             return [_HEADER.pack(len(envelope), 0) + envelope]
-        raws = [
+        raws: list[Any] = [
             b.raw() if isinstance(b, pickle.PickleBuffer) else memoryview(b).cast("B")
             for b in buffers
         ]
@@ -229,7 +229,8 @@ class Connection:
             and len(self._cur) - self._filled >= _DIRECT_READ_MIN
         ):
             self._direct = True
-            return self._cur[self._filled :]
+            view: memoryview = self._cur[self._filled :]
+            return view
         self._direct = False
         return self._scratch
 
@@ -252,7 +253,7 @@ class Connection:
             self._fail(exc)
             raise
 
-    def take_events(self) -> list:
+    def take_events(self) -> list[Any]:
         """Return (and forget) every event available now, in one list.
 
         The same events `next_event` would return, one by one, until `NEED_DATA`.
@@ -365,7 +366,7 @@ class Connection:
             self._in = bytearray()
             self._state, self._need = _ENVELOPE, self._env_len
         elif self._state == _ENVELOPE:
-            self._pending = self._decode(data)
+            self._pending: Any = self._decode(data)
             self._in = bytearray()
             if self._nbuf:
                 self._buffers = []
@@ -379,7 +380,7 @@ class Connection:
         while len(self._buffers) < self._nbuf:
             n = self._lengths[len(self._buffers)]
             if n:
-                self._raw = bytearray(n)
+                self._raw: bytearray | None = bytearray(n)
                 self._cur = memoryview(self._raw)
                 self._filled = 0
                 return
@@ -410,7 +411,7 @@ class Connection:
         self._cur = None
         self._direct = False
 
-    def _decode(self, data) -> m.Message:
+    def _decode(self, data: bytes | bytearray | memoryview) -> m.Message:
         try:
             return m.decoder.decode(data)
         except msgspec.MsgspecError as exc:
@@ -419,7 +420,7 @@ class Connection:
             raise ProtocolError(f"an undecodable frame: {type(exc).__name__}: {exc}") from None
 
     # -- the handshake ---------------------------------------------------------------------
-    def _deliver(self, msg: m.Message, buffers: tuple) -> None:
+    def _deliver(self, msg: m.Message, buffers: tuple[Any, ...]) -> None:
         if self._hs == _OPEN:
             if isinstance(msg, _HANDSHAKE_TYPES):
                 raise ProtocolError(f"an unexpected {type(msg).__name__} after the handshake")

@@ -86,11 +86,11 @@ PROTOCOL_VERSION = 1
 
 
 class _Msg(msgspec.Struct, frozen=True, tag=True, array_like=True, forbid_unknown_fields=False):
-    """Base of every envelope."""
+    """Base of every envelope (subclasses restate `frozen=True` for type checkers)."""
 
 
 # -- handshake ---------------------------------------------------------------------------------
-class Challenge(_Msg):
+class Challenge(_Msg, frozen=True):
     """Server's first words: its protocol version, role and a fresh random nonce."""
 
     version: int
@@ -100,7 +100,7 @@ class Challenge(_Msg):
     """The server's host id when it takes shared-memory transfers (see `_shm.py`), else ""."""
 
 
-class Hello(_Msg):
+class Hello(_Msg, frozen=True):
     """Client's proof: HMAC of both nonces and its role under the cluster token."""
 
     version: int
@@ -111,20 +111,20 @@ class Hello(_Msg):
     """The client's host id when it takes shared-memory transfers, else ""."""
 
 
-class Welcome(_Msg):
+class Welcome(_Msg, frozen=True):
     """Server's proof back: HMAC of both nonces under the token (mutual authentication)."""
 
     digest: bytes
 
 
-class Refused(_Msg):
+class Refused(_Msg, frozen=True):
     """The server refuses the connection, and says why; it closes right after."""
 
     reason: str
 
 
 # -- data plane: client <-> actor process ------------------------------------------------------
-class Init(_Msg):
+class Init(_Msg, frozen=True):
     """Construct the actor: `payload` pickles `(cls, args, kwargs)`; `bundle` is the code zip."""
 
     actor_id: str
@@ -132,7 +132,7 @@ class Init(_Msg):
     bundle: bytes = b""
 
 
-class Ready(_Msg):
+class Ready(_Msg, frozen=True):
     """The actor is constructed and serving; `shadowed`: methods its instance attributes hide."""
 
     actor_id: str
@@ -159,7 +159,7 @@ CreateFailedKind = Literal["resource", "error"]
 """Why a `CreateFailed` came back: no slot within the wait, or anything else."""
 
 
-class Call(_Msg):
+class Call(_Msg, frozen=True):
     """Run `name` on the actor, as `kind` says."""
 
     id: int
@@ -168,14 +168,14 @@ class Call(_Msg):
     kind: CallKind = CallKind.METHOD
 
 
-class Result(_Msg):
+class Result(_Msg, frozen=True):
     """The pickled value of call `id`."""
 
     id: int
     payload: bytes
 
 
-class Error(_Msg):
+class Error(_Msg, frozen=True):
     """Call `id` (or `Init`, id 0) failed; `payload` pickles the exception when it can."""
 
     id: int
@@ -187,7 +187,7 @@ class Error(_Msg):
 
 
 # -- control plane: client <-> master ----------------------------------------------------------
-class RegisterClient(_Msg):
+class RegisterClient(_Msg, frozen=True):
     """A client joins (or re-joins, listing the actors it still holds)."""
 
     client_id: str
@@ -197,18 +197,18 @@ class RegisterClient(_Msg):
     actors: list[str] = []
 
 
-class Accepted(_Msg):
+class Accepted(_Msg, frozen=True):
     """The master accepts a client or worker; heartbeats are due every `heartbeat_s`."""
 
     cluster_id: str
     heartbeat_s: float
 
 
-class Ping(_Msg):
+class Ping(_Msg, frozen=True):
     """The sender is alive (clients to the master, and the master to clients and workers)."""
 
 
-class CreateActor(_Msg):
+class CreateActor(_Msg, frozen=True):
     """Ask for a slot: one CPU and `n_gpu` GPUs of one worker, waiting at most `wait_s`."""
 
     request_id: int
@@ -218,7 +218,7 @@ class CreateActor(_Msg):
     wait_s: float = 30.0
 
 
-class ActorAssigned(_Msg):
+class ActorAssigned(_Msg, frozen=True):
     """A process is ready for the actor at host:port; connect and send `Init`."""
 
     request_id: int
@@ -229,7 +229,7 @@ class ActorAssigned(_Msg):
     worker_id: str
 
 
-class CreateFailed(_Msg):
+class CreateFailed(_Msg, frozen=True):
     """No actor: `kind` is "resource" (no slot in time) or "error"."""
 
     request_id: int
@@ -237,13 +237,13 @@ class CreateFailed(_Msg):
     reason: str
 
 
-class ReleaseActor(_Msg):
+class ReleaseActor(_Msg, frozen=True):
     """The client no longer needs the actor: stop its process, free its slot."""
 
     actor_id: str
 
 
-class HoldActor(_Msg):
+class HoldActor(_Msg, frozen=True):
     """The client got a handle of an actor it did not create; keep it alive for it too.
 
     Answered by `ActorState` (state "dead" with the reason when the actor is gone).
@@ -253,7 +253,7 @@ class HoldActor(_Msg):
     actor_id: str
 
 
-class KillActor(_Msg):
+class KillActor(_Msg, frozen=True):
     """Stop an actor now, whoever created it; every client that knows it hears `ActorDied`."""
 
     request_id: int
@@ -261,14 +261,14 @@ class KillActor(_Msg):
     reason: str
 
 
-class QueryActor(_Msg):
+class QueryActor(_Msg, frozen=True):
     """Ask what became of an actor (why it died)."""
 
     request_id: int
     actor_id: str
 
 
-class ActorState(_Msg):
+class ActorState(_Msg, frozen=True):
     """Reply to `QueryActor`."""
 
     request_id: int
@@ -277,39 +277,39 @@ class ActorState(_Msg):
     reason: str = ""
 
 
-class ActorDied(_Msg):
+class ActorDied(_Msg, frozen=True):
     """Pushed to the owner and every holder: the actor is gone, and why."""
 
     actor_id: str
     reason: str
 
 
-class LogLines(_Msg):
+class LogLines(_Msg, frozen=True):
     """Actor output: `(actor_id, stream, line)`; stream "stdout", "stderr" or "exception"."""
 
     lines: list[tuple[str, str, str]]
 
 
-class StatusRequest(_Msg):
+class StatusRequest(_Msg, frozen=True):
     """Ask for the cluster's state (what `xparl status` and the dashboard show)."""
 
     request_id: int
 
 
-class StatusReply(_Msg):
+class StatusReply(_Msg, frozen=True):
     """The cluster's state as plain data."""
 
     request_id: int
     status: dict[str, Any]
 
 
-class ShutdownCluster(_Msg):
+class ShutdownCluster(_Msg, frozen=True):
     """Stop every worker of the cluster, then the master."""
 
     request_id: int
 
 
-class Ack(_Msg):
+class Ack(_Msg, frozen=True):
     """A request was carried out."""
 
     request_id: int
@@ -329,7 +329,7 @@ class ActorRecord(msgspec.Struct, frozen=True, array_like=True):
     started_at: float = 0.0
 
 
-class ActorStats(_Msg):
+class ActorStats(_Msg, frozen=True):
     """How one actor process is doing, sampled by its worker."""
 
     actor_id: str
@@ -340,7 +340,7 @@ class ActorStats(_Msg):
     busy: bool = False
 
 
-class RegisterWorker(_Msg):
+class RegisterWorker(_Msg, frozen=True):
     """A worker joins with its slots; after a master restart it lists the actors it kept."""
 
     worker_id: str
@@ -353,7 +353,7 @@ class RegisterWorker(_Msg):
     mem_total: int = 0
 
 
-class WorkerHeartbeat(_Msg):
+class WorkerHeartbeat(_Msg, frozen=True):
     """A worker is alive; machine load and per-actor statistics."""
 
     cpu_percent: float
@@ -363,7 +363,7 @@ class WorkerHeartbeat(_Msg):
     actors: list[ActorStats] = []
 
 
-class StartActor(_Msg):
+class StartActor(_Msg, frozen=True):
     """Hand a warm process of this worker to a new actor."""
 
     actor_id: str
@@ -373,7 +373,7 @@ class StartActor(_Msg):
     max_memory_mb: float = 0.0
 
 
-class ActorStarted(_Msg):
+class ActorStarted(_Msg, frozen=True):
     """The actor's process is assigned and listening on `port`."""
 
     actor_id: str
@@ -381,21 +381,21 @@ class ActorStarted(_Msg):
     pid: int
 
 
-class ActorStartFailed(_Msg):
+class ActorStartFailed(_Msg, frozen=True):
     """The worker could not provide a process for the actor."""
 
     actor_id: str
     reason: str
 
 
-class StopActor(_Msg):
+class StopActor(_Msg, frozen=True):
     """Kill the actor's process (released, or its client is gone)."""
 
     actor_id: str
     reason: str
 
 
-class ActorExited(_Msg):
+class ActorExited(_Msg, frozen=True):
     """An actor's process ended; `reason` says how (exit code, signal, memory limit...)."""
 
     actor_id: str
@@ -403,21 +403,21 @@ class ActorExited(_Msg):
     exit_code: int | None = None
 
 
-class ShutdownWorker(_Msg):
+class ShutdownWorker(_Msg, frozen=True):
     """Stop every actor and exit (the cluster is being stopped)."""
 
     reason: str
 
 
 # -- worker <-> its actor processes ------------------------------------------------------------
-class HostReady(_Msg):
+class HostReady(_Msg, frozen=True):
     """A warm process is listening on `port` and waits for an actor."""
 
     port: int
     pid: int
 
 
-class Assign(_Msg):
+class Assign(_Msg, frozen=True):
     """This process now belongs to actor `actor_id`: set `env`, expect the client's `Init`."""
 
     actor_id: str
@@ -427,13 +427,13 @@ class Assign(_Msg):
     workdir: str = ""
 
 
-class Assigned(_Msg):
+class Assigned(_Msg, frozen=True):
     """The process took the assignment."""
 
     actor_id: str
 
 
-class ActorInitialized(_Msg):
+class ActorInitialized(_Msg, frozen=True):
     """The actor's constructor returned; `ok` False when it raised."""
 
     actor_id: str
@@ -490,4 +490,4 @@ ActorQueryState = Literal["starting", "idle", "busy", "dead", "unknown"]
 """What `ActorState` answers: an actor's state, or "unknown" when the master never knew it."""
 
 encoder = msgspec.msgpack.Encoder()
-decoder = msgspec.msgpack.Decoder(Message)
+decoder: msgspec.msgpack.Decoder[Message] = msgspec.msgpack.Decoder(Message)
