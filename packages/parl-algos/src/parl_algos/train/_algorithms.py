@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
-import torch
-from torch import nn
 
 import parl
 from parl.utils import PrioritizedReplayMemory, ReplayMemory, summary
@@ -27,7 +25,7 @@ from parl_algos.agents import ActorCriticAgent, ContinuousAgent, DQNAgent, IMPAL
 from parl_algos.ddpg import DDPG, DDPGStats
 from parl_algos.dqn import DQN, DQNStats
 from parl_algos.impala import IMPALA, IMPALAStats
-from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP, mlp
+from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP, QNetwork
 from parl_algos.ppo import PPO, PPOStats
 from parl_algos.sac import SAC, SACStats
 from parl_algos.td3 import TD3, TD3Stats
@@ -329,29 +327,11 @@ def _build_impala(config: Config, obs_space: gym.Space, act_space: gym.Space) ->
     return Learner(IMPALAAgent(alg))
 
 
-class QNetwork(parl.Model):
-    """Observation -> one Q-value per action; dueling streams when `dueling`."""
-
-    def __init__(self, obs_dim: int, n_actions: int, hidden: int, dueling: bool) -> None:
-        super().__init__()
-        self.body = mlp(obs_dim, [hidden], hidden)
-        self.advantage = nn.Sequential(nn.ReLU(), nn.Linear(hidden, n_actions))
-        self.state_value = nn.Sequential(nn.ReLU(), nn.Linear(hidden, 1)) if dueling else None
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Q-values `(batch, n_actions)`."""
-        features = self.body(obs)
-        advantage = self.advantage(features)
-        if self.state_value is None:
-            return advantage
-        return self.state_value(features) + advantage - advantage.mean(dim=1, keepdim=True)
-
-
 def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
     a, train = config.agent, config.train
     obs_dim, n_actions = obs_space.shape[0], _discrete(config, act_space)
     alg = DQN(
-        QNetwork(obs_dim, n_actions, a.hidden_size, a.dueling),
+        QNetwork(obs_dim, n_actions, (a.hidden_size, a.hidden_size), dueling=a.dueling),
         lr=a.lr,
         gamma=a.gamma,
         double=a.double,
@@ -362,11 +342,15 @@ def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Le
         n_actions,
         eps_end=a.eps_end,
         eps_decay_steps=decay,
-        beta_steps=max(train.total_steps * a.gradient_steps // a.train_freq, 1),
         seed=train.seed,
     )
-    memory_cls = PrioritizedReplayMemory if a.prioritized else ReplayMemory
-    memory = memory_cls(a.buffer_size, obs_dim, 0, seed=train.seed)
+    if a.prioritized:  # beta anneals to 1 over the run's gradient steps
+        beta_steps = max(train.total_steps * a.gradient_steps // a.train_freq, 1)
+        memory = PrioritizedReplayMemory(
+            a.buffer_size, obs_dim, 0, beta_steps=beta_steps, seed=train.seed
+        )
+    else:
+        memory = ReplayMemory(a.buffer_size, obs_dim, 0, seed=train.seed)
 
     def after_step(step: int) -> None:
         if step % a.target_update_interval == 0:
