@@ -8,6 +8,7 @@ resets, `final_obs`, shapes and dtypes, and the episode records; the samplers on
 from __future__ import annotations
 
 import functools
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -161,3 +162,31 @@ def test_a_batch_becomes_the_trajectory_the_on_policy_agents_learn_from():
     for (t, k), obs in zip(truncated, trajectory.final_obs, strict=True):
         np.testing.assert_array_equal(obs, batch.final_obs[(t, k)])
     np.testing.assert_array_equal(trajectory.extras["scores"], batch.extras["scores"])
+
+
+def test_segments_of_a_killed_owner_are_swept(tmp_path):
+    import os
+    import subprocess
+
+    from parl_algos.samplers._shm import SHM_DIR, SharedArrays, sweep_dead_owners
+
+    if not os.access(SHM_DIR, os.W_OK):
+        pytest.skip("no writable /dev/shm on this machine")
+    # A process that made a segment and was killed with SIGKILL before it could remove it.
+    code = (
+        "import os, signal; from parl_algos.samplers._shm import SharedArrays; "
+        "s = SharedArrays.create([('x', (4,), 'float32')]); print(s.name, flush=True); "
+        "os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    name = proc.stdout.strip()
+    assert proc.returncode == -9 and name and os.path.exists(os.path.join(SHM_DIR, name))
+    mine = SharedArrays.create([("x", (4,), "float32")])  # a live owner's segment stays
+    try:
+        assert name in sweep_dead_owners()
+        assert not os.path.exists(os.path.join(SHM_DIR, name))
+        assert os.path.exists(os.path.join(SHM_DIR, mine.name))
+    finally:
+        mine.unlink()

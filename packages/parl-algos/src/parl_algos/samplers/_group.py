@@ -17,7 +17,7 @@ import numpy as np
 
 import parl
 from parl_algos.samplers._core import Rollout, rollout_layout
-from parl_algos.samplers._shm import SharedArrays, host_id, shm_available
+from parl_algos.samplers._shm import SharedArrays, host_id, shm_available, sweep_dead_owners
 from parl_algos.samplers._worker import RemoteEnvWorker
 from parl_remote import ClusterError, RemoteActorDiedError, RemoteError
 
@@ -94,6 +94,7 @@ class WorkerGroup:
         here = host_id()
         if not shm_available():
             return
+        sweep_dead_owners()  # what samplers killed before their close() left behind
         offered: dict[int, list[SharedArrays]] = {}
         try:
             for w, host in enumerate(hosts):

@@ -24,7 +24,7 @@ import weakref
 
 import numpy as np
 
-__all__ = ["SHM_DIR", "SharedArrays", "host_id", "shm_available"]
+__all__ = ["SHM_DIR", "SharedArrays", "host_id", "shm_available", "sweep_dead_owners"]
 
 SHM_DIR = "/dev/shm"
 _ALIGN = 64
@@ -53,6 +53,37 @@ def _offsets(layout) -> tuple[list[int], int]:
 def _unlink(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def sweep_dead_owners(prefix: str = "parl-sampler") -> list[str]:
+    """Remove this user's segments whose owning process is gone (killed before it could).
+
+    A segment is named `<prefix>-<owner pid>-<random>`; one whose pid no longer runs is left
+    from an owner that was killed (SIGKILL leaves no chance to unlink). Returns the names removed.
+    """
+    pattern = re.compile(rf"^{re.escape(prefix)}-(\d+)-[0-9a-f]+$")
+    removed = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(SHM_DIR):
+            match = pattern.match(name)
+            if match is None or _alive(int(match[1])):
+                continue
+            path = os.path.join(SHM_DIR, name)
+            with contextlib.suppress(OSError):
+                if os.lstat(path).st_uid == os.getuid():
+                    os.unlink(path)
+                    removed.append(name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 class SharedArrays:
