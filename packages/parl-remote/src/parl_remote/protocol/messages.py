@@ -273,7 +273,7 @@ class ActorState(_Msg, frozen=True):
 
     request_id: int
     actor_id: str
-    state: str
+    state: ActorQueryState
     reason: str = ""
 
 
