@@ -7,11 +7,14 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 __all__ = ["check_positive", "clip_grad_norm", "frozen", "soft_update", "to_tensor"]
 
 
-def to_tensor(x, device: torch.device | str, dtype: torch.dtype | None = None) -> torch.Tensor:
+def to_tensor(
+    x: ArrayLike | torch.Tensor, device: torch.device | str, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """An array (or a number, or a list of them) as a tensor on `device`.
 
     The one place where the environment's numpy becomes the model's tensors: no copy on the

@@ -60,7 +60,7 @@ class ActorCriticAgent(parl.Agent):
         """Actions drawn from the policy for a batch of observations (collection)."""
         return self.alg.sample(to_tensor(obs, self.device)).cpu().numpy()
 
-    def predict(self, obs: np.ndarray):
+    def predict(self, obs: np.ndarray) -> int | np.ndarray:
         """The most probable action for one observation (evaluation)."""
         action = self.alg.predict(to_tensor(obs, self.device).unsqueeze(0))[0].cpu().numpy()
         return action.item() if action.ndim == 0 else action

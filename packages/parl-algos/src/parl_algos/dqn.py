@@ -200,7 +200,9 @@ class DQN(parl.Algorithm):
             td_error=priority.detach().cpu().numpy(),
         )
 
-    def _td_loss(self, q, reward, discount, next_q):
+    def _td_loss(
+        self, q: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor, next_q: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """DQN: Huber (or squared) error to `y = r + gamma^n (1 - terminal) Q_target(s', a')`."""
         y = reward + discount * next_q
         if self.loss == "huber":
@@ -209,7 +211,13 @@ class DQN(parl.Algorithm):
             elementwise = F.mse_loss(q, y, reduction="none")
         return elementwise, q, (y - q).abs()
 
-    def _c51_loss(self, logits, reward, discount, next_logits):
+    def _c51_loss(
+        self,
+        logits: torch.Tensor,
+        reward: torch.Tensor,
+        discount: torch.Tensor,
+        next_logits: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """C51: KL(m || p), `m` the target distribution projected onto the support."""
         m = categorical_projection(next_logits.softmax(dim=-1), reward, discount, self.support)
         log_p = logits.log_softmax(dim=-1)
@@ -218,7 +226,13 @@ class DQN(parl.Algorithm):
         kl = (torch.special.xlogy(m, m) - m * log_p).sum(dim=-1)
         return kl, (log_p.exp() * self.support).sum(dim=-1), kl
 
-    def _qr_loss(self, theta, reward, discount, next_theta):
+    def _qr_loss(
+        self,
+        theta: torch.Tensor,
+        reward: torch.Tensor,
+        discount: torch.Tensor,
+        next_theta: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """QR-DQN: quantile Huber loss of `theta` against `r + gamma^n (1 - terminal) theta'`."""
         target = reward.unsqueeze(1) + discount.unsqueeze(1) * next_theta
         loss = quantile_huber_loss(theta, target, self.kappa)

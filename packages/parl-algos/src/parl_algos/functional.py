@@ -197,7 +197,9 @@ def ppo_clip_loss(ratio: torch.Tensor, advantage: torch.Tensor, clip_coef: float
     return -torch.min(unclipped, clipped).mean()
 
 
-def sac_actor_loss(log_prob: torch.Tensor, q_value: torch.Tensor, alpha: torch.Tensor | float):
+def sac_actor_loss(
+    log_prob: torch.Tensor, q_value: torch.Tensor, alpha: torch.Tensor | float
+) -> torch.Tensor:
     """SAC's policy loss `mean(alpha * log pi(a|s) - Q(s, a))`, `a` sampled by reparameterization.
 
     Haarnoja et al., 2018, https://arxiv.org/abs/1812.05905, eq. 7 (as a sample estimate).

@@ -121,7 +121,7 @@ class ContinuousActorCriticMLP(parl.Model):
             mlp(obs_dim + act_dim, hidden, 1) for _ in range(2 if twin else 1)
         )
 
-    def policy(self, obs: torch.Tensor):
+    def policy(self, obs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Return `tanh(actor(obs))`, or `(mean, log_std)` when stochastic."""
         out = self.actor(obs)
         if self.stochastic:
@@ -129,7 +129,9 @@ class ContinuousActorCriticMLP(parl.Model):
             return mean, log_std
         return torch.tanh(out)
 
-    def value(self, obs: torch.Tensor, action: torch.Tensor):
+    def value(
+        self, obs: torch.Tensor, action: torch.Tensor
+    ) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """Return `Q(s, a)` `(batch,)`, or the pair `(Q1, Q2)` with twin critics."""
         x = torch.cat([obs, action], dim=-1)
         q = tuple(critic(x).squeeze(-1) for critic in self.critics)

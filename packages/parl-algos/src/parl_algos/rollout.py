@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from parl_algos.functional import gae
 
@@ -52,7 +53,7 @@ class EpisodeCounter:
         self._returns = np.zeros(num_envs)
         self._lengths = np.zeros(num_envs, dtype=np.int64)
 
-    def step(self, reward, done) -> list[Episode]:
+    def step(self, reward: ArrayLike, done: ArrayLike) -> list[Episode]:
         """Count one step of every environment; return the episodes it ended."""
         self.env_steps += self.num_envs
         self._returns += reward

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Self
 
 import gymnasium as gym
 import numpy as np
@@ -89,7 +89,7 @@ class BaseSampler:
         """Free everything the sampler holds; calling it again does nothing."""
         self._closed = True
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

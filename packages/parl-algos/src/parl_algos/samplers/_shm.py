@@ -21,14 +21,19 @@ import re
 import secrets
 import socket
 import weakref
+from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 __all__ = ["SHM_DIR", "SharedArrays", "host_id", "shm_available", "sweep_dead_owners"]
 
 SHM_DIR = "/dev/shm"
 _ALIGN = 64
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+
+Layout = Sequence[tuple[str, tuple[int, ...], DTypeLike]]
+"""What a segment holds: `(name, shape, dtype)` of each array, in order."""
 
 
 def host_id() -> str:
@@ -41,7 +46,7 @@ def shm_available() -> bool:
     return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
 
 
-def _offsets(layout) -> tuple[list[int], int]:
+def _offsets(layout: Layout) -> tuple[list[int], int]:
     offsets, size = [], 0
     for _, shape, dtype in layout:
         size = -(-size // _ALIGN) * _ALIGN
@@ -94,7 +99,7 @@ class SharedArrays:
         arrays: name -> numpy view on the segment, shaped as the layout says.
     """
 
-    def __init__(self, name: str, mm: mmap.mmap, layout, owner: bool) -> None:
+    def __init__(self, name: str, mm: mmap.mmap, layout: Layout, owner: bool) -> None:
         self.name = name
         self._mm = mm
         offsets, _ = _offsets(layout)
@@ -109,7 +114,7 @@ class SharedArrays:
         self._finalizer = weakref.finalize(self, _unlink, path) if owner else None
 
     @classmethod
-    def create(cls, layout, prefix: str = "parl-sampler") -> SharedArrays:
+    def create(cls, layout: Layout, prefix: str = "parl-sampler") -> SharedArrays:
         """Make a new segment of this layout, mode 0600; this process owns (and removes) it."""
         _, size = _offsets(layout)
         name = f"{prefix}-{os.getpid()}-{secrets.token_hex(8)}"
@@ -127,7 +132,7 @@ class SharedArrays:
         return cls(name, mm, layout, owner=True)
 
     @classmethod
-    def attach(cls, name: str, layout) -> SharedArrays:
+    def attach(cls, name: str, layout: Layout) -> SharedArrays:
         """Map the segment `name` made by `create` with the same layout (same host, same user).
 
         Raises:

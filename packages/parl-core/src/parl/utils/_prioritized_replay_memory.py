@@ -15,6 +15,7 @@ import os
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from parl.utils._replay_memory import ReplayMemory
 
@@ -71,10 +72,10 @@ class SumTree:
         """Return the smallest leaf that was ever set (+inf while none was)."""
         return float(self._min[1])
 
-    def __getitem__(self, index) -> np.ndarray:
-        return self._sum[self._size + np.asarray(index)]
+    def __getitem__(self, index: ArrayLike) -> np.ndarray:
+        return np.asarray(self._sum[self._size + np.asarray(index, dtype=np.int64)])
 
-    def update(self, index, value) -> None:
+    def update(self, index: ArrayLike, value: ArrayLike) -> None:
         """Set the leaves `index` (an int or an array) to `value` (non-negative, finite).
 
         With repeated indices the last value wins, as with numpy assignment.
@@ -94,7 +95,7 @@ class SumTree:
             self._sum[node] = self._sum[left] + self._sum[right]
             self._min[node] = np.minimum(self._min[left], self._min[right])
 
-    def find_prefix_sum(self, mass) -> np.ndarray:
+    def find_prefix_sum(self, mass: ArrayLike) -> np.ndarray:
         """Return, for each value in `mass`, the first leaf whose running sum exceeds it.
 
         `mass` holds values in `[0, total())`; the answer for `m` is the leaf `i` with
@@ -145,7 +146,7 @@ class PrioritizedReplayMemory(ReplayMemory):
         beta: float = 0.4,
         beta_steps: int | None = None,
         eps: float = 1e-6,
-        obs_dtype: np.dtype | str = np.float32,
+        obs_dtype: DTypeLike = np.float32,
         seed: int | None = None,
     ) -> None:
         super().__init__(max_size, obs_dim, act_dim, obs_dtype=obs_dtype, seed=seed)
@@ -165,7 +166,15 @@ class PrioritizedReplayMemory(ReplayMemory):
         self._priority = np.zeros(self.max_size, dtype=np.float64)
         self._max_priority = 1.0
 
-    def append(self, obs, act, reward, next_obs, terminal, truncated: bool = False) -> None:
+    def append(
+        self,
+        obs: ArrayLike,
+        act: ArrayLike,
+        reward: float,
+        next_obs: ArrayLike,
+        terminal: bool | float,
+        truncated: bool = False,
+    ) -> None:
         """Store one transition with the largest priority seen so far (see `ReplayMemory`)."""
         pos = self._curr_pos
         super().append(obs, act, reward, next_obs, terminal, truncated)
@@ -215,7 +224,7 @@ class PrioritizedReplayMemory(ReplayMemory):
             idx.astype(np.int64),
         )
 
-    def update_priorities(self, indices, priorities) -> None:
+    def update_priorities(self, indices: ArrayLike, priorities: ArrayLike) -> None:
         """Set the priorities of the transitions at `indices` (usually `|TD error|`)."""
         priorities = np.abs(np.asarray(priorities, dtype=np.float64)) + self.eps
         indices = np.asarray(indices, dtype=np.int64)
@@ -235,11 +244,13 @@ class PrioritizedReplayMemory(ReplayMemory):
         """Return the priorities (`p_i`, before the `alpha` exponent) of the stored transitions."""
         return self._priority[: self._curr_size].copy()
 
-    def _set_priorities(self, indices, priorities) -> None:
-        self._priority[indices] = priorities
-        self._tree.update(indices, np.asarray(priorities, dtype=np.float64) ** self.alpha)
+    def _set_priorities(self, indices: ArrayLike, priorities: ArrayLike) -> None:
+        slots = np.asarray(indices, dtype=np.int64)
+        values = np.asarray(priorities, dtype=np.float64)
+        self._priority[slots] = values
+        self._tree.update(slots, values**self.alpha)
 
-    def load(self, pathname: str | os.PathLike) -> None:
+    def load(self, pathname: str | os.PathLike[str]) -> None:
         """Replace the contents with those saved by `save` (see `ReplayMemory.load`).
 
         Priorities are not saved: every loaded transition gets the largest priority seen by this

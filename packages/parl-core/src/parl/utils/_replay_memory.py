@@ -12,6 +12,7 @@ import tempfile
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 __all__ = ["Batch", "ReplayMemory"]
 
@@ -72,7 +73,7 @@ class ReplayMemory:
         obs_dim: int | tuple[int, ...],
         act_dim: int | tuple[int, ...],
         *,
-        obs_dtype: np.dtype | str = np.float32,
+        obs_dtype: DTypeLike = np.float32,
         seed: int | None = None,
     ) -> None:
         if int(max_size) <= 0:
@@ -93,7 +94,15 @@ class ReplayMemory:
         self._curr_pos = 0
         self._rng = np.random.default_rng(seed)
 
-    def append(self, obs, act, reward, next_obs, terminal, truncated: bool = False) -> None:
+    def append(
+        self,
+        obs: ArrayLike,
+        act: ArrayLike,
+        reward: float,
+        next_obs: ArrayLike,
+        terminal: bool | float,
+        truncated: bool = False,
+    ) -> None:
         """Store one transition.
 
         `terminal` is true only when the episode *terminated* (the MDP reached an end state);
@@ -129,7 +138,7 @@ class ReplayMemory:
     def __len__(self) -> int:
         return self._curr_size
 
-    def save(self, pathname: str | os.PathLike) -> None:
+    def save(self, pathname: str | os.PathLike[str]) -> None:
         """Write the stored transitions to a `.npz` file, atomically."""
         pathname = os.fspath(pathname)
         if not pathname.endswith(".npz"):
@@ -148,7 +157,7 @@ class ReplayMemory:
                 os.unlink(tmp)
             raise
 
-    def load(self, pathname: str | os.PathLike) -> None:
+    def load(self, pathname: str | os.PathLike[str]) -> None:
         """Replace the contents with those saved by `save`.
 
         With the same `max_size` the buffer is restored exactly (same next slot to overwrite).
