@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from parl_evo._cma import CMAES, SepCMAES
 from parl_evo._config import ESConfig
@@ -92,12 +93,12 @@ class ESAgent:
 
     def __init__(
         self,
-        config: ESConfig | Mapping[str, Any] | str | os.PathLike,
+        config: ESConfig | Mapping[str, Any] | str | os.PathLike[str],
         *,
         model: Any = None,
         policy: Policy | None = None,
         sampler_id: int = 0,
-        noise_directory: str | os.PathLike | None = None,
+        noise_directory: str | os.PathLike[str] | None = None,
     ) -> None:
         if isinstance(config, ESConfig):
             self.config = config
@@ -219,9 +220,7 @@ class ESAgent:
         """The model's output for `obs` with the current (perhaps perturbed) weights."""
         return self._require_params().predict(obs)
 
-    def update(
-        self, sampling_infos: Sequence[SamplingInfo], rewards: Sequence[float]
-    ) -> UpdateStats:
+    def update(self, sampling_infos: Sequence[SamplingInfo], rewards: ArrayLike) -> UpdateStats:
         """Update the solver from evaluated samples; the agent then acts with the new solution.
 
         Samples of older versions are used or discarded as the solver's rule says (BASIC_ES:
@@ -238,7 +237,7 @@ class ESAgent:
         return stats
 
     # -- solver files --------------------------------------------------------------------------
-    def save_solver(self, path: str | os.PathLike) -> None:
+    def save_solver(self, path: str | os.PathLike[str]) -> None:
         """Save all solver and optimizer state, and this agent's key stream, atomically.
 
         An agent that loads the file continues exactly as this one would have: the same keys,
@@ -262,7 +261,7 @@ class ESAgent:
             },
         )
 
-    def load_solver(self, path: str | os.PathLike) -> None:
+    def load_solver(self, path: str | os.PathLike[str]) -> None:
         """Load a file written by `save_solver` (same solver type, noise and parameter count).
 
         Raises:
@@ -304,12 +303,12 @@ class ESAgent:
         solver = self.solver
         return {"dim": solver.dim, "noise": self.noise.describe(), "solver": solver.type_name}
 
-    def open_log(self, path: str | os.PathLike) -> SampleLogWriter:
+    def open_log(self, path: str | os.PathLike[str]) -> SampleLogWriter:
         """Open a sample log to append `(info, reward)` records to (many samplers may share it)."""
         return SampleLogWriter(path, meta=self.log_meta())
 
     def update_from_log(
-        self, path: str | os.PathLike, *, start: int = 0
+        self, path: str | os.PathLike[str], *, start: int = 0
     ) -> tuple[UpdateStats, int]:
         """`update` from the records of a sample log, from byte `start` on.
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from parl_evo._noise import NoiseSource, SamplingInfo
 from parl_evo._solver import Solver, UpdateStats, _stats
@@ -136,13 +137,13 @@ class _CMABase(Solver):
         self._require_current(info)
         return self._m + self.sigma * self._y(self.perturbation(info))
 
-    def tell(self, infos: Sequence[SamplingInfo], rewards: Sequence[float]) -> UpdateStats:
+    def tell(self, infos: Sequence[SamplingInfo], rewards: ArrayLike) -> UpdateStats:
         """One CMA-ES generation from the current version's samples (ranked by reward)."""
-        ages, rewards = self._ages(infos, rewards)
+        ages, scores = self._ages(infos, rewards)
         keep = np.flatnonzero(ages == 0)
         discarded = len(infos) - keep.size
         self._require_enough(keep.size, 2, discarded)
-        order = keep[np.argsort(-rewards[keep], kind="stable")]  # best first
+        order = keep[np.argsort(-scores[keep], kind="stable")]  # best first
         n, lam = self.dim, order.size
         p = _parameters(n, lam, self.separable)
         z = np.array([self.perturbation(infos[i]) for i in order])  # lam x n, sorted
@@ -174,15 +175,15 @@ class _CMABase(Solver):
         self.sigma *= math.exp((p.c_sigma / p.d_sigma) * (norm_p_sigma / p.chi_n - 1))
         self.version = generation
         window = 10 + math.ceil(30 * n / self.population_size)
-        self._recent_best = [*self._recent_best, float(rewards[order[0]])][-window:]
-        self._last_spread = float(rewards[order[0]] - rewards[order[-1]])
+        self._recent_best = [*self._recent_best, float(scores[order[0]])][-window:]
+        self._last_spread = float(scores[order[0]] - scores[order[-1]])
         self._after_update(p)
-        return _stats(self.version, rewards[keep], discarded)
+        return _stats(self.version, scores[keep], discarded)
 
     # -- what the covariance model decides -----------------------------------------------------
     def _y(self, z: np.ndarray) -> np.ndarray:
         """`B D z` for one standard-normal vector."""
-        return self._y_rows(z[None, :])[0]
+        return np.asarray(self._y_rows(z[None, :])[0])
 
     @abstractmethod
     def _y_rows(self, z: np.ndarray) -> np.ndarray:
@@ -255,7 +256,7 @@ class CMAES(_CMABase):
         return (z * self._D) @ self._B.T
 
     def _whiten(self, z_w: np.ndarray) -> np.ndarray:
-        return self._B @ z_w
+        return np.asarray(self._B @ z_w)
 
     def _diagonal(self) -> np.ndarray:
         return np.diag(self._C)

@@ -183,10 +183,11 @@ class ESConfig:
             data: `{"seed": ..., "solver": {...}, "gaussian_sampling": {...}, ...}`.
             source: named in error messages (the file it came from).
         """
-        return _build(cls, data, source, "")
+        config: ESConfig = _build(cls, data, source, "")
+        return config
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> ESConfig:
+    def from_file(cls, path: str | os.PathLike[str]) -> ESConfig:
         """Read a `.toml`, `.yaml` or `.yml` file (YAML needs the PyYAML package)."""
         path = os.fspath(path)
         suffix = os.path.splitext(path)[1].lower()
@@ -229,7 +230,7 @@ def _build(cls: type, data: Mapping[str, Any], source: str, prefix: str) -> Any:
     for name, value in data.items():
         default = fields[name].default
         if default is dataclasses.MISSING:  # a section: its default comes from a factory
-            section_cls = type(fields[name].default_factory())  # type: ignore[misc]
+            section_cls = type(fields[name].default_factory())  # type: ignore[operator]
             if isinstance(value, section_cls):
                 kwargs[name] = value
                 continue

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from parl_evo._exceptions import ConfigError, SampleError
 from parl_evo._noise import NoiseSource, SamplingInfo
@@ -99,19 +100,19 @@ class GaussianES(Solver):
         """`theta_{info.version} + sign * sigma * noise(key)`."""
         return self._theta_of(info.version) + self.sigma * self.perturbation(info)
 
-    def tell(self, infos: Sequence[SamplingInfo], rewards: Sequence[float]) -> UpdateStats:
+    def tell(self, infos: Sequence[SamplingInfo], rewards: ArrayLike) -> UpdateStats:
         """One optimizer step along the rank-weighted noise; stale samples as in the module doc."""
-        ages, rewards = self._ages(infos, rewards)
+        ages, scores = self._ages(infos, rewards)
         keep = np.flatnonzero(ages <= self.max_staleness)
         discarded = len(infos) - keep.size
         self._require_enough(keep.size, 2, discarded)
         decay = self.staleness_decay ** ages[keep].astype(np.float64)
-        utilities = centered_ranks(rewards[keep]) * decay
+        utilities = centered_ranks(scores[keep]) * decay
         # Accumulate one sample at a time, in order, with elementwise float64 operations only:
         # no BLAS reduction, so every replica gets the same bits on any machine.
         g = np.zeros(self.dim)
         for index, utility in zip(keep, utilities, strict=True):
-            e = self.perturbation(infos[index])
+            e = self.perturbation(infos[int(index)])
             age = int(ages[index])
             if age:
                 e += (self._history[age - 1] - self._theta) / self.sigma
@@ -123,7 +124,7 @@ class GaussianES(Solver):
             del self._history[self.max_staleness :]
         self._theta = self._theta + delta
         self.version += 1
-        return _stats(self.version, rewards[keep], discarded)
+        return _stats(self.version, scores[keep], discarded)
 
     def state_dict(self) -> dict[str, Any]:
         """Mean, kept means of past versions, optimizer state, version and sigma."""

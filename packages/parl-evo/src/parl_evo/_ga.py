@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from parl_evo._exceptions import ConfigError
 from parl_evo._noise import NoiseSource, SamplingInfo
@@ -69,7 +70,7 @@ class GA(Solver):
     @property
     def mean(self) -> np.ndarray:
         """The best individual found so far (the start point before the first update)."""
-        return self._population[0].copy()
+        return np.array(self._population[0])
 
     @property
     def best_reward(self) -> float:
@@ -79,23 +80,23 @@ class GA(Solver):
     def candidate(self, info: SamplingInfo) -> np.ndarray:
         """Parent number `key mod parents`, mutated by `sigma * noise(key)`."""
         self._require_current(info)
-        parent = self._population[info.key % len(self._population)]
+        parent: np.ndarray = self._population[info.key % len(self._population)]
         return parent + self.sigma * self.perturbation(info)
 
-    def tell(self, infos: Sequence[SamplingInfo], rewards: Sequence[float]) -> UpdateStats:
+    def tell(self, infos: Sequence[SamplingInfo], rewards: ArrayLike) -> UpdateStats:
         """Select the next parents from this generation's children and the elites."""
-        ages, rewards = self._ages(infos, rewards)
+        ages, scores = self._ages(infos, rewards)
         keep = np.flatnonzero(ages == 0)
         discarded = len(infos) - keep.size
         self._require_enough(keep.size, 1, discarded)
-        children = np.array([self.candidate(infos[i]) for i in keep])
+        children = np.array([self.candidate(infos[int(i)]) for i in keep])
         # Elites first: on a tie the incumbent stays (a stable sort keeps the pool order).
         pool = np.concatenate([self._population[: self.elites], children])
-        fitness = np.concatenate([self._fitness[: self.elites], rewards[keep]])
+        fitness = np.concatenate([self._fitness[: self.elites], scores[keep]])
         best = np.argsort(-fitness, kind="stable")[: self.parents]
         self._population, self._fitness = pool[best], fitness[best]
         self.version += 1
-        return _stats(self.version, rewards[keep], discarded)
+        return _stats(self.version, scores[keep], discarded)
 
     def state_dict(self) -> dict[str, Any]:
         """Parents (best first), their rewards, version and sigma."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from parl_evo._exceptions import SampleLogCorruptError, SampleLogError, SampleLogTruncatedError
 from parl_evo._noise import SamplingInfo
@@ -99,7 +100,7 @@ class SampleLogWriter:
         SampleLogError: the file exists with different metadata, or is not a sample log.
     """
 
-    def __init__(self, path: str | os.PathLike, *, meta: dict[str, Any]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, meta: dict[str, Any]) -> None:
         self.path = os.fspath(path)
         self.meta = dict(meta)
         header = _encode_header(self.meta)
@@ -125,7 +126,7 @@ class SampleLogWriter:
         """Append one record (one `write` call)."""
         self.extend([info], [reward])
 
-    def extend(self, infos: Sequence[SamplingInfo], rewards: Sequence[float]) -> None:
+    def extend(self, infos: Sequence[SamplingInfo], rewards: ArrayLike) -> None:
         """Append records for `infos` and `rewards` (same length) in one `write` call."""
         rewards = list(np.asarray(rewards, dtype=np.float64).ravel())
         if len(infos) != len(rewards):
@@ -184,7 +185,7 @@ def _read_header(path: str) -> tuple[dict[str, Any], int]:
 
 
 def read_sample_log(
-    path: str | os.PathLike, *, start: int = 0, allow_partial_tail: bool = False
+    path: str | os.PathLike[str], *, start: int = 0, allow_partial_tail: bool = False
 ) -> SampleBatch:
     """Read the records of a sample log.
 

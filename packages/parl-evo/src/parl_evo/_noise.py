@@ -162,7 +162,7 @@ class NoiseTable(NoiseSource):
         *,
         seed: int,
         size: int,
-        directory: str | os.PathLike | None = None,
+        directory: str | os.PathLike[str] | None = None,
         cleanup: bool = False,
         verify: bool = False,
     ) -> None:
@@ -218,7 +218,7 @@ class NoiseTable(NoiseSource):
             NoiseTableError: the data does not match (delete the file; it is rebuilt).
         """
         expected = self._read_header()
-        actual = zlib.crc32(memoryview(self.table))
+        actual = zlib.crc32(self.table.data)
         if actual != expected:
             raise NoiseTableError(
                 f"noise table {self.path!r} fails its checksum (stored {expected:#010x}, data "
@@ -276,8 +276,8 @@ class NoiseTable(NoiseSource):
                 for start in range(0, self.size, _TABLE_BUILD_CHUNK):
                     count = min(_TABLE_BUILD_CHUNK, self.size - start)
                     chunk = rng.standard_normal(count, dtype=np.float32).astype("<f4", copy=False)
-                    crc = zlib.crc32(memoryview(chunk), crc)
-                    f.write(memoryview(chunk))
+                    crc = zlib.crc32(chunk.data, crc)
+                    f.write(chunk.data)
                 f.seek(0)
                 f.write(_TABLE_HEADER.pack(_TABLE_MAGIC, _TABLE_FORMAT, self.seed, self.size, crc))
             os.chmod(tmp, 0o644)
@@ -314,7 +314,7 @@ class NoiseTable(NoiseSource):
             raise NoiseTableError(
                 f"noise table {self.path!r} has {file_size} bytes, {expected_size} expected{fix}"
             )
-        return crc
+        return int(crc)
 
     def _map(self, *, verify: bool) -> np.ndarray:
         self._read_header()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from parl_evo._exceptions import (
     ConfigError,
@@ -113,7 +114,7 @@ class Solver(ABC):
         """The float64 parameter vector that `info` names."""
 
     @abstractmethod
-    def tell(self, infos: Sequence[SamplingInfo], rewards: Sequence[float]) -> UpdateStats:
+    def tell(self, infos: Sequence[SamplingInfo], rewards: ArrayLike) -> UpdateStats:
         """Update the distribution from evaluated candidates (higher reward is better)."""
 
     def ask(self, rng: np.random.Generator, n: int | None = None) -> list[SamplingInfo]:
@@ -160,19 +161,19 @@ class Solver(ABC):
 
     # -- shared bookkeeping ----------------------------------------------------------------------
     def _ages(
-        self, infos: Sequence[SamplingInfo], rewards: Sequence[float]
+        self, infos: Sequence[SamplingInfo], rewards: ArrayLike
     ) -> tuple[np.ndarray, np.ndarray]:
         """Validate a batch; return each sample's age (versions behind) and the rewards."""
-        rewards = np.asarray(rewards, dtype=np.float64).ravel()
-        if len(infos) != rewards.size:
+        values = np.asarray(rewards, dtype=np.float64).ravel()
+        if len(infos) != values.size:
             raise SampleError(
-                f"{type(self).__name__}.tell: {len(infos)} sampling infos but {rewards.size} "
+                f"{type(self).__name__}.tell: {len(infos)} sampling infos but {values.size} "
                 "rewards; pass one reward per info, in the same order"
             )
-        if not np.all(np.isfinite(rewards)):
-            bad = int(np.flatnonzero(~np.isfinite(rewards))[0])
+        if not np.all(np.isfinite(values)):
+            bad = int(np.flatnonzero(~np.isfinite(values))[0])
             raise SampleError(
-                f"{type(self).__name__}.tell: reward {bad} is {rewards[bad]}; rewards must be "
+                f"{type(self).__name__}.tell: reward {bad} is {values[bad]}; rewards must be "
                 "finite (clip or replace failed evaluations with a low finite reward)"
             )
         ages = np.array([self.version - info.version for info in infos], dtype=np.int64)
@@ -184,7 +185,7 @@ class Solver(ABC):
                 "replica that drew it is ahead of this one: give every replica the same updates "
                 "(or load the same solver state) before sampling"
             )
-        return ages, rewards
+        return ages, values
 
     def _require_current(self, info: SamplingInfo) -> None:
         if info.version != self.version:

@@ -22,7 +22,7 @@ __all__ = ["load_state", "save_state"]
 _META = "__meta__"
 
 
-def save_state(path: str | os.PathLike, state: dict[str, Any]) -> None:
+def save_state(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
     """Write `state` to `path` atomically (a crash leaves the old file or the new, never half)."""
     arrays: dict[str, np.ndarray] = {}
 
@@ -46,7 +46,8 @@ def save_state(path: str | os.PathLike, state: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".parl-evo-", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays, **{_META: np.frombuffer(meta, dtype=np.uint8)})
+            members: dict[str, Any] = {**arrays, _META: np.frombuffer(meta, dtype=np.uint8)}
+            np.savez(f, **members)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -56,7 +57,7 @@ def save_state(path: str | os.PathLike, state: dict[str, Any]) -> None:
         raise
 
 
-def load_state(path: str | os.PathLike) -> dict[str, Any]:
+def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a file written by `save_state`.
 
     Raises:
@@ -85,4 +86,5 @@ def load_state(path: str | os.PathLike) -> dict[str, Any]:
             return [decode(v) for v in value]
         return value
 
-    return decode(meta)
+    state: dict[str, Any] = decode(meta)
+    return state
