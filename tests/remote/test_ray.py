@@ -95,6 +95,9 @@ class Counter:
     def unpicklable(self):
         return threading.Lock()
 
+    def say(self, text):
+        print(text, flush=True)
+
     def crash(self):
         os._exit(7)
 
@@ -214,6 +217,50 @@ def test_unpicklable_arguments_and_results(client):
     with pytest.raises(RemoteSerializeError, match="cannot be pickled"):
         counter.unpicklable()
     assert counter.add(1) == 1
+
+
+def test_awaitable_calls_raise_the_same_errors(client):
+    async def main():
+        counter = await Counter.aio()
+        with pytest.raises(KeyError, match="boom") as info:
+            await counter.fail("boom")
+        assert isinstance(info.value, RemoteError)
+        with pytest.raises(RemoteSerializeError, match="argument 0"):
+            await counter.echo(threading.Lock())
+        with pytest.raises(RemoteActorDiedError, match="died"):
+            await counter.crash()
+        with pytest.raises(RemoteActorDiedError):
+            await counter.add(1)
+
+    asyncio.run(main())
+
+
+def test_future_mode_on_a_dead_actor(client):
+    FutureCounter = parl_remote.remote_class(Counter._original, wait=False)
+    counter = FutureCounter()
+    crash, after = counter.crash(), counter.add(1)
+    with pytest.raises(RemoteActorDiedError, match="died"):
+        crash.get(timeout=30)
+    with pytest.raises(RemoteActorDiedError):
+        after.get(timeout=30)
+    with pytest.raises(RemoteActorDiedError):
+        counter.add(2).get(timeout=30)
+
+
+def test_actor_output_is_echoed_with_its_id(client, capfd):
+    counter = Counter()
+    counter.say("hello from the actor")
+    prefix = f"(Counter {counter._parl_ref.actor_id} pid="
+    seen = []
+
+    def echoed():
+        out, err = capfd.readouterr()
+        seen.append(out + err)
+        return any(
+            prefix in line and "hello from the actor" in line for line in "".join(seen).splitlines()
+        )
+
+    wait_until(echoed, 30, 0.1, "the actor's output echoed here")
 
 
 def test_a_dead_actor_raises_died_errors_never_hangs(client):
