@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import uuid
 import weakref
 from collections.abc import Iterable
@@ -34,7 +33,7 @@ from parl_remote._call_core import INIT, ActorCore, init_payload
 from parl_remote._config import settings
 from parl_remote._drivers import RemoteFuture
 from parl_remote._exceptions import NotConnectedError, RemoteError, ResourceError
-from parl_remote._ray_host import FATE_NAMESPACE, RayHost, put_fate
+from parl_remote._ray_host import FATE_NAMESPACE, AsyncRayHost, RayHost, put_fate
 from parl_remote.protocol import messages as m
 
 __all__ = ["INSTALL_RAY", "RayClient", "import_ray"]
@@ -86,7 +85,7 @@ class RayClient:
         self.refs: weakref.WeakValueDictionary[str, _RayActorRef] = weakref.WeakValueDictionary()
         self.fates: dict[str, str] = {}
         self._closed = False
-        self._host_cls = ray.remote(RayHost)
+        self._hosts = (ray.remote(RayHost), ray.remote(AsyncRayHost))  # without / with async def
 
     @classmethod
     def start(
@@ -133,18 +132,18 @@ class RayClient:
     # -- creating actors ----------------------------------------------------------------------
     def _new(self, spec: _ClassSpec) -> _RayActorRef:
         self._check_open()
-        options: dict[str, Any] = {
-            "num_cpus": 1,
-            "max_concurrency": _MAX_CONCURRENCY,
-            "max_restarts": 0,
-            "max_task_retries": 0,
-        }
+        is_async = any(method.is_async for method in spec.methods.values())
+        options: dict[str, Any] = {"num_cpus": 1, "max_restarts": 0, "max_task_retries": 0}
+        if is_async:
+            options["max_concurrency"] = _MAX_CONCURRENCY
         if spec.n_gpu:
             options["num_gpus"] = spec.n_gpu
         if spec.max_memory_mb:
             options["memory"] = int(spec.max_memory_mb * 1e6)
         actor_id = uuid.uuid4().hex[:12]
-        handle = self._host_cls.options(**options).remote(actor_id, spec.name, spec.max_memory_mb)
+        handle = (
+            self._hosts[is_async].options(**options).remote(actor_id, spec.name, spec.max_memory_mb)
+        )
         ref = _RayActorRef(self, spec, actor_id, handle)
         ref.created_here = True
         return ref
@@ -270,9 +269,14 @@ class _RayCalls:
 
     def value(self, reply: Any, name: str) -> Any:
         """What a reply (`(Result, buffers)` or a message) means: a value, or raised."""
+        return self.core.result(*self.reply_parts(reply), name)
+
+    @staticmethod
+    def reply_parts(reply: Any) -> tuple[Any, tuple[Any, ...]]:
+        """`(message, buffers)` of what the host returned."""
         if type(reply) is tuple:
-            return self.core.result(reply[0], tuple(reply[1]), name)
-        return self.core.result(reply, (), name)
+            return reply[0], tuple(reply[1])
+        return reply, ()
 
     def error(self, exc: BaseException) -> BaseException:
         """The parl exception for a Ray failure of a call."""
@@ -357,29 +361,11 @@ class _RayActorRef:
         self, kind: m.CallKind, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> RemoteFuture:
         """A future-mode call: submitted now, waited for with `get()`."""
-        future = RemoteFuture(self, name)
+        future = _RayFuture(self, name)
         try:
-            object_ref = self.blocking.send(kind, name, args, kwargs)
+            future.object_ref = self.blocking.send(kind, name, args, kwargs)
         except RemoteError as exc:
             future.fail(exc)
-            return future
-        calls = self.blocking
-
-        def done(reply: Any) -> None:  # on a thread of Ray's, which must not block on Ray
-            try:
-                value = reply.result()
-            except BaseException as exc:
-                failed = exc
-                threading.Thread(
-                    target=lambda: future.fail(calls.error(failed)), daemon=True
-                ).start()
-                return
-            if type(value) is tuple:
-                future.settle(value[0], tuple(value[1]))
-            else:
-                future.settle(value, ())
-
-        object_ref.future().add_done_callback(done)
         return future
 
     def travel(self, awaitable: bool, class_ref: type) -> tuple[Any, ...]:
@@ -388,6 +374,45 @@ class _RayActorRef:
         kind = (class_ref, spec.wait, spec.max_memory_mb, spec.n_gpu, awaitable)
         where = (self.actor_id, self.handle, self.core.pid, self.core.host, self.shadowed)
         return _rebuild, (*kind, *where)
+
+
+class _RayFuture(RemoteFuture):
+    """A `RemoteFuture` whose reply Ray holds: `get` waits on the ObjectRef itself."""
+
+    __slots__ = ("object_ref",)
+
+    def __init__(self, ref: _RayActorRef, name: str) -> None:
+        super().__init__(ref, name)
+        self.object_ref: Any = None
+
+    def done(self) -> bool:
+        """Whether the call finished (successfully or not)."""
+        if super().done() or self.object_ref is None:
+            return True
+        ready, _ = self._ref.client.ray.wait([self.object_ref], timeout=0)
+        return bool(ready)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        """Wait for the result (at most `timeout` seconds) and return it, or raise its error.
+
+        Raises:
+            TimeoutError: not finished within `timeout` (or at once, with `block=False`);
+                the call goes on, and `get` may be called again.
+            FutureGetRepeatedlyError: the result was already taken by an earlier `get`.
+        """
+        object_ref, calls = self.object_ref, self._ref.blocking
+        if object_ref is not None and not self._taken:
+            ray = self._ref.client.ray
+            try:
+                reply = ray.get(object_ref, timeout=timeout if block else 0)
+            except ray.exceptions.GetTimeoutError:
+                return super().get(block=False)  # the TimeoutError of an unfinished call
+            except Exception as exc:
+                self.fail(calls.error(exc))
+            else:
+                self.settle(*calls.reply_parts(reply))
+            self.object_ref = None
+        return super().get(block=False)
 
 
 def _rebuild(

@@ -6,9 +6,11 @@ and answers `Ready` or `Error`; `call` takes a `Call` and answers `(Result, buff
 `Error`, so that the caller reads replies with the same `ActorCore` as on xparl, and every
 error keeps its class and remote traceback.
 
-It is an async Ray actor: synchronous methods run on its event loop, one at a time; `async def`
-methods run as concurrent tasks on the same loop. Calls from one caller start in the order
-they were made, whatever order Ray delivers them in (each carries the call id its caller's
+A class without `async def` methods gets a plain `RayHost`, a synchronous Ray actor: Ray runs
+its calls one at a time, in each caller's order. A class with some gets `AsyncRayHost`, an
+async Ray actor: synchronous methods run on its event loop, one at a time, and `async def`
+methods run as concurrent tasks on the same loop; calls from one caller start in the order they
+were made, whatever order Ray delivers them in (each carries the call id its caller's
 `ActorCore` gave it). `sys.exit` in a method and a `max_memory` overrun end the process, after
 leaving the reason in Ray's key-value store, where callers read it into `RemoteActorDiedError`.
 
@@ -29,14 +31,14 @@ import tempfile
 import threading
 import time
 import zipfile
-from typing import Any
+from typing import Any, NamedTuple
 
 from parl_remote import _serialize as ser
 from parl_remote._actor_host import _unpickling_error
 from parl_remote._util import method_entry
 from parl_remote.protocol import messages as m
 
-__all__ = ["FATE_NAMESPACE", "RayHost", "put_fate"]
+__all__ = ["FATE_NAMESPACE", "AsyncRayHost", "RayHost", "put_fate"]
 
 FATE_NAMESPACE = "parl_actor_fates"
 _TURN_WAIT_S = 10.0  # a call id never sent (its caller was interrupted) stops holding up others
@@ -98,11 +100,11 @@ class RayHost:
     def __repr__(self) -> str:
         return f"{self.class_name} {self.actor_id}"  # Ray's prefix of the actor's output
 
-    async def ready(self) -> tuple[int, str]:
+    def ready(self) -> tuple[int, str]:
         """The process id and host name, once Ray placed the actor."""
         return os.getpid(), socket.gethostname()
 
-    async def init(self, msg: m.Init, buffers: list[Any]) -> m.Ready | m.Error:
+    def init(self, msg: m.Init, buffers: list[Any]) -> m.Ready | m.Error:
         """Unpack the code bundle in a private directory, then build the instance."""
         try:
             workdir = tempfile.mkdtemp(prefix=f"parl-{self.actor_id}-")
@@ -124,42 +126,40 @@ class RayHost:
         shadowed = [n for n in getattr(self.instance, "__dict__", ()) if hasattr(cls, n)]
         return m.Ready(actor_id=self.actor_id, pid=os.getpid(), shadowed=shadowed)
 
-    async def call(self, caller: str, msg: m.Call, buffers: list[Any]) -> Any:
-        """Run a method, or read or write an attribute, after the caller's earlier calls started.
+    def call(self, caller: str, msg: m.Call, buffers: list[Any]) -> Any:
+        """Run a method, or read or write an attribute: `(Result, buffers)`, or an `Error`.
 
-        Returns `(Result, buffers)`, or an `Error`.
+        Ray runs the calls of a synchronous actor one at a time, in each caller's order.
         """
-        turns = self.turns.get(caller)
-        if turns is None:
-            turns = self.turns[caller] = _Turns()
-        if msg.id > turns.next:
-            await turns.wait(msg.id)
+        reply = self._begin(msg, buffers)
+        if isinstance(reply, _Pending):  # a coroutine method of an instance attribute
+            return asyncio.new_event_loop().run_until_complete(_finish(self, reply))
+        return reply
+
+    def _begin(self, msg: m.Call, buffers: list[Any]) -> Any:
+        """Start a call: its reply, or the `_Pending` coroutine of an async method."""
         where = f"{self.class_name}.{msg.name}"
         try:
             payload = ser.loads(msg.payload, buffers)
         except Exception as exc:
-            turns.started(msg.id)
-            return _unpickling_error(
-                msg.id, f"the actor could not unpickle the arguments of {where}()", exc
-            )
+            text = f"the actor could not unpickle the arguments of {where}()"
+            return _unpickling_error(msg.id, text, exc)
         try:
             if msg.kind == m.CallKind.METHOD:
                 entry = method_entry(self.instance, self.methods, msg.name)
                 if entry is None:
-                    turns.started(msg.id)
                     return self._missing(msg)
                 fn, is_async = entry
                 args, kwargs = payload
-                turns.started(msg.id)
-                result = await fn(*args, **kwargs) if is_async else fn(*args, **kwargs)
+                if is_async:
+                    return _Pending(fn(*args, **kwargs), msg.id, where)
+                result = fn(*args, **kwargs)
             elif msg.kind == m.CallKind.GETATTR:
-                turns.started(msg.id)
                 try:
                     result = getattr(self.instance, msg.name)
                 except AttributeError:
                     return self._missing(msg)
             else:
-                turns.started(msg.id)
                 setattr(self.instance, msg.name, payload)
                 self.methods.pop(msg.name, None)
                 result = None
@@ -200,6 +200,57 @@ class RayHost:
                     1,
                 )
             time.sleep(_MEMORY_EVERY_S)
+
+
+class AsyncRayHost(RayHost):
+    """`RayHost` as an async Ray actor, for classes with `async def` methods.
+
+    Synchronous methods run on its event loop, one at a time; `async def` methods run as
+    concurrent tasks on the same loop, each started before the caller's next call.
+    """
+
+    async def ready(self) -> tuple[int, str]:  # type: ignore[override]  # Ray awaits it
+        """The process id and host name, once Ray placed the actor."""
+        return super().ready()
+
+    async def init(self, msg: m.Init, buffers: list[Any]) -> m.Ready | m.Error:  # type: ignore[override]
+        """Unpack the code bundle in a private directory, then build the instance."""
+        return super().init(msg, buffers)
+
+    async def call(self, caller: str, msg: m.Call, buffers: list[Any]) -> Any:
+        """Run a call once the caller's earlier calls have started; its reply."""
+        turns = self.turns.get(caller)
+        if turns is None:
+            turns = self.turns[caller] = _Turns()
+        if msg.id > turns.next:
+            await turns.wait(msg.id)
+        reply = self._begin(msg, buffers)
+        turns.started(msg.id)
+        if isinstance(reply, _Pending):
+            return await _finish(self, reply)  # runs to its first await before anything else
+        return reply
+
+
+async def _finish(host: RayHost, pending: _Pending) -> Any:
+    """The reply of a started `async def` call.
+
+    A function, not a method: an async method would make every `RayHost` an async Ray actor.
+    """
+    try:
+        result = await pending.coroutine
+    except SystemExit as exc:
+        host._exit(exc)
+    except BaseException as exc:
+        return _raised(pending.call_id, pending.where, exc)
+    return _result(pending.call_id, pending.where, result)
+
+
+class _Pending(NamedTuple):
+    """An `async def` method's call, created but not started."""
+
+    coroutine: Any
+    call_id: int
+    where: str
 
 
 def _raised(call_id: int, where: str, exc: BaseException) -> m.Error:
