@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import inspect
 import io
 import logging
 import os
@@ -40,6 +39,7 @@ from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ClusterError, ProtocolError
 from parl_remote._loop import run
 from parl_remote._transport import AsyncConnection, SyncConnection
+from parl_remote._util import method_entry
 from parl_remote.protocol import messages as m
 from parl_remote.protocol.connection import Connection
 
@@ -268,15 +268,7 @@ class ActorHost:
             self.ctl.send(m.ActorInitialized(self.actor_id, ok))
 
     def _method(self, name: str) -> tuple[Any, bool] | None:
-        entry = self.methods.get(name)
-        if entry is None:
-            static = inspect.getattr_static(type(self.instance), name, None)
-            if not callable(static) and not isinstance(static, staticmethod | classmethod):
-                return None
-            fn = getattr(self.instance, name)
-            entry = (fn, inspect.iscoroutinefunction(fn))
-            self.methods[name] = entry
-        return entry
+        return method_entry(self.instance, self.methods, name)
 
     def _call(self, conn: AsyncConnection, msg: m.Call, buffers: tuple[Any, ...]) -> None:
         where = f"{self.class_name}.{msg.name}"

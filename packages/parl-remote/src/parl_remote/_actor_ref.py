@@ -139,13 +139,7 @@ class _ActorRef:
         self, kind: m.CallKind, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> asyncio.Future[Any]:
         """An awaitable call, sent now on the running loop's pipelined connection."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            raise TypeError(
-                f"{self.class_name} handle.aio.{name}(...) needs a running event loop: await it in "
-                f"async code, or call handle.{name}(...) in plain code"
-            ) from None
+        loop = _running_loop(self.class_name, name)
         return self.pipelined(loop).acall(kind, name, args, kwargs)
 
     def call_future(
@@ -162,6 +156,17 @@ class _ActorRef:
 
     def _submit(self, msg: m.Call, buffers: list[Any], future: RemoteFuture) -> None:
         self.pipelined(self.client.loop).submit(msg, buffers, future)
+
+
+def _running_loop(class_name: str, name: str) -> asyncio.AbstractEventLoop:
+    """The running event loop of an awaitable call to `name`, or TypeError saying what to do."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise TypeError(
+            f"{class_name} handle.aio.{name}(...) needs a running event loop: await it in "
+            f"async code, or call handle.{name}(...) in plain code"
+        ) from None
 
 
 def _close_all(

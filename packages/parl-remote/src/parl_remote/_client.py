@@ -59,6 +59,8 @@ def _parse_address(address: str) -> tuple[str, int]:
 class Client:
     """This process's membership in a cluster (see the module docstring)."""
 
+    backend = "xparl"
+
     def __init__(
         self,
         address: str,

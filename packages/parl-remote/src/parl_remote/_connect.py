@@ -1,6 +1,7 @@
 """This process's client: `parl.connect`, `parl.disconnect` and the one client per process.
 
-A process has at most one `Client` at a time, kept here. `connect()` makes it (joining a
+A process has at most one client at a time, kept here: an xparl `Client`, or a `RayClient`
+with `backend="ray"` (the engine that places actors on Ray). `connect()` makes it (joining a
 cluster at an address, or starting an embedded one), `current_client()` returns it, and
 `disconnect()` closes it. After `fork`, the child forgets the parent's client without touching
 its sockets or threads, and its first `connect` (or actor) joins the same cluster afresh.
@@ -13,6 +14,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Literal, NoReturn, overload
 
 from parl_remote._client import Client, _parse_address
 from parl_remote._config import load_token
@@ -22,11 +24,15 @@ from parl_remote._exceptions import (
     NotConnectedError,
 )
 
+if TYPE_CHECKING:
+    from parl_remote._ray_client import RayClient
+
 __all__ = ["connect", "current_client", "disconnect"]
 
 logger = logging.getLogger(__name__)
 
-_client: Client | None = None
+BACKENDS = ("xparl", "ray")
+_client: Client | RayClient | None = None
 _client_lock = threading.Lock()
 _inherited: tuple[str, bytes | None] | None = None  # after fork: the parent's cluster and token
 _orphans: list[Client] = []  # clients inherited through fork: kept, never used or closed
@@ -37,7 +43,9 @@ def _after_fork_in_child() -> None:
     global _client, _client_lock, _inherited
     _client_lock = threading.Lock()
     parent, _client = _client, None
-    if parent is not None and not parent._closed:
+    if parent is not None and not isinstance(parent, Client):
+        parent.abandon()  # a Ray driver's state does not survive fork
+    elif parent is not None and not parent._closed:
         _inherited = (parent.address, parent.token)
         parent.abandon()
         _orphans.append(parent)
@@ -46,7 +54,7 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def current_client() -> Client:
+def current_client() -> Client | RayClient:
     """The client of this process, or NotConnectedError saying to call `parl.connect`.
 
     In a child made by `fork` of a connected process, the first use connects a client of its
@@ -63,47 +71,84 @@ def current_client() -> Client:
     return client
 
 
+@overload
 def connect(
     address: str | None = None,
     *,
     distributed_files: Iterable[str] = (),
     log_to_driver: bool = True,
     cpu_num: int | None = None,
-) -> Client:
-    """Join a PARL cluster, or start a local one.
+    backend: Literal["xparl"] = "xparl",
+) -> Client: ...
+
+
+@overload
+def connect(
+    address: str | None = None,
+    *,
+    distributed_files: Iterable[str] = (),
+    log_to_driver: bool = True,
+    cpu_num: int | None = None,
+    backend: Literal["ray"],
+) -> RayClient: ...
+
+
+def connect(
+    address: str | None = None,
+    *,
+    distributed_files: Iterable[str] = (),
+    log_to_driver: bool = True,
+    cpu_num: int | None = None,
+    backend: Literal["xparl", "ray"] = "xparl",
+) -> Client | RayClient:
+    """Join a PARL cluster (or a Ray cluster), or start a local one.
 
     Args:
         address: the master, "HOST:PORT" (as printed by `xparl start`). Without it, a local
             cluster (a master and a worker with `cpu_num` slots, all cores by default) starts,
-            owned by this process and stopped when it exits.
+            owned by this process and stopped when it exits. With `backend="ray"`: what
+            `ray.init(address=...)` takes ("auto", "HOST:PORT", "ray://HOST:10001"); without
+            it, a local Ray (or the one `RAY_ADDRESS` names).
         distributed_files: files every actor needs beside it (globs and folders, relative to
             the current directory); each pattern must match something. Your own modules are
             shipped without listing them.
         log_to_driver: also print what actors print here, prefixed with the actor's id.
         cpu_num: CPU slots of the local cluster (only without `address`). A local cluster this
             process already started with at least that many slots is reused.
+        backend: "xparl" (PARL's own cluster) or "ray" (actors placed on Ray; needs
+            `pip install "parl-remote[ray]"`). A Ray that `connect` starts is shut down when
+            the process exits; one this process had already joined is left as it is.
 
     Raises:
         NotConnectedError: no master answers at `address`.
         AuthenticationError: the master refused our cluster token.
-        ValueError: a bad address, or a `distributed_files` pattern that matches nothing.
+        ValueError: a bad address or backend, or a `distributed_files` pattern that matches
+            nothing.
+        ImportError: `backend="ray"` without Ray installed.
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"connect: {backend=} is not one of {', '.join(map(repr, BACKENDS))}")
+    if backend == "ray":
+        return _connect_ray(address, distributed_files, log_to_driver, cpu_num)
     global _client
     with _client_lock:
-        if _client is not None and not _client._closed:
+        current = _client
+        if current is not None and not current._closed:
+            if not isinstance(current, Client):
+                _already(current)
             if address is not None:
-                same_cluster = _parse_address(address) == (_client.host, _client.port)
+                same_cluster = _parse_address(address) == (current.host, current.port)
             else:  # no address: this process's cluster, if it is local and big enough
                 same_cluster = cpu_num is None or (
-                    _client.cluster is not None and _client.cluster.cpu_num >= cpu_num
+                    current.cluster is not None and current.cluster.cpu_num >= cpu_num
                 )
             if same_cluster and not distributed_files:
-                return _client
+                return current
             raise ClusterError(
-                f"already connected to {_client.address}"
+                f"already connected to {current.address}"
                 + (
-                    f" (a local cluster of {_client.cluster.cpu_num} slots)"
-                    if _client.cluster
+                    f" (a local cluster of {current.cluster.cpu_num} slots)"
+                    if current.cluster
                     else ""
                 )
                 + "; call parl.disconnect() first to connect differently"
@@ -144,6 +189,36 @@ def connect(
             if cluster is not None:
                 cluster.stop()
             raise
+        _client = client
+        atexit.register(client.close)
+        return client
+
+
+def _already(client: Client | RayClient) -> NoReturn:
+    raise ClusterError(
+        f"already connected to {client.address} (backend={client.backend!r}); call "
+        "parl.disconnect() first to connect differently"
+    )
+
+
+def _connect_ray(
+    address: str | None, distributed_files: Iterable[str], log_to_driver: bool, cpu_num: int | None
+) -> RayClient:
+    from parl_remote._ray_client import RayClient, import_ray
+
+    import_ray()  # without Ray: the ImportError that names the install command, first
+    global _client
+    with _client_lock:
+        if _client is not None and not _client._closed:
+            if isinstance(_client, RayClient) and not distributed_files:
+                return _client
+            _already(_client)
+        client = RayClient.start(
+            address,
+            distributed_files=distributed_files,
+            log_to_driver=log_to_driver,
+            cpu_num=cpu_num,
+        )
         _client = client
         atexit.register(client.close)
         return client

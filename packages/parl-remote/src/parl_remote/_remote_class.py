@@ -43,6 +43,7 @@ from parl_remote._call_core import init_payload
 from parl_remote._config import settings
 from parl_remote._connect import connect, current_client
 from parl_remote._exceptions import NotConnectedError
+from parl_remote._ray_client import RayClient, _RayActorRef
 from parl_remote.protocol import messages as m
 
 __all__ = ["ActorHandle", "AsyncActorHandle", "kill", "remote_class"]
@@ -54,6 +55,8 @@ _PROXIES: weakref.WeakKeyDictionary[type, type[Any]] = weakref.WeakKeyDictionary
 def _reduce(ref: _ActorRef, awaitable: bool) -> tuple[Any, ...]:
     """How a handle of `ref`'s actor travels to another process (see `_rebuild`)."""
     spec = ref.spec
+    if isinstance(ref, _RayActorRef):  # its engine says how
+        return ref.travel(awaitable, _class_ref(spec.cls))
     where = (ref.actor_id, ref.host, ref.port, ref.pid, ref.shadowed)
     kind = (_class_ref(spec.cls), spec.wait, spec.max_memory_mb, spec.n_gpu, awaitable)
     return _rebuild, (*kind, *where, ref.client.address)
@@ -92,22 +95,32 @@ def _rebuild(
         client = current_client()
     except NotConnectedError:
         client = connect(address, log_to_driver=False)
+    if isinstance(client, RayClient):
+        raise NotConnectedError(
+            "a handle of an actor on an xparl cluster arrived in a process connected to Ray"
+        )
     ref = client.refs.get(actor_id)
     if ref is None:
-        if issubclass(cls, ActorHandle):
-            proxy = cls
-        else:
-            proxy = _PROXIES.get(cls) or remote_class(
-                cls, wait=wait, max_memory=max_memory_mb or None, n_gpu=n_gpu
-            )
-        assigned = m.ActorAssigned(0, actor_id, host, port, pid, "")
-        ref = _ActorRef(client, proxy._parl_spec, assigned)
+        spec = _spec_of(cls, wait, max_memory_mb, n_gpu)
+        ref = _ActorRef(client, spec, m.ActorAssigned(0, actor_id, host, port, pid, ""))
         ref.shadowed = tuple(shadowed)
         gone = client.hold(actor_id)
         if gone is not None:
             ref.core.mark_dead(gone)
     proxy = _PROXIES[ref.spec.cls]
     return (proxy._parl_async_cls if awaitable else proxy)._parl_wrap(ref)
+
+
+def _spec_of(cls: type, wait: bool, max_memory_mb: float, n_gpu: int) -> _ClassSpec:
+    """The class spec of a travelling handle's class (its proxy, or the plain class)."""
+    if issubclass(cls, ActorHandle):
+        proxy: Any = cls
+    else:
+        proxy = _PROXIES.get(cls) or remote_class(
+            cls, wait=wait, max_memory=max_memory_mb or None, n_gpu=n_gpu
+        )
+    spec: _ClassSpec = proxy._parl_spec
+    return spec
 
 
 # -- handles ---------------------------------------------------------------------------------
@@ -270,6 +283,8 @@ def _shadowing(proxy_cls: type[Any], names: tuple[str, ...]) -> type:
 
 def _create(spec: _ClassSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _ActorRef:
     client = current_client()
+    if isinstance(client, RayClient):  # another engine places the actor
+        return cast(_ActorRef, client.create_ref(spec, args, kwargs))
     payload, buffers = init_payload(spec.cls, spec.name, args, kwargs)
     assigned = client.create_actor(
         spec.name, spec.n_gpu, spec.max_memory_mb, settings.resource_wait_s
@@ -286,6 +301,11 @@ def _create(spec: _ClassSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
 async def _acreate(proxy_cls: type[Any], *args: Any, **kwargs: Any) -> AsyncActorHandle:
     spec = proxy_cls._parl_spec
     client = current_client()
+    if isinstance(client, RayClient):  # another engine places the actor
+        handle: AsyncActorHandle = proxy_cls._parl_async_cls._parl_wrap(
+            await client.acreate_ref(spec, args, kwargs)
+        )
+        return handle
     payload, buffers = init_payload(spec.cls, spec.name, args, kwargs)
     assigned = await client.acreate_actor(
         spec.name, spec.n_gpu, spec.max_memory_mb, settings.resource_wait_s
@@ -297,7 +317,7 @@ async def _acreate(proxy_cls: type[Any], *args: Any, **kwargs: Any) -> AsyncActo
     except BaseException:
         ref.release()
         raise
-    handle: AsyncActorHandle = proxy_cls._parl_async_cls._parl_wrap(ref)
+    handle = proxy_cls._parl_async_cls._parl_wrap(ref)
     return handle
 
 

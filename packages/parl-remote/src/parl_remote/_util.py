@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ __all__ = [
     "available_cpus",
     "describe_exit",
     "kill_pid",
+    "method_entry",
     "outward_ip",
     "owner_alive",
     "read_json",
@@ -118,3 +120,18 @@ def kill_pid(pid: int, *, timeout: float = 5.0, create_time: float | None = None
     while psutil.pid_exists(pid) and time.monotonic() < deadline:
         time.sleep(0.01)
     return not psutil.pid_exists(pid)
+
+
+def method_entry(
+    instance: Any, methods: dict[str, tuple[Any, bool]], name: str
+) -> tuple[Any, bool] | None:
+    """`(bound method, is async)` of `instance` named `name`, cached in `methods`; None if none."""
+    entry = methods.get(name)
+    if entry is None:
+        static = inspect.getattr_static(type(instance), name, None)
+        if not callable(static) and not isinstance(static, staticmethod | classmethod):
+            return None
+        fn = getattr(instance, name)
+        entry = (fn, inspect.iscoroutinefunction(fn))
+        methods[name] = entry
+    return entry

@@ -1,0 +1,369 @@
+"""The Ray engine: `@parl.remote_class` actors on a real local Ray (`parl.connect(backend="ray")`).
+
+One Ray for the whole module (2 CPUs, no dashboard, a private temp dir and HOME), started by a
+module fixture and shut down in its teardown. Only this module starts Ray: a file lock keeps a
+second pytest-xdist worker from starting another at the same time. Every actor a test makes is
+killed after it, and the next test starts once Ray has both CPUs free again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import gc
+import os
+import shutil
+import sys
+import tempfile
+import textwrap
+import threading
+
+import numpy as np
+import psutil
+import pytest
+
+import parl_remote
+from parl_remote import RemoteActorDiedError, RemoteError, RemoteSerializeError, ResourceError
+from parl_remote._config import settings
+from tests.remote.conftest import wait_until
+
+pytestmark = pytest.mark.xdist_group("ray")
+
+
+@pytest.fixture(scope="module")
+def ray_client(tmp_path_factory):
+    ray = pytest.importorskip("ray", reason='Ray is not installed: pip install "parl-remote[ray]"')
+    # One Ray at a time on this machine, whichever xdist worker runs this module.
+    lock_path = tmp_path_factory.getbasetemp().parent / "parl-ray-tests.lock"
+    with open(lock_path, "w") as lock, pytest.MonkeyPatch.context() as mp:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        # Short paths: Ray's unix sockets live under its temp dir.
+        tmp = tempfile.mkdtemp(prefix="pr", dir="/tmp")
+        os.makedirs(f"{tmp}/home")
+        mp.setenv("RAY_TMPDIR", tmp)
+        mp.setenv("HOME", f"{tmp}/home")
+        mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        try:
+            ray.init(
+                address="local",
+                num_cpus=2,
+                include_dashboard=False,
+                object_store_memory=150 * 2**20,
+                log_to_driver=True,
+                _temp_dir=f"{tmp}/ray",
+            )
+            client = parl_remote.connect(backend="ray")
+            yield client
+        finally:
+            parl_remote.disconnect()
+            ray.shutdown()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def client(ray_client):
+    """The module's Ray client; every actor made in the test is stopped after it."""
+    yield parl_remote.connect(backend="ray")
+    gc.collect()
+    now = parl_remote.connect(backend="ray")
+    for ref in list(now.refs.values()):
+        ref.release()
+    ray = now.ray
+    wait_until(lambda: ray.available_resources().get("CPU") == 2, 30, 0.05, "Ray's CPUs freed")
+
+
+@parl_remote.remote_class
+class Counter:
+    def __init__(self, start=0):
+        self.count = start
+        self.seen = []
+
+    def add(self, n=1):
+        self.count += n
+        self.seen.append(n)
+        return self.count
+
+    def pid(self):
+        return os.getpid()
+
+    def fail(self, text):
+        raise KeyError(text)
+
+    def echo(self, value):
+        return value
+
+    def unpicklable(self):
+        return threading.Lock()
+
+    def say(self, text):
+        print(text, flush=True)
+
+    def crash(self):
+        os._exit(7)
+
+    def leave(self, code):
+        sys.exit(code)
+
+    def hog(self, mb):
+        self.ballast = [*getattr(self, "ballast", []), np.ones(int(mb * 1e6), dtype=np.uint8)]
+        return len(self.ballast)
+
+    def cwd_file(self, name):
+        with open(name) as f:
+            return f.read()
+
+    def call_other(self, other, n):
+        return other.add(n)
+
+    async def wait_for(self, name):
+        event = self._events(name)
+        await asyncio.wait_for(event.wait(), 20)
+        return name
+
+    async def release(self, name):
+        self._events(name).set()
+        return True
+
+    def _events(self, name):
+        if not hasattr(self, "events"):
+            self.events = {}
+        return self.events.setdefault(name, asyncio.Event())
+
+
+def test_blocking_calls_from_many_threads(client):
+    counter = Counter(10)
+    assert counter.add(1) == 11
+    results = []
+
+    def work():
+        for _ in range(20):
+            results.append(counter.add(1))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(results) == list(range(12, 92))
+    assert counter.count == 91
+
+
+def test_numpy_arguments_and_results_round_trip(client):
+    counter = Counter()
+    big = np.arange(300_000, dtype=np.float64)
+    back = counter.echo(big)
+    np.testing.assert_array_equal(back, big)
+    assert counter.echo({"a": [1, (2, 3)]}) == {"a": [1, (2, 3)]}
+
+
+def test_awaitable_handles_and_async_creation(client):
+    async def main():
+        counter = await Counter.aio(5)
+        assert await counter.add(2) == 7
+        results = await asyncio.gather(*(counter.add(1) for _ in range(30)))
+        assert results == list(range(8, 38))  # sent in order, run in order
+        assert await counter.count == 37
+        return counter.sync
+
+    counter = asyncio.run(main())
+    assert counter.add(0) == 37
+    assert type(counter.aio.sync) is Counter
+
+
+def test_calls_run_in_sending_order_in_future_mode(client):
+    FutureCounter = parl_remote.remote_class(Counter._original, wait=False)
+    counter = FutureCounter()
+    futures = [counter.add(i) for i in range(50)]
+    assert futures[-1].get(timeout=30) == sum(range(50))
+    assert counter.seen == list(range(50))  # attributes are read at once, in order too
+    with pytest.raises(parl_remote.FutureGetRepeatedlyError):
+        futures[-1].get()
+
+
+def test_async_methods_run_concurrently(client):
+    counter = Counter()
+
+    async def main():
+        handle = counter.aio
+        waiting = asyncio.ensure_future(handle.wait_for("x"))
+        assert await handle.release("x") is True  # runs while wait_for("x") waits
+        return await asyncio.wait_for(waiting, 20)
+
+    assert asyncio.run(main()) == "x"
+
+
+def test_attributes_read_and_written(client):
+    counter = Counter(3)
+    assert counter.count == 3
+    counter.count = 40
+    assert counter.add(2) == 42
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        _ = counter.missing
+
+
+def test_a_method_error_keeps_its_type_and_the_actor(client):
+    counter = Counter()
+    with pytest.raises(KeyError, match="boom") as info:
+        counter.fail("boom")
+    assert isinstance(info.value, RemoteError)
+    assert "raise KeyError(text)" in str(info.value.__notes__)
+    assert counter.add(1) == 1  # alive afterwards
+
+
+def test_unpicklable_arguments_and_results(client):
+    counter = Counter()
+    with pytest.raises(RemoteSerializeError, match="argument 0"):
+        counter.echo(threading.Lock())
+    with pytest.raises(RemoteSerializeError, match="cannot be pickled"):
+        counter.unpicklable()
+    assert counter.add(1) == 1
+
+
+def test_awaitable_calls_raise_the_same_errors(client):
+    async def main():
+        counter = await Counter.aio()
+        with pytest.raises(KeyError, match="boom") as info:
+            await counter.fail("boom")
+        assert isinstance(info.value, RemoteError)
+        with pytest.raises(RemoteSerializeError, match="argument 0"):
+            await counter.echo(threading.Lock())
+        with pytest.raises(RemoteActorDiedError, match="died"):
+            await counter.crash()
+        with pytest.raises(RemoteActorDiedError):
+            await counter.add(1)
+
+    asyncio.run(main())
+
+
+def test_future_mode_on_a_dead_actor(client):
+    FutureCounter = parl_remote.remote_class(Counter._original, wait=False)
+    counter = FutureCounter()
+    crash, after = counter.crash(), counter.add(1)
+    with pytest.raises(RemoteActorDiedError, match="died"):
+        crash.get(timeout=30)
+    with pytest.raises(RemoteActorDiedError):
+        after.get(timeout=30)
+    with pytest.raises(RemoteActorDiedError):
+        counter.add(2).get(timeout=30)
+
+
+def test_actor_output_is_echoed_with_its_id(client, capfd):
+    counter = Counter()
+    counter.say("hello from the actor")
+    prefix = f"(Counter {counter._parl_ref.actor_id} pid="
+    seen = []
+
+    def echoed():
+        out, err = capfd.readouterr()
+        seen.append(out + err)
+        return any(
+            prefix in line and "hello from the actor" in line for line in "".join(seen).splitlines()
+        )
+
+    wait_until(echoed, 30, 0.1, "the actor's output echoed here")
+
+
+def test_a_dead_actor_raises_died_errors_never_hangs(client):
+    counter = Counter()
+    with pytest.raises(RemoteActorDiedError, match="died"):
+        counter.crash()
+    with pytest.raises(RemoteActorDiedError):
+        counter.add(1)  # and every later call
+
+
+def test_sys_exit_in_a_method_is_the_reason(client):
+    counter = Counter()
+    with pytest.raises(RemoteActorDiedError, match=r"sys.exit\(3\)"):
+        counter.leave(3)
+
+
+def test_max_memory_is_enforced(client):
+    Small = parl_remote.remote_class(Counter._original, max_memory=300)
+    small = Small()
+    with pytest.raises(RemoteActorDiedError, match="memory limit of 300 MB"):
+        for _ in range(8):
+            small.hog(100)
+            small.echo(None)
+
+
+def test_kill_fails_waiting_and_later_calls(client):
+    counter = Counter()
+
+    async def main():
+        waiting = asyncio.ensure_future(counter.aio.wait_for("never"))
+        await asyncio.sleep(0.2)
+        parl_remote.kill(counter)
+        with pytest.raises(RemoteActorDiedError, match="killed by parl.kill"):
+            await asyncio.wait_for(waiting, 20)
+
+    asyncio.run(main())
+    with pytest.raises(RemoteActorDiedError, match="killed by parl.kill"):
+        counter.add(1)
+    parl_remote.kill(counter)  # already gone: nothing happens
+
+
+def test_no_resources_is_a_resource_error(client, monkeypatch):
+    monkeypatch.setattr(settings, "resource_wait_s", 1.0)
+    Gpu = parl_remote.remote_class(Counter._original, n_gpu=1)
+    with pytest.raises(ResourceError, match="1 GPU"):
+        Gpu()
+
+
+def test_del_frees_the_actor(client):
+    counter = Counter()
+    pid = counter.pid()
+    assert psutil.pid_exists(pid)
+    del counter
+    gc.collect()
+    wait_until(lambda: not psutil.pid_exists(pid), 30, 0.05, "the actor's process to exit")
+
+
+def test_a_handle_passed_to_another_actor(client):
+    first, second = Counter(), Counter(100)
+    assert first.call_other(second, 5) == 105
+    assert second.count == 105
+
+
+def test_distributed_files_and_user_modules_are_shipped(client, tmp_path, monkeypatch):
+    (tmp_path / "data.txt").write_text("shipped")
+    (tmp_path / "ray_user_mod_x.py").write_text(
+        textwrap.dedent(
+            """
+            import parl_remote
+
+            @parl_remote.remote_class
+            class Reader:
+                def read(self, name):
+                    with open(name) as f:
+                        return f.read()
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import ray_user_mod_x
+
+    parl_remote.disconnect()  # the module's Ray stays: this process had joined it itself
+    try:
+        parl_remote.connect(backend="ray", distributed_files=["data.txt"])
+        reader = ray_user_mod_x.Reader()
+        assert reader.read("data.txt") == "shipped"
+        assert "class Reader" in reader.read("ray_user_mod_x.py")  # its own copy of the module
+    finally:
+        parl_remote.disconnect()
+        sys.modules.pop("ray_user_mod_x", None)
+        parl_remote.connect(backend="ray")
+
+
+def test_connect_checks_its_arguments(client):
+    assert parl_remote.connect(backend="ray") is client
+    with pytest.raises(ValueError, match="backend='spark'"):
+        parl_remote.connect(backend="spark")
+    with pytest.raises(parl_remote.ClusterError, match="already connected"):
+        parl_remote.connect("127.0.0.1:1")
+
+
+def test_ray_missing_is_an_import_error_naming_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an absent package looks like to import
+    with pytest.raises(ImportError, match=r'pip install "parl-remote\[ray\]"'):
+        parl_remote.connect(backend="ray")
