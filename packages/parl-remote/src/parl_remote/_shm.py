@@ -3,22 +3,27 @@
 When both ends of an authenticated data connection (a client and an actor) run on the same
 host, a message whose out-of-band buffers (numpy arrays, torch CPU tensors) total at least
 `PARL_SHM_MIN_BYTES` does not send them through the socket: the sender writes them once into a
-new segment, a file under `/dev/shm` of mode 0600 named `parl-<cluster>-<pid>-<n>` (the cluster
-is a digest of its token, the pid the sender's), and the frame carries only a reference (the
-name and the buffers' lengths). The receiver validates the reference, maps the file privately
-(copy-on-write: writable arrays, no copy), and unlinks it at once: the mapping keeps the memory
-for as long as the arrays live, and nothing is left in `/dev/shm`.
+segment it owns, a file under `/dev/shm` of mode 0600 named `parl-<cluster>-<pid>-<n>` (the
+cluster is a digest of its token, the pid the owner's), and the frame carries only a reference
+(the name and the buffers' lengths). The receiver validates the reference, copies the buffers
+out of its mapping of the segment into memory of its own (the arrays the user gets: ordinary,
+writable, independent of later calls), and hands the segment back to its owner with its next
+frame. Segments are pooled per connection: they stay mapped on both ends, so that steady
+traffic writes and reads pages that are already there -- no file is created, sized, mapped,
+faulted in or removed per message.
 
 Two parts, as in the rest of the protocol:
 
 - pure functions that decide and check (`wants_segment`, `encode_ref`, `decode_ref`,
-  `segment_name`, `layout`), driven by the tests with plain values;
-- `SegmentStore`, the thin part that creates, maps, unlinks and sweeps files.
+  `encode_returns`, `decode_returns`, `segment_name`, `layout`, `size_class`), driven by the
+  tests with plain values;
+- `SegmentStore` (per process: names, the cap) and `SharedLink` (per connection: the pool
+  lent to the peer, the peer's segments mapped here), the thin part that touches files.
 
-A segment the receiver never mapped is removed by its sender when the connection closes, by
-the worker when an actor process dies, by the master when a client on its host dies, and by
-`xparl stop` (`sweep`). A sender that holds `PARL_SHM_MAX_BYTES` in segments not yet mapped
-sends through the socket instead: a call never fails for want of shared memory.
+A connection's segments are removed when it closes; those of a process killed before it could
+are removed by the worker when an actor process dies, by the master when a client on its host
+dies, and by `xparl stop` (`sweep`). A process whose segments reach `PARL_SHM_MAX_BYTES` in
+all sends through the socket instead: a call never fails for want of shared memory.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import os
 import re
 import socket
 import stat
+import struct
 import threading
 from typing import Any
 
@@ -42,15 +48,20 @@ __all__ = [
     "MAX_REF",
     "SHM_DIR",
     "SegmentStore",
+    "SharedLink",
     "cluster_tag",
     "decode_ref",
+    "decode_returns",
     "encode_ref",
+    "encode_returns",
     "host_id",
     "layout",
     "max_bytes",
     "min_bytes",
     "name_pattern",
+    "received",
     "segment_name",
+    "size_class",
     "store",
     "sweep",
     "wants_segment",
@@ -59,9 +70,15 @@ __all__ = [
 SHM_DIR = "/dev/shm"
 _ALIGN = 64
 MAX_REF = 4096
-_PRUNE_AT = 64
+_MIN_SEGMENT = 64 << 10
+_FREE_MAX = 4  # idle segments a connection keeps for its next messages
+_MAPS_MAX = 8  # segments of the peer a connection keeps mapped
+_RETURN_MAX = 64  # names handed back in one frame (well within MAX_REF)
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _ref_decoder = msgspec.msgpack.Decoder(tuple[str, list[int]])
 _ref_encoder = msgspec.msgpack.Encoder()
+_FRAME_HEAD = struct.Struct("<II")  # as in protocol.connection
+_returns_decoder = msgspec.msgpack.Decoder(list[str])
 
 
 # -- settings ----------------------------------------------------------------------------------
@@ -71,7 +88,7 @@ def min_bytes() -> int:
 
 
 def max_bytes() -> int:
-    """`PARL_SHM_MAX_BYTES`: segments a process may hold unmapped; default a quarter of RAM."""
+    """`PARL_SHM_MAX_BYTES`: the segments a process may hold in all; default a quarter of RAM."""
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):  # pragma: no cover - every Linux has both
@@ -161,9 +178,31 @@ def decode_ref(
     return name, lengths
 
 
+def encode_returns(names: list[str]) -> bytes:
+    """The frame body that hands the peer's segments back."""
+    return _ref_encoder.encode(names)
+
+
+def decode_returns(data: bytes | bytearray | memoryview, pattern: re.Pattern[str]) -> list[str]:
+    """Read and check the names a peer hands back; anything hostile raises `ProtocolError`."""
+    if len(data) > MAX_REF:
+        raise ProtocolError(f"a hand-back of {len(data)} bytes (at most {MAX_REF})")
+    try:
+        names = _returns_decoder.decode(data)
+    except Exception as exc:
+        raise ProtocolError(f"an undecodable hand-back of segments: {exc}") from None
+    for name in names:
+        if not pattern.fullmatch(name):
+            raise ProtocolError(f"a hand-back of {name[:80]!r}, not a segment of ours")
+    return names
+
+
 # -- files ---------------------------------------------------------------------------------------
 class SegmentStore:
-    """The segments of one process: creates and maps them, and removes the ones left over.
+    """What the segments of one process share: names, settings and the cap on their bytes.
+
+    Each connection that shares memory gets its own `SharedLink` from `link()`; the store
+    counts the bytes all of them hold, so that together they stay within `cap`.
 
     Args:
         tag: the cluster part of the names (`cluster_tag`).
@@ -179,101 +218,220 @@ class SegmentStore:
         self._pid = os.getpid()
         self._ids = itertools.count()
         self._lock = threading.Lock()
-        self._live: dict[str, int] = {}  # written, maybe not yet mapped by the receiver: size
-        self._held = 0
+        self.held = 0
+        self.received = 0  # messages whose buffers arrived through a segment
 
-    def place(self, raws: list[Any], lengths: list[int]) -> str | None:
-        """Write the buffers into a new segment; its name, or None to use the socket instead."""
-        offsets, size = layout(lengths)
-        if not self._reserve(size):
-            return None
-        name = segment_name(self.tag, self._pid, next(self._ids))
-        path = os.path.join(SHM_DIR, name)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        except OSError:
-            self._release(size)
-            return None
-        try:
-            os.ftruncate(fd, size)
-            for raw, offset in zip(raws, offsets, strict=True):
-                view, pos = raw, offset
-                while len(view):
-                    n = os.pwrite(fd, view, pos)
-                    view, pos = view[n:], pos + n
-        except OSError:  # e.g. /dev/shm is full: the socket carries it
-            _unlink(path)
-            self._release(size)
-            return None
-        finally:
-            os.close(fd)
-        with self._lock:
-            self._live[name] = size
-        return name
+    def link(self) -> SharedLink:
+        """The shared memory of one new connection to a peer of this host."""
+        return SharedLink(self)
 
-    def _reserve(self, size: int) -> bool:
+    def reserve(self, size: int) -> bool:
+        """Count `size` more bytes held, unless that would pass the cap."""
         with self._lock:
-            if self._held + size > self.cap or len(self._live) >= _PRUNE_AT:
-                self._prune()
-            if self._held + size > self.cap:
+            if self.held + size > self.cap:
                 return False
-            self._held += size
+            self.held += size
             return True
 
-    def _prune(self) -> None:
-        """Forget segments their receivers have mapped (and so unlinked); lock held."""
-        for name, size in list(self._live.items()):
-            if not os.path.exists(os.path.join(SHM_DIR, name)):
-                del self._live[name]
-                self._held -= size
-
-    def _release(self, size: int) -> None:
+    def unreserve(self, size: int) -> None:
+        """Count `size` bytes fewer held."""
         with self._lock:
-            self._held -= size
+            self.held -= size
 
-    def discard(self, names: list[str]) -> None:
-        """Remove these segments if their receiver never mapped them (its connection closed)."""
-        for name in names:
-            with self._lock:
-                size = self._live.pop(name, None)
-                if size is not None:
-                    self._held -= size
-            if size is not None:
-                _unlink(os.path.join(SHM_DIR, name))
+    def next_name(self) -> str:
+        """A segment name this process has not used before."""
+        return segment_name(self.tag, self._pid, next(self._ids))
 
-    def open(self, name: str, lengths: list[int]) -> tuple[Any, ...]:
-        """Map a checked reference's segment and unlink it; its buffers, writable, no copy."""
+
+class _Segment:
+    """One segment this process owns: its file's name and a shared, writable mapping."""
+
+    __slots__ = ("map", "name", "size")
+
+    def __init__(self, name: str, size: int, mapping: mmap.mmap) -> None:
+        self.name, self.size, self.map = name, size, mapping
+
+
+class SharedLink:
+    """The shared memory of one connection, both ways.
+
+    Sending, it lends the peer segments from a pool of its own: `place` writes the buffers
+    into a free segment (or a new one) and the peer hands the name back (`returned`) once it
+    has copied them out, so that steady traffic reuses the same already-mapped pages.
+    Receiving, `take` copies the buffers out of the peer's segment (mapped once, kept mapped
+    while used) into memory of their own and notes the name to hand back (`to_return`).
+    `close` removes every segment of its own and forgets the peer's.
+
+    Args:
+        store: this process's store.
+    """
+
+    def __init__(self, store: SegmentStore) -> None:
+        self.store = store
+        self.threshold = store.threshold
+        self._lock = threading.Lock()
+        self._free: list[_Segment] = []  # lent and handed back, oldest first
+        self._lent: dict[str, _Segment] = {}
+        self._maps: dict[str, mmap.mmap] = {}  # the peer's, least recently used first
+        self._returns: list[str] = []
+        self.closed = False
+
+    # -- sending -----------------------------------------------------------------------------
+    def place(self, raws: list[Any], lengths: list[int]) -> str | None:
+        """Write the buffers into a segment lent to the peer; its name, or None (the socket)."""
         offsets, size = layout(lengths)
-        path = os.path.join(SHM_DIR, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError as exc:
+        segment = self._borrow(size)
+        if segment is None:
+            return None
+        mapping = segment.map
+        for raw, offset, n in zip(raws, offsets, lengths, strict=True):
+            mapping[offset : offset + n] = raw
+        return segment.name
+
+    def _borrow(self, size: int) -> _Segment | None:
+        with self._lock:
+            if self.closed:
+                return None
+            fits = [s for s in self._free if s.size >= size]
+            if fits:
+                best = min(fits, key=lambda s: s.size)
+                self._free.remove(best)
+                self._lent[best.name] = best
+                return best
+        full = size_class(size)
+        if not self.store.reserve(full):
+            self._drop_free()  # this connection's idle segments make room, if they can
+            if not self.store.reserve(full):
+                return None
+        segment = _create(self.store.next_name(), full)
+        with self._lock:
+            if segment is None or self.closed:
+                self.store.unreserve(full)
+                if segment is not None:
+                    _unlink(os.path.join(SHM_DIR, segment.name))
+                return None
+            self._lent[segment.name] = segment
+        return segment
+
+    def returned(self, names: list[str]) -> None:
+        """The peer copied these segments out: free for the next message."""
+        drop: list[_Segment] = []
+        with self._lock:
+            for name in names:
+                segment = self._lent.pop(name, None)
+                if segment is None:
+                    raise ProtocolError(f"the peer handed back {name[:80]!r}, not lent to it")
+                self._free.append(segment)
+            while len(self._free) > _FREE_MAX:
+                drop.append(self._free.pop(0))
+        self._remove(drop)
+
+    def _drop_free(self) -> None:
+        with self._lock:
+            drop, self._free = self._free, []
+        self._remove(drop)
+
+    def _remove(self, segments: list[_Segment]) -> None:
+        for segment in segments:
+            _unlink(os.path.join(SHM_DIR, segment.name))
+            self.store.unreserve(segment.size)
+
+    # -- receiving ---------------------------------------------------------------------------
+    def take(self, ref: Any, max_total: int, max_buffers: int) -> tuple[bytearray, ...]:
+        """Copy the buffers a reference names out of the peer's segment; writable, our own.
+
+        The reference is checked first (`decode_ref`, with these limits).
+        """
+        name, lengths = decode_ref(ref, self.store.pattern, max_total, max_buffers)
+        offsets, size = layout(lengths)
+        mapping = self._maps.pop(name, None)
+        if mapping is None:
+            mapping = _map(name, size)
+            if len(self._maps) >= _MAPS_MAX:
+                del self._maps[next(iter(self._maps))]
+        self._maps[name] = mapping  # the most recently used last
+        if len(mapping) < size:
             raise ProtocolError(
-                f"the shared-memory segment {name} cannot be opened: {exc}"
-            ) from None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-                raise ProtocolError(f"the shared-memory segment {name} is not a file of ours")
-            if info.st_mode & 0o077:
-                raise ProtocolError(f"the shared-memory segment {name} is open to other users")
-            if info.st_size < size:
-                raise ProtocolError(
-                    f"the shared-memory segment {name} holds {info.st_size} bytes, "
-                    f"the reference says {size}"
-                )
-            if size == 0:
-                mapped: Any = bytearray()
-            else:
-                # Faulted in as read (MAP_POPULATE measured slower on this machine class).
-                mapped = mmap.mmap(
-                    fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
-                )
-        finally:
-            os.close(fd)
-            _unlink(path)
-        view = memoryview(mapped)
-        return tuple(view[o : o + n] for o, n in zip(offsets, lengths, strict=True))
+                f"the shared-memory segment {name} holds {len(mapping)} bytes, "
+                f"the reference says {size}"
+            )
+        view = memoryview(mapping)
+        out = tuple(bytearray(view[o : o + n]) for o, n in zip(offsets, lengths, strict=True))
+        del view
+        with self._lock:
+            self._returns.append(name)
+        self.store.received += 1
+        return out
+
+    def returns(self, flag: int) -> bytes:
+        """The frame (header `flag`) handing back the peer's segments copied out (at most 64).
+
+        Empty when there are none.
+        """
+        if not self._returns:
+            return b""
+        with self._lock:
+            names, self._returns = self._returns[:_RETURN_MAX], self._returns[_RETURN_MAX:]
+        body = encode_returns(names)
+        return _FRAME_HEAD.pack(len(body), flag) + body
+
+    def close(self) -> None:
+        """Remove this end's segments (lent or free) and forget the peer's."""
+        with self._lock:
+            self.closed = True
+            drop = self._free + list(self._lent.values())
+            self._free, self._lent = [], {}
+            self._maps, self._returns = {}, []
+        self._remove(drop)
+
+
+def size_class(size: int) -> int:
+    """The size of a new segment for `size` bytes: within an eighth above, at least 64 KiB."""
+    if size <= _MIN_SEGMENT:
+        return _MIN_SEGMENT
+    step = 1 << (size.bit_length() - 4)
+    return -(-size // step) * step
+
+
+def _create(name: str, size: int) -> _Segment | None:
+    """A new segment of `size` bytes, its pages allocated and mapped; None if /dev/shm is full."""
+    path = os.path.join(SHM_DIR, name)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return None
+    try:
+        os.posix_fallocate(fd, 0, size)  # ENOSPC now, rather than SIGBUS when written
+        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE)
+    except OSError:
+        _unlink(path)
+        return None
+    finally:
+        os.close(fd)
+    return _Segment(name, size, mapping)
+
+
+def _map(name: str, size: int) -> mmap.mmap:
+    """Map the peer's segment `name` (read only) after checking it is a file of ours."""
+    path = os.path.join(SHM_DIR, name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise ProtocolError(f"the shared-memory segment {name} cannot be opened: {exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            raise ProtocolError(f"the shared-memory segment {name} is not a file of ours")
+        if info.st_mode & 0o077:
+            raise ProtocolError(f"the shared-memory segment {name} is open to other users")
+        if info.st_size < max(size, 1):
+            raise ProtocolError(
+                f"the shared-memory segment {name} holds {info.st_size} bytes, "
+                f"the reference says {size}"
+            )
+        return mmap.mmap(fd, info.st_size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
 
 
 def _unlink(path: str) -> None:
@@ -295,6 +453,11 @@ def sweep(tag: str, pid: int | None = None) -> int:
             _unlink(os.path.join(SHM_DIR, name))
             removed += 1
     return removed
+
+
+def received() -> int:
+    """How many messages this process has received through segments (any cluster)."""
+    return sum(s.received for s in _STORE)
 
 
 _STORE: list[SegmentStore] = []
