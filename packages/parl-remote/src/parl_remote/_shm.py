@@ -37,7 +37,10 @@ import re
 import socket
 import stat
 import struct
+import sys
 import threading
+import weakref
+from collections import deque
 from typing import Any
 
 import msgspec
@@ -257,10 +260,12 @@ class SharedLink:
 
     Sending, it lends the peer segments from a pool of its own: `place` writes the buffers
     into a free segment (or a new one) and the peer hands the name back (`returned`) once it
-    has copied them out, so that steady traffic reuses the same already-mapped pages.
-    Receiving, `take` copies the buffers out of the peer's segment (mapped once, kept mapped
-    while used) into memory of their own and notes the name to hand back (`to_return`).
-    `close` removes every segment of its own and forgets the peer's.
+    is done with them, so that steady traffic reuses the same already-mapped pages.
+    Receiving, `take` gives the buffers as views of the peer's segment (mapped once, kept
+    mapped while used) and hands the segment back (`returns`) once nothing of them is left:
+    the arrays unpickled from them keep the views, so they stay valid, and writable, for as
+    long as the user holds them. `close` removes every segment of its own and forgets the
+    peer's.
 
     Args:
         store: this process's store.
@@ -273,7 +278,7 @@ class SharedLink:
         self._free: list[_Segment] = []  # lent and handed back, oldest first
         self._lent: dict[str, _Segment] = {}
         self._maps: dict[str, mmap.mmap] = {}  # the peer's, least recently used first
-        self._returns: list[str] = []
+        self._returns: deque[str] = deque()  # appended to by finalizers, so no lock
         self.closed = False
 
     # -- sending -----------------------------------------------------------------------------
@@ -337,10 +342,12 @@ class SharedLink:
             self.store.unreserve(segment.size)
 
     # -- receiving ---------------------------------------------------------------------------
-    def take(self, ref: Any, max_total: int, max_buffers: int) -> tuple[bytearray, ...]:
-        """Copy the buffers a reference names out of the peer's segment; writable, our own.
+    def take(self, ref: Any, max_total: int, max_buffers: int) -> tuple[Any, ...]:
+        """The buffers a reference names: writable views of the peer's segment, no copy.
 
-        The reference is checked first (`decode_ref`, with these limits).
+        The reference is checked first (`decode_ref`, with these limits). The segment goes
+        back to the peer when the last view (or array made from one) is gone. Views need
+        numpy, which unpickling the arrays imports; until it is, the buffers are copied out.
         """
         name, lengths = decode_ref(ref, self.store.pattern, max_total, max_buffers)
         offsets, size = layout(lengths)
@@ -355,23 +362,30 @@ class SharedLink:
                 f"the shared-memory segment {name} holds {len(mapping)} bytes, "
                 f"the reference says {size}"
             )
-        view = memoryview(mapping)
-        out = tuple(bytearray(view[o : o + n]) for o, n in zip(offsets, lengths, strict=True))
-        del view
-        with self._lock:
-            self._returns.append(name)
         self.store.received += 1
-        return out
+        np = sys.modules.get("numpy")
+        if np is None or size == 0:
+            view = memoryview(mapping)
+            out = tuple(bytearray(view[o : o + n]) for o, n in zip(offsets, lengths, strict=True))
+            del view
+            self._returns.append(name)
+            return out
+        lease = np.frombuffer(mapping, dtype=np.uint8, count=size)
+        weakref.finalize(lease, self._returns.append, name).atexit = False
+        return tuple(lease[o : o + n] for o, n in zip(offsets, lengths, strict=True))
 
     def returns(self, flag: int) -> bytes:
         """The frame (header `flag`) handing back the peer's segments copied out (at most 64).
 
         Empty when there are none.
         """
-        if not self._returns:
+        returns = self._returns
+        if not returns:
             return b""
-        with self._lock:
-            names, self._returns = self._returns[:_RETURN_MAX], self._returns[_RETURN_MAX:]
+        names = []
+        with contextlib.suppress(IndexError):  # finalizers may append meanwhile, never take
+            while len(names) < _RETURN_MAX:
+                names.append(returns.popleft())
         body = encode_returns(names)
         return _FRAME_HEAD.pack(len(body), flag) + body
 
@@ -381,7 +395,8 @@ class SharedLink:
             self.closed = True
             drop = self._free + list(self._lent.values())
             self._free, self._lent = [], {}
-            self._maps, self._returns = {}, []
+            self._maps = {}
+            self._returns.clear()
         self._remove(drop)
 
 
@@ -412,10 +427,10 @@ def _create(name: str, size: int) -> _Segment | None:
 
 
 def _map(name: str, size: int) -> mmap.mmap:
-    """Map the peer's segment `name` (read only) after checking it is a file of ours."""
+    """Map the peer's segment `name` after checking it is a file of ours."""
     path = os.path.join(SHM_DIR, name)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
     except OSError as exc:
         raise ProtocolError(f"the shared-memory segment {name} cannot be opened: {exc}") from None
     try:
@@ -429,7 +444,7 @@ def _map(name: str, size: int) -> mmap.mmap:
                 f"the shared-memory segment {name} holds {info.st_size} bytes, "
                 f"the reference says {size}"
             )
-        return mmap.mmap(fd, info.st_size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+        return mmap.mmap(fd, info.st_size, flags=mmap.MAP_SHARED | _POPULATE)
     finally:
         os.close(fd)
 
