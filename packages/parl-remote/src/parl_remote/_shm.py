@@ -382,7 +382,7 @@ class SharedLink:
         returns = self._returns
         if not returns:
             return b""
-        names = []
+        names: list[str] = []
         with contextlib.suppress(IndexError):  # finalizers may append meanwhile, never take
             while len(names) < _RETURN_MAX:
                 names.append(returns.popleft())
