@@ -176,6 +176,10 @@ def test_awaitable_and_future_handles(client):
         np.testing.assert_array_equal(fut.get(), x + i)
     assert _shm.received() - before == 8
     assert f.seen(x).get() == (True, float(x.sum()))
+    mine = x.copy()
+    pending = f.seen(mine)  # written into a segment before this returned: ours to change
+    mine[:] = 0
+    assert pending.get() == (True, float(x.sum()))
 
 
 def test_torch_cpu_tensors(client):
@@ -494,3 +498,20 @@ def test_the_cap_counts_every_connection_of_a_process():
     for c in links:
         c.release_segments()
     assert store.held == 0 and not segments(store.tag)
+
+
+def test_staged_buffers_leave_without_another_copy():
+    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 1 << 30)
+    client, actor = _pair("h", "h", store)
+    x = np.arange(1 << 16, dtype=np.float64)
+    staged = client.shm.stage([pickle_buffer(x)])  # a future-mode call, sent later
+    x[:] = 0  # the caller's own again
+    for frame in client.send(m.Call(1, "echo", b"p"), staged):
+        actor.receive_data(frame)
+    assert len(segments(store.tag)) == 1  # the staged segment is the one sent
+    _, buffers = actor.next_event()
+    np.testing.assert_array_equal(np.frombuffer(buffers[0]), np.arange(1 << 16))
+    del buffers
+    actor.release_segments()
+    client.release_segments()
+    assert not segments(store.tag)

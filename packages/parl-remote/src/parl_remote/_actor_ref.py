@@ -19,7 +19,7 @@ from typing import Any
 
 from parl_remote._call_core import ActorCore
 from parl_remote._client import Client
-from parl_remote._drivers import BlockingDriver, PipelinedDriver, RemoteFuture
+from parl_remote._drivers import BlockingDriver, PipelinedDriver, RemoteFuture, future_call
 from parl_remote.protocol import messages as m
 
 __all__: list[str] = []
@@ -156,7 +156,9 @@ class _ActorRef:
         if self.core.dead is not None:
             future.fail(self.core.died_error())
             return future
-        msg, buffers = self.core.call(kind, name, args, kwargs, copy=True)
+        with self.lock:
+            driver = self.drivers.get(self.client.loop)
+        msg, buffers = future_call(self.core, driver, kind, name, args, kwargs)
         self.client.run_soon(self._submit, msg, buffers, future)
         return future
 
