@@ -19,7 +19,7 @@ from typing import Any
 
 from parl_remote._call_core import ActorCore
 from parl_remote._client import Client
-from parl_remote._drivers import BlockingDriver, PipelinedDriver, RemoteFuture, future_call
+from parl_remote._drivers import BlockingDriver, PipelinedDriver, RemoteFuture
 from parl_remote.protocol import messages as m
 
 __all__: list[str] = []
@@ -158,7 +158,9 @@ class _ActorRef:
             return future
         with self.lock:
             driver = self.drivers.get(self.client.loop)
-        msg, buffers = future_call(self.core, driver, kind, name, args, kwargs)
+        conn = driver.conn if driver is not None and not driver.closed else None
+        stage = conn.proto.shm if conn is not None else None  # open, to a peer of this host
+        msg, buffers = self.core.call(kind, name, args, kwargs, copy=True, stage=stage)
         self.client.run_soon(self._submit, msg, buffers, future)
         return future
 

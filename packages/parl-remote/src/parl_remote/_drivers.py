@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import pickle
 import threading
 import weakref
 from collections import deque
@@ -33,14 +32,7 @@ from parl_remote._transport import AsyncConnection, SyncConnection, open_async
 if TYPE_CHECKING:
     from parl_remote._client import Client
 
-__all__ = [
-    "BlockingDriver",
-    "PipelinedDriver",
-    "RemoteFuture",
-    "arequest",
-    "future_call",
-    "request",
-]
+__all__ = ["BlockingDriver", "PipelinedDriver", "RemoteFuture", "arequest", "request"]
 
 
 def request(
@@ -77,32 +69,6 @@ async def arequest(
         return await future
     finally:
         replies.forget(key)
-
-
-def future_call(
-    core: ActorCore,
-    driver: PipelinedDriver | None,
-    kind: Any,
-    name: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> tuple[Any, list[Any]]:
-    """`(Call, buffers)` for a call that `driver` (if already made) sends later, on its loop.
-
-    Its arrays are copied at once, as the caller may change them when this returns, and only
-    once: into a segment of the connection that will carry them when it is open to a peer of
-    this host, else into memory of their own.
-    """
-    conn = driver.conn if driver is not None and not driver.closed else None
-    link = conn.proto.shm if conn is not None else None
-    if link is None:
-        msg, buffers = core.call(kind, name, args, kwargs, copy=True)
-        return msg, buffers
-    msg, buffers = core.call(kind, name, args, kwargs, copy=True, shared_from=link.threshold)
-    if buffers and isinstance(buffers[0], pickle.PickleBuffer):  # left for shared memory
-        staged = link.stage(buffers)
-        buffers = [bytes(b) for b in buffers] if staged is None else staged
-    return msg, buffers
 
 
 # -- blocking ------------------------------------------------------------------------------------
