@@ -515,3 +515,32 @@ def test_staged_buffers_leave_without_another_copy():
     actor.release_segments()
     client.release_segments()
     assert not segments(store.tag)
+
+
+def test_a_segment_is_lent_until_its_arrays_are_gone():
+    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 1 << 30)
+    client, actor = _pair("h", "h", store)
+    x = np.arange(1 << 17, dtype=np.float32)
+
+    def call(i: int) -> np.ndarray:
+        for frame in client.send(m.Call(i, "echo", b"p"), [pickle_buffer(x + i)]):
+            actor.receive_data(frame)
+        _, buffers = actor.next_event()
+        for frame in actor.send(m.Result(i, b"r")):  # hands back whatever is free by now
+            client.receive_data(frame)
+        assert client.next_event()[0] == m.Result(i, b"r")
+        return np.frombuffer(buffers[0], dtype=np.float32)
+
+    held = [call(i) for i in range(3)]
+    assert len(segments(store.tag)) == 3  # each held array keeps its segment lent
+    for i, y in enumerate(held):
+        np.testing.assert_array_equal(y, x + i)  # never overwritten by a later call
+    del held, y
+    call(3)  # a fourth: the three come back only with the actor's reply to this call
+    assert len(segments(store.tag)) == 4
+    for i in range(5):
+        call(4 + i)
+    assert len(segments(store.tag)) == 4  # the freed segments are lent again, none added
+    actor.release_segments()
+    client.release_segments()
+    assert not segments(store.tag) and store.held == 0
