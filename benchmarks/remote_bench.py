@@ -203,6 +203,8 @@ def parl_payload(actor, size: int, reps: int, way: str = "echo") -> float:
         "sum": lambda: actor.sum(x),
         "make": lambda: actor.make(size // 4),
     }[way]
+    for _ in range(2):  # the steady state: pages and segments of this size already at hand
+        y = call()
     t0 = time.perf_counter()
     for _ in range(reps):
         y = call()
@@ -311,108 +313,125 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--w3", action="store_true", help="only the shared-memory table (W3)")
     args = parser.parse_args()
     scale = 0.2 if args.quick else 1.0
     n_lat = int(5000 * scale)
     n_calls = int(40000 * scale)
     rows: list[tuple[str, str, str, str, str]] = []
+    w3: list[tuple[str, ...]] = []
 
     server, echo_port, raw_port = start_raw_server()
     client = parl.connect(cpu_num=6, log_to_driver=False)
     try:
         wait_for_vacant(client, 6)
         one = Actor()
-        parl_latency(one, 200)  # warm up both paths
-        raw_latency(echo_port, 200)
-        ours, raw = parl_latency(one, n_lat), raw_latency(echo_port, n_lat)
-        for name, q in (("median", 0.5), ("p99", 0.99)):
-            o = sorted(ours)[int(q * (len(ours) - 1))]
-            r = sorted(raw)[int(q * (len(raw) - 1))]
-            target = "<= 2x" if name == "median" else ""
-            rows.append((f"W1 sync call {name} (us)", us(o), us(r), f"{o / r:5.2f}x", target))
+        if args.w3:
+            w3 = shm_table(one, socket_only_actor(), raw_port, scale)
+        else:
+            parl_latency(one, 200)  # warm up both paths
+            raw_latency(echo_port, 200)
+            ours, raw = parl_latency(one, n_lat), raw_latency(echo_port, n_lat)
+            for name, q in (("median", 0.5), ("p99", 0.99)):
+                o = sorted(ours)[int(q * (len(ours) - 1))]
+                r = sorted(raw)[int(q * (len(raw) - 1))]
+                target = "<= 2x" if name == "median" else ""
+                rows.append((f"W1 sync call {name} (us)", us(o), us(r), f"{o / r:5.2f}x", target))
 
-        raw_tp = raw_pipelined(echo_port, n_calls, 1000)
-        raw_each = raw_pipelined(echo_port, n_calls, 1000, batched=False)
-        futures = [FutureActor() for _ in range(4)]
-        fut_tp = parl_future_throughput(futures, n_calls, 1000)
-        del futures
-        wait_for_vacant(client, 4)
-        plain = [Actor() for _ in range(4)]
-        aio_tp = parl_async_throughput(plain, n_calls, 1000)
-        for name, value in (("future", fut_tp), ("awaitable", aio_tp)):
+            raw_tp = raw_pipelined(echo_port, n_calls, 1000)
+            raw_each = raw_pipelined(echo_port, n_calls, 1000, batched=False)
+            futures = [FutureActor() for _ in range(4)]
+            fut_tp = parl_future_throughput(futures, n_calls, 1000)
+            del futures
+            wait_for_vacant(client, 4)
+            plain = [Actor() for _ in range(4)]
+            aio_tp = parl_async_throughput(plain, n_calls, 1000)
+            for name, value in (("future", fut_tp), ("awaitable", aio_tp)):
+                rows.append(
+                    (
+                        f"W2 {name} vs raw, a write each",
+                        f"{value:8.0f}",
+                        f"{raw_each:8.0f}",
+                        f"{value / raw_each:5.2f}x",
+                        ">= 0.25x",
+                    )
+                )
+                rows.append(
+                    (
+                        f"W2 {name} vs raw, batched writes",
+                        f"{value:8.0f}",
+                        f"{raw_tp:8.0f}",
+                        f"{value / raw_tp:5.2f}x",
+                        ">= 0.25x",
+                    )
+                )
+
+            for mb, reps in ((1, 200), (16, 20), (128, 4)):
+                reps = max(2, int(reps * scale))
+                size = mb * 1024 * 1024
+                raw_mbs = raw_payload(raw_port, size, reps)
+                ours_mbs = parl_payload(one, size, reps)
+                rows.append(
+                    (
+                        f"W3 {mb} MB round trip (MB/s)",
+                        f"{ours_mbs:8.0f}",
+                        f"{raw_mbs:8.0f}",
+                        f"{ours_mbs / raw_mbs:5.2f}x",
+                        ">= 0.5x",
+                    )
+                )
+            socket_only = socket_only_actor()
+            w3 = shm_table(one, socket_only, raw_port, scale)
+            del plain, one, socket_only
+
+            creation = parl_creation(client, max(5, int(20 * scale)))
             rows.append(
                 (
-                    f"W2 {name} vs raw, a write each",
-                    f"{value:8.0f}",
-                    f"{raw_each:8.0f}",
-                    f"{value / raw_each:5.2f}x",
-                    ">= 0.25x",
+                    "W4 actor creation (ms, median)",
+                    f"{statistics.median(creation) * 1e3:8.1f}",
+                    "",
+                    "",
+                    "<= 20 ms",
                 )
             )
+
+            wait_for_vacant(client, 2)
+            spinners = [Actor(), Actor()]
+            speedup = parl_parallelism(spinners, int(3_000_000 * max(scale, 0.5)))
             rows.append(
-                (
-                    f"W2 {name} vs raw, batched writes",
-                    f"{value:8.0f}",
-                    f"{raw_tp:8.0f}",
-                    f"{value / raw_tp:5.2f}x",
-                    ">= 0.25x",
-                )
+                ("W5 2 actors vs serial (speedup)", f"{speedup:8.2f}", "1.00", "", ">= 1.8x")
             )
-
-        for mb, reps in ((1, 200), (16, 20), (128, 4)):
-            reps = max(2, int(reps * scale))
-            size = mb * 1024 * 1024
-            raw_mbs = raw_payload(raw_port, size, reps)
-            ours_mbs = parl_payload(one, size, reps)
-            rows.append(
-                (
-                    f"W3 {mb} MB round trip (MB/s)",
-                    f"{ours_mbs:8.0f}",
-                    f"{raw_mbs:8.0f}",
-                    f"{ours_mbs / raw_mbs:5.2f}x",
-                    ">= 0.5x",
-                )
-            )
-        old = os.environ.get("PARL_SHM_MIN_BYTES")
-        os.environ["PARL_SHM_MIN_BYTES"] = "0"  # this client's connections: the socket only
-        try:
-            socket_only = Actor()
-        finally:
-            if old is None:
-                os.environ.pop("PARL_SHM_MIN_BYTES")
-            else:
-                os.environ["PARL_SHM_MIN_BYTES"] = old
-        w3 = shm_table(one, socket_only, raw_port, scale)
-        del plain, one, socket_only
-
-        creation = parl_creation(client, max(5, int(20 * scale)))
-        rows.append(
-            (
-                "W4 actor creation (ms, median)",
-                f"{statistics.median(creation) * 1e3:8.1f}",
-                "",
-                "",
-                "<= 20 ms",
-            )
-        )
-
-        wait_for_vacant(client, 2)
-        spinners = [Actor(), Actor()]
-        speedup = parl_parallelism(spinners, int(3_000_000 * max(scale, 0.5)))
-        rows.append(("W5 2 actors vs serial (speedup)", f"{speedup:8.2f}", "1.00", "", ">= 1.8x"))
     finally:
         parl.disconnect()
         server.kill()
         server.wait()
+    load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    if rows:
+        print(
+            f"\nparl-remote vs the raw uvloop+msgspec baseline ({os.cpu_count()} CPUs, "
+            f"{sys.version.split()[0]}, {load})"
+        )
+        print_table(("workload", "parl-remote", "raw baseline", "ratio", "target"), rows)
+    print_w3(w3, load)
 
-    print(
-        f"\nparl-remote vs the raw uvloop+msgspec baseline ({os.cpu_count()} CPUs, "
-        f"{sys.version.split()[0]})"
-    )
-    print_table(("workload", "parl-remote", "raw baseline", "ratio", "target"), rows)
+
+def socket_only_actor() -> Actor:
+    """An actor whose connections from this client never use shared memory."""
+    old = os.environ.get("PARL_SHM_MIN_BYTES")
+    os.environ["PARL_SHM_MIN_BYTES"] = "0"  # read when a connection opens: the socket only
+    try:
+        return Actor()
+    finally:
+        if old is None:
+            os.environ.pop("PARL_SHM_MIN_BYTES")
+        else:
+            os.environ["PARL_SHM_MIN_BYTES"] = old
+
+
+def print_w3(w3: list[tuple[str, ...]], load: str) -> None:
     print(
         "\nW3 in MB/s (sum: the argument only, make: the result only; raw socket: the same "
-        "bytes one way at a time, memcpy: one copy, halved for a round trip)"
+        f"bytes one way at a time, memcpy: one copy, halved for a round trip; {load})"
     )
     print_table(
         ("workload", "shared mem", "socket", "raw socket", "memcpy", "vs socket", "vs memcpy"),

@@ -1,15 +1,14 @@
 """Large arrays through shared memory between a client and an actor of one host (real clusters).
 
-A received array that came through a segment is backed by a private mapping of it
-(`via_segment`); one that came through the socket is not. `/dev/shm` is listed before and
-after, filtered by the cluster's prefix, to prove that nothing is left behind.
+Each process counts the messages it received through a segment (`_shm.received()`): an actor's
+`seen` says whether its argument came that way, `shared` whether a result did. `/dev/shm` is
+listed before and after, filtered by the cluster's prefix, to prove that nothing is left behind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import mmap
 import os
 import signal
 import socket
@@ -31,38 +30,40 @@ from tests.remote.conftest import client_env, make_cluster, wait_until
 MIN = 65536
 
 
-def via_segment(array) -> bool:
-    """Whether `array`'s memory is a mapped segment (not a socket buffer)."""
-    obj = array
-    while obj is not None:
-        if isinstance(obj, mmap.mmap):
-            return True
-        obj = obj.obj if isinstance(obj, memoryview) else getattr(obj, "base", None)
-    return False
+def shared(call):
+    """`call()`'s value, and whether it arrived in this process through a segment."""
+    before = _shm.received()
+    value = call()
+    return value, _shm.received() > before
 
 
 class ArrayMethods:
     def __init__(self):
-        self.kept = None
+        self.mark = _shm.received()
+
+    def _after(self, value):
+        self.mark = _shm.received()  # what arrives before the next call is its own message
+        return value
 
     def echo(self, x):
-        return x
+        return self._after(x)
 
     def seen(self, x):
         """Whether the argument arrived through a segment, and its sum."""
-        return via_segment(x), float(np.asarray(x).sum())
+        return self._after((_shm.received() > self.mark, float(np.asarray(x).sum())))
 
     def make(self, n, dtype="float32"):
-        return np.arange(n, dtype=dtype)
+        return self._after(np.arange(n, dtype=dtype))
 
     def fail(self, x):
+        self._after(None)
         raise ValueError(f"refused {x.nbytes} bytes")
 
     def sleep_then(self, x, seconds):
         import time
 
         time.sleep(seconds)
-        return x
+        return self._after(x)
 
     def pid(self):
         return os.getpid()
@@ -105,12 +106,33 @@ def test_sizes_around_the_threshold_both_ways(client, nbytes):
     x = np.arange(nbytes // 4, dtype=np.float32)
     big = nbytes >= MIN
     assert a.seen(x) == (big, float(x.sum()))
-    y = a.echo(x)
+    y, through = shared(lambda: a.echo(x))
     np.testing.assert_array_equal(x, y)
-    assert via_segment(y) is big and y.flags.writeable
+    assert through is big and y.flags.writeable
     y[:] = 7  # ours to write; the actor's copy is untouched
-    z = a.make(nbytes // 4)
-    assert via_segment(z) is big and z[-1] == nbytes // 4 - 1
+    z, through = shared(lambda: a.make(nbytes // 4))
+    assert through is big and z[-1] == nbytes // 4 - 1
+    assert a.seen(x) == (big, float(x.sum()))  # again, through the same segments
+
+
+def test_received_arrays_are_independent_of_later_calls(client):
+    a = Arrays()
+    n = 1 << 18
+    ys = [a.make(n, dtype) for dtype in ("float32", "int32", "float32")]
+    xs = [a.echo(np.full(n, i, dtype=np.float32)) for i in range(4)]
+    for dtype, y in zip(("float32", "int32", "float32"), ys, strict=True):
+        assert y.dtype == dtype and y[0] == 0 and y[-1] == n - 1
+    for i, x in enumerate(xs):
+        assert (x == i).all()
+    xs[0][:] = 9  # writing one leaves the others, and the next call, alone
+    assert (xs[1] == 1).all() and (a.echo(xs[1]) == 1).all()
+    del ys, xs  # their segments go back to the actor, for its next results
+    for i in range(3):
+        a.echo(np.full(n, i, dtype=np.float32))
+    steady = segments(client)
+    for i in range(10):
+        assert (a.echo(np.full(n, i, dtype=np.float32)) == i).all()
+    assert segments(client) == steady  # the same few segments, lent again and again
 
 
 @pytest.mark.parametrize(
@@ -137,8 +159,9 @@ def test_awaitable_and_future_handles(client):
     async def use():
         a = await Arrays.aio()
         assert await a.aio.seen(x) == (True, float(x.sum()))
+        before = _shm.received()
         y = await a.aio.echo(x)
-        assert via_segment(y)
+        assert _shm.received() > before
         mine = x.copy()
         pending = a.aio.seen(mine)  # sent now, through a segment: no copy of ours is needed
         mine[:] = 0
@@ -147,12 +170,16 @@ def test_awaitable_and_future_handles(client):
 
     np.testing.assert_array_equal(asyncio.run(use()), x)
     f = FutureArrays()
+    before = _shm.received()
     futures = [f.echo(x + i) for i in range(8)]
     for i, fut in enumerate(futures):
-        y = fut.get()
-        assert via_segment(y)
-        np.testing.assert_array_equal(y, x + i)
+        np.testing.assert_array_equal(fut.get(), x + i)
+    assert _shm.received() - before == 8
     assert f.seen(x).get() == (True, float(x.sum()))
+    mine = x.copy()
+    pending = f.seen(mine)  # written into a segment before this returned: ours to change
+    mine[:] = 0
+    assert pending.get() == (True, float(x.sum()))
 
 
 def test_torch_cpu_tensors(client):
@@ -163,7 +190,7 @@ def test_torch_cpu_tensors(client):
     t = torch.arange(1 << 18, dtype=torch.float32)
     _, buffers = _serialize.dumps(t)
     assert len(buffers) == 1  # out of band, so through a segment like an array
-    assert a.seen(t)[1] == float(t.sum())
+    assert a.seen(t) == (True, float(t.sum()))
     back = a.echo(t)
     assert isinstance(back, torch.Tensor) and torch.equal(back, t)
     back += 1  # writable
@@ -175,13 +202,15 @@ def test_torch_cpu_tensors(client):
 
 def test_arrays_outlive_the_actor(client):
     a = Arrays()
+    before = _shm.received()
     ys = [a.make(1 << 18) for _ in range(3)]
+    assert _shm.received() - before == 3
     del a
     import gc
 
     gc.collect()
     for y in ys:
-        assert via_segment(y) and y[12345] == 12345
+        assert y[12345] == 12345
         y += 1
         assert y[12345] == 12346
 
@@ -243,9 +272,9 @@ def test_cap_falls_back_to_the_socket(tmp_path):
             a = Arrays()
             x = np.arange(1 << 16, dtype=np.float32)  # 256 KB: over the cap
             assert a.seen(x) == (False, float(x.sum()))
-            assert not via_segment(a.echo(x))
+            assert shared(lambda: a.echo(x))[1] is False
             small = np.arange(20_000, dtype=np.float32)  # 80 KB: within it
-            assert a.seen(small)[0] is True and via_segment(a.echo(small))
+            assert a.seen(small)[0] is True and shared(lambda: a.echo(small))[1] is True
 
             async def use():
                 b = await Arrays.aio()
@@ -268,8 +297,8 @@ def test_sharing_turned_off_and_across_hosts(tmp_path):
             parl_remote.connect(cluster.address)
             a = Arrays()
             assert a.seen(x) == (False, float(x.sum()))
-            y = a.echo(x)
-            assert not via_segment(y)
+            y, through = shared(lambda: a.echo(x))
+            assert not through
             np.testing.assert_array_equal(x, y)
         with client_env(cluster, PARL_HOST_ID="cluster-host", PARL_SHM_MIN_BYTES=0):
             parl_remote.connect(cluster.address)
@@ -358,16 +387,25 @@ def _pair(client_host: str, actor_host: str, store) -> tuple:
 def test_the_handshake_decides_and_the_reference_carries(tmp_path):
     store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 1 << 30)
     client, actor = _pair("h", "h", store)
-    assert client.shm is store and actor.shm is store
+    assert client.shm.store is store and actor.shm.store is store
     x = np.arange(1 << 16, dtype=np.float64)
-    frames = client.send(m.Call(1, "echo", b"p"), [pickle_buffer(x)])
-    assert sum(len(memoryview(f).cast("B")) for f in frames) < 200  # a reference, not the bytes
-    for frame in frames:
-        actor.receive_data(frame)
-    msg, buffers = actor.next_event()
-    assert msg.name == "echo" and not segments(store.tag)  # mapped, then unlinked
-    y = np.frombuffer(buffers[0], dtype=np.float64)
-    np.testing.assert_array_equal(x, y)
+    for i in range(3):
+        frames = client.send(m.Call(i, "echo", b"p"), [pickle_buffer(x + i)])
+        assert sum(len(memoryview(f).cast("B")) for f in frames) < 200  # a reference
+        for frame in frames:
+            actor.receive_data(frame)
+        msg, buffers = actor.next_event()
+        assert msg.name == "echo" and len(segments(store.tag)) == 1  # the same one, lent again
+        y = np.frombuffer(buffers[0], dtype=np.float64)
+        np.testing.assert_array_equal(x + i, y)
+        y[:] = -1  # a view of the segment, writable
+        del buffers, y  # nothing of it left: handed back with the next frame
+        for frame in actor.send(m.Result(i, b"r")):
+            client.receive_data(frame)
+        assert client.next_event()[0] == m.Result(i, b"r")
+    actor.release_segments()
+    client.release_segments()
+    assert not segments(store.tag) and store.held == 0
     far_client, far_actor = _pair("h", "elsewhere", store)
     assert far_client.shm is None and far_actor.shm is None
     frames = far_client.send(m.Call(1, "echo", b"p"), [pickle_buffer(x)])
@@ -418,3 +456,91 @@ def test_sweep_removes_only_the_named_process_or_cluster():
     finally:
         _shm.sweep(other)
     assert segments(other) == []
+
+
+def test_segment_sizes_and_hand_backs():
+    from parl_remote._exceptions import ProtocolError
+
+    assert _shm.size_class(1) == 64 << 10 and _shm.size_class(1 << 20) == 1 << 20
+    assert _shm.size_class((1 << 20) + 1) == (1 << 20) + (1 << 17)  # an eighth above at most
+    pattern = _shm.name_pattern("abc")
+    assert _shm.decode_returns(_shm.encode_returns(["parl-abc-1-2"]), pattern) == ["parl-abc-1-2"]
+    for body in (b"\xc1", _shm.encode_returns(["parl-abd-1-2"]), b"\x91" + b"\xa1x" * 5000):
+        with pytest.raises(ProtocolError):
+            _shm.decode_returns(body, pattern)
+
+
+@pytest.mark.parametrize("names", [["parl-{tag}-1-1"], ["nonsense"]], ids=["not-lent", "foreign"])
+def test_a_hostile_hand_back_is_a_protocol_error(names):
+    from parl_remote._exceptions import ProtocolError
+    from parl_remote.protocol.connection import RETURN_FLAG
+
+    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 1 << 30)
+    client, actor = _pair("h", "h", store)
+    body = _shm.encode_returns([n.format(tag=store.tag) for n in names])
+    with pytest.raises(ProtocolError):
+        actor.receive_data(struct.pack("<II", len(body), RETURN_FLAG) + body)
+    _, far_actor = _pair("h", "elsewhere", store)  # no sharing: no hand-backs either
+    with pytest.raises(ProtocolError):
+        far_actor.receive_data(struct.pack("<II", len(body), RETURN_FLAG) + body)
+    actor.release_segments()
+    client.release_segments()
+
+
+def test_the_cap_counts_every_connection_of_a_process():
+    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 3 << 20)
+    links = [_pair("h", "h", store)[0] for _ in range(3)]
+    x = np.ones(1 << 20, dtype=np.uint8)
+    sent = [len(c.send(m.Call(1, "echo", b"p"), [pickle_buffer(x)])) for c in links]
+    assert sent == [2, 2, 2] and store.held == 3 << 20  # a reference each: the cap is reached
+    frames = links[0].send(m.Call(2, "echo", b"p"), [pickle_buffer(x)])
+    assert sum(len(memoryview(f).cast("B")) for f in frames) > x.nbytes  # the socket carries it
+    for c in links:
+        c.release_segments()
+    assert store.held == 0 and not segments(store.tag)
+
+
+def test_staged_buffers_leave_without_another_copy():
+    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 1 << 30)
+    client, actor = _pair("h", "h", store)
+    x = np.arange(1 << 16, dtype=np.float64)
+    staged = client.shm.stage([pickle_buffer(x)])  # a future-mode call, sent later
+    x[:] = 0  # the caller's own again
+    for frame in client.send(m.Call(1, "echo", b"p"), staged):
+        actor.receive_data(frame)
+    assert len(segments(store.tag)) == 1  # the staged segment is the one sent
+    _, buffers = actor.next_event()
+    np.testing.assert_array_equal(np.frombuffer(buffers[0]), np.arange(1 << 16))
+    del buffers
+    actor.release_segments()
+    client.release_segments()
+    assert not segments(store.tag)
+
+
+def test_a_segment_is_lent_until_its_arrays_are_gone():
+    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 1 << 30)
+    client, actor = _pair("h", "h", store)
+    x = np.arange(1 << 17, dtype=np.float32)
+
+    def call(i: int) -> np.ndarray:
+        for frame in client.send(m.Call(i, "echo", b"p"), [pickle_buffer(x + i)]):
+            actor.receive_data(frame)
+        _, buffers = actor.next_event()
+        for frame in actor.send(m.Result(i, b"r")):  # hands back whatever is free by now
+            client.receive_data(frame)
+        assert client.next_event()[0] == m.Result(i, b"r")
+        return np.frombuffer(buffers[0], dtype=np.float32)
+
+    held = [call(i) for i in range(3)]
+    assert len(segments(store.tag)) == 3  # each held array keeps its segment lent
+    for i, y in enumerate(held):
+        np.testing.assert_array_equal(y, x + i)  # never overwritten by a later call
+    del held, y
+    call(3)  # a fourth: the three come back only with the actor's reply to this call
+    assert len(segments(store.tag)) == 4
+    for i in range(5):
+        call(4 + i)
+    assert len(segments(store.tag)) == 4  # the freed segments are lent again, none added
+    actor.release_segments()
+    client.release_segments()
+    assert not segments(store.tag) and store.held == 0

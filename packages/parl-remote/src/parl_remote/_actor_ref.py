@@ -150,7 +150,11 @@ class _ActorRef:
         if self.core.dead is not None:
             future.fail(self.core.died_error())
             return future
-        msg, buffers = self.core.call(kind, name, args, kwargs, copy=True)
+        with self.lock:
+            driver = self.drivers.get(self.client.loop)
+        conn = driver.conn if driver is not None and not driver.closed else None
+        stage = conn.proto.shm if conn is not None else None  # open, to a peer of this host
+        msg, buffers = self.core.call(kind, name, args, kwargs, copy=True, stage=stage)
         self.client.run_soon(self._submit, msg, buffers, future)
         return future
 

@@ -178,6 +178,7 @@ class ActorCore:
         *,
         copy: bool,
         shared_from: int = 0,
+        stage: Any = None,
     ) -> tuple[Any, ...]:
         """`(Call, buffers)` for a method call, an attribute read or an attribute write.
 
@@ -185,7 +186,9 @@ class ActorCore:
         `copy` (a call sent later, or kept in flight while the caller goes on) each is copied
         once, so the caller may change its arrays after the call returns -- unless they total
         at least `shared_from` (> 0) bytes: sent at once through shared memory, whose segment
-        is their one copy.
+        is their one copy. A call sent later by another thread names the shared memory of the
+        connection that will carry it (`stage`, a `_shm_link.SharedLink`): arrays large enough
+        for it are written into one of its segments now, their one copy.
         """
         buffers: list[Any]
         if kind == _GETATTR:
@@ -198,7 +201,9 @@ class ActorCore:
                 data, buffers = ser.dumps(value)
             except Exception as exc:
                 raise self._unsendable(kind, name, args, kwargs) from exc
-            if copy and buffers and not _shared(buffers, shared_from):
+            if stage is not None and buffers and _shared(buffers, stage.threshold):
+                buffers = stage.stage(buffers) or _copied(buffers)
+            elif copy and buffers and not _shared(buffers, shared_from):
                 buffers = _copied(buffers)
         return m.Call(next(self._ids), name, data, kind), buffers
 

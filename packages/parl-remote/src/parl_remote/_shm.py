@@ -3,22 +3,29 @@
 When both ends of an authenticated data connection (a client and an actor) run on the same
 host, a message whose out-of-band buffers (numpy arrays, torch CPU tensors) total at least
 `PARL_SHM_MIN_BYTES` does not send them through the socket: the sender writes them once into a
-new segment, a file under `/dev/shm` of mode 0600 named `parl-<cluster>-<pid>-<n>` (the cluster
-is a digest of its token, the pid the sender's), and the frame carries only a reference (the
-name and the buffers' lengths). The receiver validates the reference, maps the file privately
-(copy-on-write: writable arrays, no copy), and unlinks it at once: the mapping keeps the memory
-for as long as the arrays live, and nothing is left in `/dev/shm`.
+segment it owns, a file under `/dev/shm` of mode 0600 named `parl-<cluster>-<pid>-<n>` (the
+cluster is a digest of its token, the pid the owner's), and the frame carries only a reference
+(the name and the buffers' lengths). The receiver validates the reference and unpickles the
+arrays straight from its mapping of the segment: no copy on receipt. They are ordinary,
+writable numpy arrays, valid for as long as the user holds them, whatever calls come later:
+the segment is lent to the receiver until nothing of it is left there, and only then handed
+back to its owner, with the receiver's next frame on that connection. Segments are pooled per
+connection and stay mapped on both ends, so that steady traffic writes and reads pages that
+are already there: no file is created, sized, mapped, faulted in or removed per message.
 
 Two parts, as in the rest of the protocol:
 
 - pure functions that decide and check (`wants_segment`, `encode_ref`, `decode_ref`,
-  `segment_name`, `layout`), driven by the tests with plain values;
-- `SegmentStore`, the thin part that creates, maps, unlinks and sweeps files.
+  `encode_returns`, `decode_returns`, `segment_name`, `layout`, `size_class`), driven by the
+  tests with plain values;
+- `SegmentStore` (per process: names, the cap) and `_shm_link.SharedLink` (per connection:
+  the pool lent to the peer, the peer's segments mapped here), the thin part that touches
+  files.
 
-A segment the receiver never mapped is removed by its sender when the connection closes, by
-the worker when an actor process dies, by the master when a client on its host dies, and by
-`xparl stop` (`sweep`). A sender that holds `PARL_SHM_MAX_BYTES` in segments not yet mapped
-sends through the socket instead: a call never fails for want of shared memory.
+A connection's segments are removed when it closes; those of a process killed before it could
+are removed by the worker when an actor process dies, by the master when a client on its host
+dies, and by `xparl stop` (`sweep`). A process whose segments reach `PARL_SHM_MAX_BYTES` in
+all sends through the socket instead: a call never fails for want of shared memory.
 """
 
 from __future__ import annotations
@@ -26,17 +33,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-import mmap
 import os
 import re
 import socket
-import stat
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from parl_remote._exceptions import ProtocolError
+
+if TYPE_CHECKING:
+    from parl_remote._shm_link import SharedLink
 
 __all__ = [
     "MAX_REF",
@@ -44,24 +52,30 @@ __all__ = [
     "SegmentStore",
     "cluster_tag",
     "decode_ref",
+    "decode_returns",
     "encode_ref",
+    "encode_returns",
     "host_id",
     "layout",
     "max_bytes",
     "min_bytes",
     "name_pattern",
+    "received",
     "segment_name",
+    "size_class",
     "store",
     "sweep",
+    "unlink",
     "wants_segment",
 ]
 
 SHM_DIR = "/dev/shm"
 _ALIGN = 64
 MAX_REF = 4096
-_PRUNE_AT = 64
+_MIN_SEGMENT = 64 << 10
 _ref_decoder = msgspec.msgpack.Decoder(tuple[str, list[int]])
 _ref_encoder = msgspec.msgpack.Encoder()
+_returns_decoder = msgspec.msgpack.Decoder(list[str])
 
 
 # -- settings ----------------------------------------------------------------------------------
@@ -71,7 +85,7 @@ def min_bytes() -> int:
 
 
 def max_bytes() -> int:
-    """`PARL_SHM_MAX_BYTES`: segments a process may hold unmapped; default a quarter of RAM."""
+    """`PARL_SHM_MAX_BYTES`: the segments a process may hold in all; default a quarter of RAM."""
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):  # pragma: no cover - every Linux has both
@@ -161,9 +175,31 @@ def decode_ref(
     return name, lengths
 
 
+def encode_returns(names: list[str]) -> bytes:
+    """The frame body that hands the peer's segments back."""
+    return _ref_encoder.encode(names)
+
+
+def decode_returns(data: bytes | bytearray | memoryview, pattern: re.Pattern[str]) -> list[str]:
+    """Read and check the names a peer hands back; anything hostile raises `ProtocolError`."""
+    if len(data) > MAX_REF:
+        raise ProtocolError(f"a hand-back of {len(data)} bytes (at most {MAX_REF})")
+    try:
+        names = _returns_decoder.decode(data)
+    except Exception as exc:
+        raise ProtocolError(f"an undecodable hand-back of segments: {exc}") from None
+    for name in names:
+        if not pattern.fullmatch(name):
+            raise ProtocolError(f"a hand-back of {name[:80]!r}, not a segment of ours")
+    return names
+
+
 # -- files ---------------------------------------------------------------------------------------
 class SegmentStore:
-    """The segments of one process: creates and maps them, and removes the ones left over.
+    """What the segments of one process share: names, settings and the cap on their bytes.
+
+    Each connection that shares memory gets its own `SharedLink` from `link()`; the store
+    counts the bytes all of them hold, so that together they stay within `cap`.
 
     Args:
         tag: the cluster part of the names (`cluster_tag`).
@@ -179,104 +215,43 @@ class SegmentStore:
         self._pid = os.getpid()
         self._ids = itertools.count()
         self._lock = threading.Lock()
-        self._live: dict[str, int] = {}  # written, maybe not yet mapped by the receiver: size
-        self._held = 0
+        self.held = 0
+        self.received = 0  # messages whose buffers arrived through a segment
 
-    def place(self, raws: list[Any], lengths: list[int]) -> str | None:
-        """Write the buffers into a new segment; its name, or None to use the socket instead."""
-        offsets, size = layout(lengths)
-        if not self._reserve(size):
-            return None
-        name = segment_name(self.tag, self._pid, next(self._ids))
-        path = os.path.join(SHM_DIR, name)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        except OSError:
-            self._release(size)
-            return None
-        try:
-            os.ftruncate(fd, size)
-            for raw, offset in zip(raws, offsets, strict=True):
-                view, pos = raw, offset
-                while len(view):
-                    n = os.pwrite(fd, view, pos)
-                    view, pos = view[n:], pos + n
-        except OSError:  # e.g. /dev/shm is full: the socket carries it
-            _unlink(path)
-            self._release(size)
-            return None
-        finally:
-            os.close(fd)
-        with self._lock:
-            self._live[name] = size
-        return name
+    def link(self) -> SharedLink:
+        """The shared memory of one new connection to a peer of this host."""
+        from parl_remote._shm_link import SharedLink
 
-    def _reserve(self, size: int) -> bool:
+        return SharedLink(self)
+
+    def reserve(self, size: int) -> bool:
+        """Count `size` more bytes held, unless that would pass the cap."""
         with self._lock:
-            if self._held + size > self.cap or len(self._live) >= _PRUNE_AT:
-                self._prune()
-            if self._held + size > self.cap:
+            if self.held + size > self.cap:
                 return False
-            self._held += size
+            self.held += size
             return True
 
-    def _prune(self) -> None:
-        """Forget segments their receivers have mapped (and so unlinked); lock held."""
-        for name, size in list(self._live.items()):
-            if not os.path.exists(os.path.join(SHM_DIR, name)):
-                del self._live[name]
-                self._held -= size
-
-    def _release(self, size: int) -> None:
+    def unreserve(self, size: int) -> None:
+        """Count `size` bytes fewer held."""
         with self._lock:
-            self._held -= size
+            self.held -= size
 
-    def discard(self, names: list[str]) -> None:
-        """Remove these segments if their receiver never mapped them (its connection closed)."""
-        for name in names:
-            with self._lock:
-                size = self._live.pop(name, None)
-                if size is not None:
-                    self._held -= size
-            if size is not None:
-                _unlink(os.path.join(SHM_DIR, name))
-
-    def open(self, name: str, lengths: list[int]) -> tuple[Any, ...]:
-        """Map a checked reference's segment and unlink it; its buffers, writable, no copy."""
-        offsets, size = layout(lengths)
-        path = os.path.join(SHM_DIR, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError as exc:
-            raise ProtocolError(
-                f"the shared-memory segment {name} cannot be opened: {exc}"
-            ) from None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-                raise ProtocolError(f"the shared-memory segment {name} is not a file of ours")
-            if info.st_mode & 0o077:
-                raise ProtocolError(f"the shared-memory segment {name} is open to other users")
-            if info.st_size < size:
-                raise ProtocolError(
-                    f"the shared-memory segment {name} holds {info.st_size} bytes, "
-                    f"the reference says {size}"
-                )
-            if size == 0:
-                mapped: Any = bytearray()
-            else:
-                # Faulted in as read (MAP_POPULATE measured slower on this machine class).
-                mapped = mmap.mmap(
-                    fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
-                )
-        finally:
-            os.close(fd)
-            _unlink(path)
-        view = memoryview(mapped)
-        return tuple(view[o : o + n] for o, n in zip(offsets, lengths, strict=True))
+    def next_name(self) -> str:
+        """A segment name this process has not used before."""
+        return segment_name(self.tag, self._pid, next(self._ids))
 
 
-def _unlink(path: str) -> None:
+def size_class(size: int) -> int:
+    """The size of a new segment for `size` bytes: within an eighth above, at least 64 KiB."""
+    if size <= _MIN_SEGMENT:
+        return _MIN_SEGMENT
+    step = 1 << (size.bit_length() - 4)
+    return -(-size // step) * step
+
+
+def unlink(path: str) -> None:
+    """Remove a file, if it is still there."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
 
@@ -292,9 +267,14 @@ def sweep(tag: str, pid: int | None = None) -> int:
         return 0
     for name in names:
         if name.startswith(prefix) and pattern.fullmatch(name):
-            _unlink(os.path.join(SHM_DIR, name))
+            unlink(os.path.join(SHM_DIR, name))
             removed += 1
     return removed
+
+
+def received() -> int:
+    """How many messages this process has received through segments (any cluster)."""
+    return sum(s.received for s in _STORE)
 
 
 _STORE: list[SegmentStore] = []

@@ -5,8 +5,9 @@ A frame is::
     u32 envelope length | u32 buffer count n | n x u64 buffer lengths | envelope | buffers...
 
 (little-endian). When the buffer count has its top bit (`SHM_FLAG`) set, the one buffer that
-follows is a reference to a shared-memory segment that holds the real buffers (`_shm.py`):
-accepted only on an authenticated connection between a client and an actor of the same host.
+follows is a reference to a shared-memory segment that holds the real buffers (`_shm.py`);
+when it is `RETURN_FLAG`, the frame has no buffers and its envelope hands segments back. Both
+are accepted only on an authenticated connection between a client and an actor of one host.
 The envelope is a msgpack-encoded `Message`; the buffers are the out-of-band
 pickle-5 buffers of its payload (numpy arrays), sent as they are and received straight into
 memory of their exact size: a large buffer is never copied into a bigger bytes object. (That
@@ -47,6 +48,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "HANDSHAKE_LIMIT",
     "NEED_DATA",
+    "RETURN_FLAG",
     "SHM_FLAG",
     "Connection",
 ]
@@ -61,6 +63,7 @@ _SCRATCH = 256 << 10
 _HANDSHAKE_TYPES = (m.Challenge, m.Hello, m.Welcome, m.Refused)
 _HANDSHAKE_SET = frozenset(_HANDSHAKE_TYPES)
 SHM_FLAG = 1 << 31
+RETURN_FLAG = 1 << 30
 _SHM_ROLES = frozenset(("client", "actor"))
 
 
@@ -146,9 +149,8 @@ class Connection:
         self._direct = False
         self._store = store
         self._host = host if store is not None else ""
-        self.shm: Any = None  # the store, once the peer is known to share this host
-        self.segments_sent: list[str] = []
-        self._flagged = False
+        self.shm: Any = None  # a `_shm.SharedLink`, once the peer is known to share this host
+        self._flagged = self._returning = False
 
     # -- state -----------------------------------------------------------------------------
     @property
@@ -179,10 +181,11 @@ class Connection:
         if self._hs != _OPEN:
             raise ProtocolError(f"cannot send {type(msg).__name__} before the handshake completed")
         envelope = m.encoder.encode(msg)
+        pre = b"" if self.shm is None else self.shm.returns(RETURN_FLAG)  # segments handed back
         if not buffers:
             if len(envelope) > self.max_message_bytes:
                 raise ProtocolError(self._too_large(len(envelope)))
-            return [_HEADER.pack(len(envelope), 0) + envelope]
+            return [pre + _HEADER.pack(len(envelope), 0) + envelope]
         raws: list[Any] = [
             b.raw() if isinstance(b, pickle.PickleBuffer) else memoryview(b).cast("B")
             for b in buffers
@@ -194,21 +197,14 @@ class Connection:
         if self.shm is not None and total - len(envelope) >= self.shm.threshold:
             name = self.shm.place(raws, lengths)
             if name is not None:
-                self._note_sent(name)
                 ref = _shm.encode_ref(name, lengths)
                 head = _HEADER.pack(len(envelope), 1 | SHM_FLAG) + _LENGTH.pack(len(ref))
-                return [head + envelope, ref]
+                return [pre + head + envelope, ref]
             # Over the cap: the socket carries them, copied, as a caller that skipped its own
             # copy for shared memory may change its arrays once this returns.
             raws = [bytes(r) for r in raws]
         head = _HEADER.pack(len(envelope), len(raws)) + struct.pack(f"<{len(raws)}Q", *lengths)
-        return [head + envelope, *raws]
-
-    def _note_sent(self, name: str) -> None:
-        sent = self.segments_sent
-        if len(sent) >= 64:  # forget those the peer has mapped (and so removed)
-            sent[:] = [n for n in sent if os.path.exists(os.path.join(_shm.SHM_DIR, n))]
-        sent.append(name)
+        return [pre + head + envelope, *raws]
 
     def _frame(self, msg: m.Message) -> bytes:
         envelope = m.encoder.encode(msg)
@@ -331,19 +327,20 @@ class Connection:
 
     def _check_shm_header(self) -> None:
         if self.shm is None or self._hs != _OPEN:
-            raise ProtocolError(
-                "a shared-memory reference from a peer not known to share this host"
-            )
-        if self._nbuf != 1 | SHM_FLAG:
-            raise ProtocolError("a shared-memory frame must carry exactly one reference")
-        self._nbuf = 1
+            raise ProtocolError("a shared-memory frame from a peer not known to share this host")
+        if self._nbuf == RETURN_FLAG and self._env_len <= _shm.MAX_REF:
+            self._returning, self._nbuf = True, 0  # a hand-back of segments, at most MAX_REF
+        elif self._nbuf == 1 | SHM_FLAG:
+            self._nbuf = 1
+        else:  # a reference must come alone
+            raise ProtocolError(f"a shared-memory frame of {self._env_len} bytes, {self._nbuf:#x}")
 
     def _advance(self) -> None:
         data = self._in
         if self._state == _HEAD:
             self._env_len, self._nbuf = _HEADER.unpack(data)
             self._flagged = bool(self._nbuf & SHM_FLAG)
-            if self._flagged:
+            if self._flagged or self._nbuf == RETURN_FLAG:
                 self._check_shm_header()
             self._check_header(self._env_len, self._nbuf)
             self._in = bytearray()
@@ -365,6 +362,11 @@ class Connection:
                 )
             self._in = bytearray()
             self._state, self._need = _ENVELOPE, self._env_len
+        elif self._state == _ENVELOPE and self._returning:
+            self._returning = False
+            self.shm.returned(_shm.decode_returns(data, self.shm.store.pattern))
+            self._in = bytearray()
+            self._reset()
         elif self._state == _ENVELOPE:
             self._pending: Any = self._decode(data)
             self._in = bytearray()
@@ -399,11 +401,7 @@ class Connection:
         self._reset()
         if self._flagged:
             self._flagged = False
-            store = self.shm
-            name, lengths = _shm.decode_ref(
-                buffers[0], store.pattern, self.max_message_bytes, _MAX_BUFFERS
-            )
-            buffers = store.open(name, lengths)
+            buffers = self.shm.take(buffers[0], self.max_message_bytes, _MAX_BUFFERS)
         self._deliver(msg, buffers)
 
     def _reset(self) -> None:
@@ -483,13 +481,12 @@ class Connection:
 
     def _share_if_local(self, peer_host: str) -> None:
         if self._host and peer_host == self._host and {self.role, self.peer_role} == _SHM_ROLES:
-            self.shm = self._store
+            self.shm = self._store.link()
 
     def release_segments(self) -> None:
-        """Remove the segments sent on this connection that the peer never mapped (on close)."""
-        if self.segments_sent:
-            sent, self.segments_sent = self.segments_sent, []
-            self.shm.discard(sent)
+        """Remove this end's segments and forget the peer's (on close)."""
+        if self.shm is not None:
+            self.shm.close()
 
     def _check_version(self, version: int) -> None:
         if version != m.PROTOCOL_VERSION:
