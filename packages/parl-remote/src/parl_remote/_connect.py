@@ -69,6 +69,7 @@ def connect(
     distributed_files: Iterable[str] = (),
     log_to_driver: bool = True,
     cpu_num: int | None = None,
+    tls: bool = False,
 ) -> Client:
     """Join a PARL cluster, or start a local one.
 
@@ -82,6 +83,8 @@ def connect(
         log_to_driver: also print what actors print here, prefixed with the actor's id.
         cpu_num: CPU slots of the local cluster (only without `address`). A local cluster this
             process already started with at least that many slots is reused.
+        tls: speak TLS 1.3 to the cluster (start a local one with TLS), as `PARL_TLS=1` does;
+            this process and those it starts then never speak plaintext.
 
     Raises:
         NotConnectedError: no master answers at `address`.
@@ -89,6 +92,8 @@ def connect(
         ValueError: a bad address, or a `distributed_files` pattern that matches nothing.
     """
     global _client
+    if tls:
+        os.environ["PARL_TLS"] = "1"
     with _client_lock:
         if _client is not None and not _client._closed:
             if address is not None:
