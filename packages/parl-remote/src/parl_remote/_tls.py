@@ -59,6 +59,7 @@ _HANDSHAKE_RECORD = 0x16  # the first byte a TLS client sends
 PLAINTEXT_WAIT_S = 2.0
 """A peer silent this long after connecting is a plaintext client waiting to be challenged."""
 _READ = 256 << 10
+_SLICE = 256 << 10  # plaintext encrypted per write: one huge write is many times slower
 _REQUIRES = (
     "this PARL cluster requires TLS: connect with parl.connect(address, tls=True) or "
     "PARL_TLS=1 (xparl: --tls)"
@@ -238,13 +239,14 @@ class TLSSocket:
 
     def sendall(self, data: Any) -> None:
         """Encrypt and send all of `data`."""
-        self.obj.write(data)
-        self._flush()
+        self.sendmsg([data])
 
     def sendmsg(self, views: list[Any]) -> int:
         """Encrypt and send every buffer (all of them: what `sendmsg` may do partly)."""
-        for view in views:
-            self.obj.write(view)
+        for chunk in _slices(views):
+            self.obj.write(chunk)
+            if self.outgoing.pending >= _SLICE:
+                self._flush()
         self._flush()
         return sum(len(v) for v in views)
 
@@ -272,6 +274,13 @@ class TLSSocket:
     def shutdown(self, how: int) -> None:
         """As `socket.shutdown`."""
         self.raw.shutdown(how)
+
+
+def _slices(chunks: Iterable[Any]) -> Iterable[Any]:
+    for chunk in chunks:
+        view = memoryview(chunk).cast("B")
+        for start in range(0, len(view), _SLICE):
+            yield view[start : start + _SLICE]
 
 
 def adopt(conn: Any, factory: Callable[[], asyncio.BaseProtocol]) -> tuple[Any, Any]:
@@ -450,8 +459,10 @@ class TLSProtocol(asyncio.Protocol):
         """Encrypt plaintext from the application and write it."""
         if self.raw is None or self.raw.is_closing():
             return
-        for chunk in chunks:
+        for chunk in _slices(chunks):
             self.tls.obj.write(chunk)
+            if self.tls.outgoing.pending >= _SLICE:
+                self._send_out()
         self._send_out()
 
     def _send_out(self) -> None:
