@@ -35,6 +35,7 @@ from collections import deque
 from typing import Any, ClassVar
 
 from parl_remote import _serialize as ser
+from parl_remote import _tls
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ClusterError, ProtocolError
 from parl_remote._loop import run
@@ -133,15 +134,14 @@ class ActorHost:
             conn.close()
             return
         self._connections += 1
-        conn.sock.setblocking(False)
 
         def closed(c: AsyncConnection, exc: Exception | None) -> None:
             self._connections -= 1
 
-        factory = lambda: AsyncConnection(  # noqa: E731 - a one-line protocol factory
-            conn.proto, self._on_message, closed, exact_flow=True
+        sock, factory = _tls.adopt(  # a TLS connection moves with its session
+            conn, lambda: AsyncConnection(conn.proto, self._on_message, closed, exact_flow=True)
         )
-        task = loop.create_task(loop.connect_accepted_socket(factory, conn.sock))
+        task = loop.create_task(loop.connect_accepted_socket(factory, sock))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

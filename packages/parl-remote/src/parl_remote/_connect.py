@@ -78,6 +78,7 @@ def connect(
     distributed_files: Iterable[str] = (),
     log_to_driver: bool = True,
     cpu_num: int | None = None,
+    tls: bool = False,
     backend: Literal["xparl"] = "xparl",
 ) -> Client: ...
 
@@ -89,6 +90,7 @@ def connect(
     distributed_files: Iterable[str] = (),
     log_to_driver: bool = True,
     cpu_num: int | None = None,
+    tls: bool = False,
     backend: Literal["ray"],
 ) -> RayClient: ...
 
@@ -99,6 +101,7 @@ def connect(
     distributed_files: Iterable[str] = (),
     log_to_driver: bool = True,
     cpu_num: int | None = None,
+    tls: bool = False,
     backend: Literal["xparl", "ray"] = "xparl",
 ) -> Client | RayClient:
     """Join a PARL cluster (or a Ray cluster), or start a local one.
@@ -115,6 +118,8 @@ def connect(
         log_to_driver: also print what actors print here, prefixed with the actor's id.
         cpu_num: CPU slots of the local cluster (only without `address`). A local cluster this
             process already started with at least that many slots is reused.
+        tls: speak TLS 1.3 to the cluster (start a local one with TLS), as `PARL_TLS=1` does;
+            this process and those it starts then never speak plaintext.
         backend: "xparl" (PARL's own cluster) or "ray" (actors placed on Ray; needs
             `pip install "parl-remote[ray]"`). A Ray that `connect` starts is shut down when
             the process exits; one this process had already joined is left as it is.
@@ -122,15 +127,22 @@ def connect(
     Raises:
         NotConnectedError: no master answers at `address`.
         AuthenticationError: the master refused our cluster token.
-        ValueError: a bad address or backend, or a `distributed_files` pattern that matches
-            nothing.
+        ValueError: a bad address or backend, `tls` with Ray, or a `distributed_files` pattern
+            that matches nothing.
         ImportError: `backend="ray"` without Ray installed.
     """
     if backend not in BACKENDS:
         raise ValueError(f"connect: {backend=} is not one of {', '.join(map(repr, BACKENDS))}")
     if backend == "ray":
+        if tls:
+            raise ValueError(
+                "connect: tls=True applies to PARL's own clusters; a Ray cluster's traffic is "
+                "secured by Ray's TLS settings (RAY_USE_TLS and its certificates)"
+            )
         return _connect_ray(address, distributed_files, log_to_driver, cpu_num)
     global _client
+    if tls:
+        os.environ["PARL_TLS"] = "1"
     with _client_lock:
         current = _client
         if current is not None and not current._closed:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
+from parl_remote import _tls
 from parl_remote._config import settings
 from parl_remote._registry import Registry
 from parl_remote._util import outward_ip
@@ -80,13 +81,15 @@ async def serve_master_app(
     )
     await runner.setup()
     try:
-        await web.TCPSite(runner, host or None, port).start()
+        ssl_context = _tls.server_context()[0] if _tls.enabled() else None  # HTTPS
+        await web.TCPSite(runner, host or None, port, ssl_context=ssl_context).start()
     except OSError as exc:
         await runner.cleanup()
         logger.warning("no dashboard: it could not listen on %s:%d: %s", host, port, exc)
         return None
     shown = outward_ip() if host in ("", "0.0.0.0", "::") else host
     shown = f"[{shown}]" if ":" in shown else shown
-    served = ServedApp(entry.name, f"http://{shown}:{runner.addresses[0][1]}/", runner)
+    scheme = "https" if _tls.enabled() else "http"
+    served = ServedApp(entry.name, f"{scheme}://{shown}:{runner.addresses[0][1]}/", runner)
     logger.info("%s at %s", entry.name, served.url)
     return served

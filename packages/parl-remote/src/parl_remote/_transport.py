@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from parl_remote import _shm
+from parl_remote import _shm, _tls
 from parl_remote._config import settings
 from parl_remote._exceptions import AuthenticationError, ClusterError, ProtocolError
 from parl_remote.protocol.connection import AUTHENTICATED, NEED_DATA, Connection
@@ -67,7 +67,7 @@ def _check_role(proto: Connection, expect: str | None, where: str) -> None:
 class SyncConnection:
     """A blocking connection; one request at a time (callers hold it exclusively)."""
 
-    def __init__(self, sock: socket.socket, proto: Connection) -> None:
+    def __init__(self, sock: socket.socket | _tls.TLSSocket, proto: Connection) -> None:
         self.sock = sock
         self.proto = proto
         self.closed = False
@@ -87,9 +87,12 @@ class SyncConnection:
         timeout = settings.connect_timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
         proto = _connection(role, False, token)
-        sock = socket.create_connection((host, port), timeout=timeout)
+        sock: Any = socket.create_connection((host, port), timeout=timeout)
         try:
             _tune(sock)
+            if _tls.enabled():  # TLS first; the token handshake then proves its certificate
+                sock = _tls.TLSSocket(sock, server_side=False)
+                _tls.bind(proto, sock.handshake(f"{host}:{port}"))
             conn = cls(sock, proto)
             while not proto.authenticated:
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
@@ -115,9 +118,12 @@ class SyncConnection:
         proto = _connection(role, True, token)
         try:
             _tune(sock)
-            conn = cls(sock, proto)
             sock.settimeout(timeout)
-            sock.sendall(b"".join(proto.initiate()))
+            conn = cls(sock, proto)
+            if _tls.enabled():  # TLS first; the token handshake then proves its certificate
+                conn.sock = _tls.TLSSocket(sock, server_side=True)
+                _tls.bind(proto, conn.sock.handshake(str(sock.getpeername())))
+            conn.sock.sendall(b"".join(proto.initiate()))
             while not proto.authenticated:
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
                 event = conn._read_event()
@@ -405,9 +411,12 @@ async def open_async(
     proto = _connection(role, False, token)
 
     async def connect() -> AsyncConnection:
-        _, conn = await loop.create_connection(
-            lambda: AsyncConnection(proto, on_message, on_close), host, port
-        )
+        def factory() -> asyncio.BaseProtocol:
+            app = AsyncConnection(proto, on_message, on_close)
+            return _tls.TLSProtocol(app, server_side=False) if _tls.enabled() else app
+
+        _, made = await loop.create_connection(factory, host, port)
+        conn = cast(AsyncConnection, made.app if isinstance(made, _tls.TLSProtocol) else made)
         try:
             await conn.authenticated
             _check_role(proto, expect, f"{host}:{port}")
@@ -454,7 +463,7 @@ async def serve_async(
         ):
             on_close(conn, exc)
 
-    def factory() -> AsyncConnection:
+    def factory() -> asyncio.BaseProtocol:
         proto = _connection(role, True, token)
         conn = AsyncConnection(proto, on_message, closed, exact_flow=exact_flow)
         if len(live) >= settings.max_connections:
@@ -475,7 +484,7 @@ async def serve_async(
                 on_open(conn)
 
         conn.authenticated.add_done_callback(authenticated)
-        return conn
+        return _tls.TLSProtocol(conn, server_side=True) if _tls.enabled() else conn
 
     if sock is not None:
         return await loop.create_server(factory, sock=sock)

@@ -1,15 +1,16 @@
 """`xparl`: start, grow, inspect and stop a PARL cluster from the shell.
 
-    xparl start --port 8010 [--cpu_num N] [--host 127.0.0.1] [--monitor_port 8011]
-    xparl connect --address HOST:PORT [--cpu_num N] [--gpu 0,1]
-    xparl status [--address HOST:PORT | --port 8010]
-    xparl stop [--address HOST:PORT | --port 8010]
+    xparl start --port 8010 [--cpu_num N] [--host 127.0.0.1] [--monitor_port 8011] [--tls]
+    xparl connect --address HOST:PORT [--cpu_num N] [--gpu 0,1] [--tls]
+    xparl status [--address HOST:PORT | --port 8010] [--tls]
+    xparl stop [--address HOST:PORT | --port 8010] [--tls]
 
 `start` runs a master and a local worker in the background and returns once they serve;
 `connect` adds a worker (on any machine that has the cluster token); `stop` stops the cluster:
 it asks the master to stop every worker, then stops the processes this machine started for
 it, by PID. State lives in `$PARL_HOME` (default `~/.parl`): the token, logs, and which
-processes belong to which cluster.
+processes belong to which cluster. With `--tls` every connection is TLS 1.3 (see `_tls.py`;
+`--tls-cert/--tls-key/--tls-ca` give your own certificates, else the cluster makes its own).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-from parl_remote import _cluster, _shm
+from parl_remote import _cluster, _shm, _tls
 from parl_remote._config import ensure_token, load_token, parl_home, settings, token_path
 from parl_remote._drivers import request
 from parl_remote._exceptions import AuthenticationError, ClusterError, RemoteError
@@ -78,9 +79,11 @@ def _local_address(args: argparse.Namespace) -> str:
     if getattr(args, "port", None):
         state = read_json(_master_state(args.port))
         host = state["connect_host"] if state else "127.0.0.1"
+        _tls_from_state(state)
         return f"{host}:{args.port}"
     states = _started_here()
     if len(states) == 1:
+        _tls_from_state(states[0])
         return f"{states[0]['connect_host']}:{states[0]['port']}"
     if not states:
         raise ClusterError("no cluster was started on this machine; give --address HOST:PORT")
@@ -88,6 +91,26 @@ def _local_address(args: argparse.Namespace) -> str:
     raise ClusterError(
         f"several clusters were started here (ports {ports}); choose one with --port"
     )
+
+
+def _tls_from_state(state: dict[str, Any] | None) -> None:
+    if state and state.get("tls"):  # a TLS cluster started here: speak TLS to it
+        os.environ["PARL_TLS"] = "1"
+
+
+def _use_tls(args: argparse.Namespace) -> None:
+    """Put the TLS flags into the environment: this process and those it starts use them."""
+    for flag, var in (("tls_cert", "PARL_TLS_CERT"), ("tls_key", "PARL_TLS_KEY")):
+        if getattr(args, flag, None):
+            os.environ[var] = os.path.abspath(getattr(args, flag))
+            args.tls = True
+    if getattr(args, "tls_ca", None):
+        os.environ["PARL_TLS_CA"] = os.path.abspath(args.tls_ca)
+        args.tls = True
+    if bool(getattr(args, "tls_cert", None)) != bool(getattr(args, "tls_key", None)):
+        raise ClusterError("--tls-cert and --tls-key go together")
+    if getattr(args, "tls", False):
+        os.environ["PARL_TLS"] = "1"
 
 
 def _started_here() -> list[dict[str, Any]]:
@@ -130,6 +153,9 @@ def _cmd_start(args: argparse.Namespace) -> int:
     # new master by themselves: they are not started twice.
     survivors = [w for w in old.get("workers", []) if _process(w).alive()]
     ensure_token()
+    if _tls.enabled() and not os.environ.get("PARL_TLS_CERT"):
+        hosts = [args.host, outward_ip()] if args.host in _WILDCARDS else [args.host]
+        _tls.ensure_cluster_files([h for h in hosts if h not in _WILDCARDS])
     cpu_num = args.cpu_num or available_cpus()
     monitor_port = args.monitor_port if args.monitor_port is not None else args.port + 1
     master = _cluster.spawn(
@@ -164,6 +190,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
             "master": master.as_dict(),
             "workers": workers,
             "started_at": time.time(),
+            "tls": _tls.enabled(),
         },
     )
     reach = outward_ip() if args.host in _WILDCARDS else args.host
@@ -183,14 +210,21 @@ def _cmd_start(args: argparse.Namespace) -> int:
             "address) to add other machines."
         )
     else:
+        if not _tls.enabled():
+            print(
+                "WARNING: traffic of this cluster is not encrypted: anyone on the network path "
+                "can read it; start it with --tls to encrypt every connection."
+            )
         print("Add a worker on another machine (it needs this cluster's token):")
+        tls = " --tls" if _tls.enabled() else ""
         print(
             f"    PARL_CLUSTER_TOKEN=$(cat {token_path()}) xparl connect --address "
-            f"{reach}:{args.port}"
+            f"{reach}:{args.port}{tls}"
         )
     if master.ready.get("dashboard"):
         print(f"Dashboard: {master.ready['dashboard']}")
-    print(f"Connect from Python: parl.connect('{reach}:{args.port}')")
+    tls_arg = ", tls=True" if _tls.enabled() else ""
+    print(f"Connect from Python: parl.connect('{reach}:{args.port}'{tls_arg})")
     print(f"Status: xparl status --port {args.port}    Stop: xparl stop --port {args.port}")
     return 0
 
@@ -393,6 +427,7 @@ def _parser() -> argparse.ArgumentParser:
         "--monitor_port", type=int, default=None, help="dashboard port (default: --port + 1)"
     )
     start.add_argument("--gpu", default="", help="GPU ids the local worker offers, e.g. 0,1")
+    _tls_flags(start, server=True)
     start.set_defaults(func=_cmd_start)
     connect = sub.add_parser("connect", help="add a worker on this machine to a cluster")
     connect.add_argument("--address", required=True, help="the master, HOST:PORT")
@@ -401,6 +436,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     connect.add_argument("--gpu", default="", help="GPU ids to offer, e.g. 0,1")
     connect.add_argument("--host", default=None, help="address clients use to reach this machine")
+    _tls_flags(connect, server=True)
     connect.set_defaults(func=_cmd_connect)
     for name, func, text in (
         ("status", _cmd_status, "print the cluster"),
@@ -411,14 +447,24 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument(
             "--port", type=int, default=None, help="the port of a cluster started here"
         )
+        _tls_flags(cmd, server=False)
         cmd.set_defaults(func=func)
     return parser
+
+
+def _tls_flags(cmd: argparse.ArgumentParser, *, server: bool) -> None:
+    cmd.add_argument("--tls", action="store_true", help="TLS 1.3 on every connection (PARL_TLS)")
+    if server:
+        cmd.add_argument("--tls-cert", default=None, help="certificate servers present (PEM)")
+        cmd.add_argument("--tls-key", default=None, help="its private key (PEM)")
+    cmd.add_argument("--tls-ca", default=None, help="trust only certificates this CA signed")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one `xparl` command; return its exit status."""
     args = _parser().parse_args(argv)
     try:
+        _use_tls(args)
         status: int = args.func(args)
         return status
     except (ClusterError, RemoteError, OSError) as exc:
