@@ -33,7 +33,7 @@ from parl_remote._call_core import INIT, ActorCore, init_payload
 from parl_remote._config import settings
 from parl_remote._drivers import RemoteFuture
 from parl_remote._exceptions import NotConnectedError, RemoteError, ResourceError
-from parl_remote._ray_host import FATE_NAMESPACE, AsyncRayHost, RayHost, put_fate
+from parl_remote._ray_host import FATE_NAMESPACE, AsyncRayHost, RayHost, put_fate, writable
 from parl_remote.protocol import messages as m
 
 __all__ = ["INSTALL_RAY", "RayClient", "import_ray"]
@@ -275,7 +275,7 @@ class _RayCalls:
     def reply_parts(reply: Any) -> tuple[Any, tuple[Any, ...]]:
         """`(message, buffers)` of what the host returned."""
         if type(reply) is tuple:
-            return reply[0], tuple(reply[1])
+            return reply[0], writable(reply[1])
         return reply, ()
 
     def error(self, exc: BaseException) -> BaseException:
@@ -406,7 +406,7 @@ class _RayFuture(RemoteFuture):
             try:
                 reply = ray.get(object_ref, timeout=timeout if block else 0)
             except ray.exceptions.GetTimeoutError:
-                return super().get(block=False)  # the TimeoutError of an unfinished call
+                raise self._unfinished(block, timeout) from None
             except Exception as exc:
                 self.fail(calls.error(exc))
             else:

@@ -38,7 +38,7 @@ from parl_remote._actor_host import _unpickling_error
 from parl_remote._util import method_entry
 from parl_remote.protocol import messages as m
 
-__all__ = ["FATE_NAMESPACE", "AsyncRayHost", "RayHost", "put_fate"]
+__all__ = ["FATE_NAMESPACE", "AsyncRayHost", "RayHost", "put_fate", "writable"]
 
 FATE_NAMESPACE = "parl_actor_fates"
 _TURN_WAIT_S = 10.0  # a call id never sent (its caller was interrupted) stops holding up others
@@ -52,6 +52,15 @@ def put_fate(actor_id: str, reason: str) -> None:
         internal_kv._internal_kv_put(
             actor_id.encode(), reason.encode(), overwrite=False, namespace=FATE_NAMESPACE
         )
+
+
+def writable(buffers: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
+    """The out-of-band buffers of a message from Ray, each one writable.
+
+    Ray hands them over as read-only views of its object store; arrays a caller or an actor
+    receives are its own to write, as on xparl, so a read-only one is copied (once).
+    """
+    return tuple(bytearray(b) if memoryview(b).readonly else b for b in buffers)
 
 
 class _Turns:
@@ -113,7 +122,7 @@ class RayHost:
             if msg.bundle:
                 with zipfile.ZipFile(io.BytesIO(msg.bundle)) as bundle:
                     bundle.extractall(workdir)
-            cls, args, kwargs = ser.loads(msg.payload, buffers)
+            cls, args, kwargs = ser.loads(msg.payload, writable(buffers))
         except Exception as exc:
             text = f"the actor process could not load the class {self.class_name} or its arguments"
             return _unpickling_error(0, text, exc)
@@ -140,7 +149,7 @@ class RayHost:
         """Start a call: its reply, or the `_Pending` coroutine of an async method."""
         where = f"{self.class_name}.{msg.name}"
         try:
-            payload = ser.loads(msg.payload, buffers)
+            payload = ser.loads(msg.payload, writable(buffers))
         except Exception as exc:
             text = f"the actor could not unpickle the arguments of {where}()"
             return _unpickling_error(msg.id, text, exc)
