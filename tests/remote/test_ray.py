@@ -14,6 +14,7 @@ import gc
 import inspect
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -304,6 +305,7 @@ def test_distributed_files_and_user_modules_are_shipped(client, tmp_path, monkey
 
 def test_connect_checks_its_arguments(client):
     assert parl_remote.connect(backend="ray") is client
+    assert parl_remote.connect() is client  # what samplers call: the process's cluster
     with pytest.raises(ValueError, match="backend='spark'"):
         parl_remote.connect(backend="spark")
     with pytest.raises(parl_remote.ClusterError, match="already connected"):
@@ -314,3 +316,48 @@ def test_ray_missing_is_an_import_error_naming_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # what an absent package looks like to import
     with pytest.raises(ImportError, match=r'pip install "parl-remote\[ray\]"'):
         parl_remote.connect(backend="ray")
+
+
+@pytest.mark.slow
+def test_samplers_run_unchanged_on_ray(client):
+    pytest.importorskip("gymnasium")
+    from parl_algos.samplers import AsyncSampler, ParallelSampler
+    from tests.algos.test_samplers_remote import ENV_FN, SIZES, LinearAgent
+
+    with ParallelSampler(ENV_FN, LinearAgent(), **SIZES) as sampler:
+        first, second = sampler.collect(), sampler.collect()
+        assert len(first.obs) == len(second.obs) > 0
+    with AsyncSampler(ENV_FN, LinearAgent(), **SIZES) as sampler:
+        assert len(sampler.collect().obs) > 0
+
+
+@pytest.mark.slow
+def test_a_ray_that_connect_started_stops_with_disconnect(ray_client):
+    # A process of its own: this one's Ray was started by the fixture, not by connect.
+    script = textwrap.dedent(
+        """
+        import ray, parl_remote
+
+        @parl_remote.remote_class
+        class Square:
+            def of(self, x):
+                return x * x
+
+        client = parl_remote.connect(backend="ray", cpu_num=1)
+        assert client.owns_ray and ray.cluster_resources()["CPU"] == 1
+        print("squared", Square().of(7))
+        parl_remote.disconnect()
+        print("initialized after disconnect:", ray.is_initialized())
+        """
+    )
+    tmp = tempfile.mkdtemp(prefix="pr", dir="/tmp")  # short: Ray's sockets live there
+    env = dict(os.environ, RAY_TMPDIR=tmp, HOME=tmp, RAY_ADDRESS="", RAY_USAGE_STATS_ENABLED="0")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "squared 49" in done.stdout
+    assert "initialized after disconnect: False" in done.stdout
