@@ -132,7 +132,7 @@ class RayClient:
     # -- creating actors ----------------------------------------------------------------------
     def _new(self, spec: _ClassSpec) -> _RayActorRef:
         self._check_open()
-        is_async = any(method.is_async for method in spec.methods.values())
+        is_async = _has_async_methods(spec)
         options: dict[str, Any] = {"num_cpus": 1, "max_restarts": 0, "max_task_retries": 0}
         if is_async:
             options["max_concurrency"] = _MAX_CONCURRENCY
@@ -228,6 +228,11 @@ class RayClient:
             raise NotConnectedError("this PARL client is closed; call parl.connect(...) again")
 
 
+def _has_async_methods(spec: _ClassSpec) -> bool:
+    """Whether the class needs the async host (`AsyncRayHost`)."""
+    return any(method.is_async for method in spec.methods.values())
+
+
 def _awaitable(object_ref: Any) -> asyncio.Future[Any]:
     """An asyncio future of a Ray ObjectRef, on the running loop."""
     return asyncio.wrap_future(object_ref.future())
@@ -239,8 +244,11 @@ class _RayCalls:
     Holds no reference to its `_RayActorRef`, so that the last handle going frees the actor.
     """
 
-    def __init__(self, client: RayClient, core: ActorCore, handle: Any, caller: str) -> None:
-        self.client, self.core, self.handle, self.caller = client, core, handle, caller
+    def __init__(
+        self, client: RayClient, core: ActorCore, handle: Any, caller: tuple[str, ...]
+    ) -> None:
+        self.client, self.core, self.handle = client, core, handle
+        self.caller = caller  # (the caller's key,) for an async host's turns; () for a sync one
 
     def create(self, payload: bytes, buffers: list[Any], bundle: bytes) -> tuple[str, ...]:
         """Build the actor; raise what its constructor raised. Returns the shadowed methods."""
@@ -258,7 +266,7 @@ class _RayCalls:
         if core.dead is not None:
             raise core.died_error()
         msg, buffers = core.call(kind, name, args, kwargs, copy=False)
-        return self.handle.call.remote(self.caller, msg, buffers)
+        return self.handle.call.remote(*self.caller, msg, *buffers)
 
     def wait(self, object_ref: Any) -> Any:
         """The reply of a submitted call, or the parl error for what Ray reports."""
@@ -302,7 +310,8 @@ class _RayActorRef:
         self.actor_id = actor_id
         self.handle = handle
         self.core = ActorCore(spec.name, m.ActorAssigned(0, actor_id, "?", 0, 0, ""))
-        self.blocking = _RayCalls(client, self.core, handle, uuid.uuid4().hex)
+        caller = (uuid.uuid4().hex,) if _has_async_methods(spec) else ()
+        self.blocking = _RayCalls(client, self.core, handle, caller)
         self.shadowed: tuple[str, ...] = ()
         self.created_here = False  # True: this process made it, and stops it on disconnect
         client.refs[actor_id] = self

@@ -135,8 +135,8 @@ class RayHost:
         shadowed = [n for n in getattr(self.instance, "__dict__", ()) if hasattr(cls, n)]
         return m.Ready(actor_id=self.actor_id, pid=os.getpid(), shadowed=shadowed)
 
-    def call(self, caller: str, msg: m.Call, buffers: list[Any]) -> Any:
-        """Run a method, or read or write an attribute: `(Result, buffers)`, or an `Error`.
+    def call(self, msg: m.Call, *buffers: Any) -> Any:
+        """Run a method, or read or write an attribute: `Result`, `(Result, buffers)`, `Error`.
 
         Ray runs the calls of a synchronous actor one at a time, in each caller's order.
         """
@@ -145,7 +145,7 @@ class RayHost:
             return asyncio.new_event_loop().run_until_complete(_finish(self, reply))
         return reply
 
-    def _begin(self, msg: m.Call, buffers: list[Any]) -> Any:
+    def _begin(self, msg: m.Call, buffers: tuple[Any, ...]) -> Any:
         """Start a call: its reply, or the `_Pending` coroutine of an async method."""
         where = f"{self.class_name}.{msg.name}"
         try:
@@ -226,7 +226,7 @@ class AsyncRayHost(RayHost):
         """Unpack the code bundle in a private directory, then build the instance."""
         return super().init(msg, buffers)
 
-    async def call(self, caller: str, msg: m.Call, buffers: list[Any]) -> Any:
+    async def call(self, caller: str, msg: m.Call, *buffers: Any) -> Any:  # type: ignore[override]
         """Run a call once the caller's earlier calls have started; its reply."""
         turns = self.turns.get(caller)
         if turns is None:
@@ -278,4 +278,4 @@ def _result(call_id: int, where: str, value: Any) -> Any:
             f"{type(exc).__name__}: {exc}"
         )
         return m.Error(call_id, "serialize", type(exc).__name__, text)
-    return m.Result(call_id, data), buffers
+    return (m.Result(call_id, data), buffers) if buffers else m.Result(call_id, data)
