@@ -149,6 +149,24 @@ class Counter:
         return self.events.setdefault(name, asyncio.Event())
 
 
+@parl_remote.remote_class
+class Broken:
+    def __init__(self, how):
+        if how == "raise":
+            raise ValueError("no good")
+        sys.exit(5)
+
+
+def test_a_failing_constructor_raises_and_frees_the_actor(client):
+    with pytest.raises(ValueError, match="no good") as info:
+        Broken("raise")
+    assert isinstance(info.value, RemoteError)
+    with pytest.raises(RemoteActorDiedError, match=r"sys.exit\(5\)"):
+        asyncio.run(Broken.aio("exit"))
+    ray = client.ray
+    wait_until(lambda: ray.available_resources().get("CPU") == 2, 30, 0.05, "both CPUs freed")
+
+
 def test_blocking_calls_from_many_threads(client):
     counter = Counter(10)
     assert counter.add(1) == 11

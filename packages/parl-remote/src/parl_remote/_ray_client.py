@@ -33,7 +33,14 @@ from parl_remote._call_core import INIT, ActorCore, init_payload
 from parl_remote._config import settings
 from parl_remote._drivers import RemoteFuture
 from parl_remote._exceptions import NotConnectedError, RemoteError, ResourceError
-from parl_remote._ray_host import FATE_NAMESPACE, AsyncRayHost, RayHost, put_fate, writable
+from parl_remote._ray_host import (
+    FATE_NAMESPACE,
+    AsyncRayHost,
+    RayHost,
+    internal_kv,
+    put_fate,
+    writable,
+)
 from parl_remote.protocol import messages as m
 
 __all__ = ["INSTALL_RAY", "RayClient", "import_ray"]
@@ -167,6 +174,8 @@ class RayClient:
                 where = self.ray.get(ref.handle.ready.remote(), timeout=settings.resource_wait_s)
             except self.ray.exceptions.GetTimeoutError:
                 raise self._unplaced(spec) from None
+            except Exception as exc:
+                raise ref.blocking.error(exc) from None
             ref.placed(*where)
             ref.shadowed = ref.blocking.create(payload, buffers, self.bundle.data())
         except BaseException:
@@ -185,12 +194,14 @@ class RayClient:
                 where = await asyncio.wait_for(
                     _awaitable(ref.handle.ready.remote()), settings.resource_wait_s
                 )
+                ref.placed(*where)
+                msg, buffers = ref.core.init(payload, buffers, self.bundle.data(), copy=False)
+                reply = await _awaitable(ref.handle.init.remote(msg, buffers))
             except TimeoutError:
                 raise self._unplaced(spec) from None
-            ref.placed(*where)
-            msg, buffers = ref.core.init(payload, buffers, self.bundle.data(), copy=False)
-            reply = await _awaitable(ref.handle.init.remote(msg, buffers))
-            ref.shadowed = ref.core.result(reply, (), INIT)
+            except Exception as exc:
+                raise ref.blocking.error(exc) from None
+            ref.shadowed = ref.blocking.value(reply, INIT)
         except BaseException:
             ref.release()
             raise
@@ -213,9 +224,7 @@ class RayClient:
         if actor_id in self.fates:
             return self.fates[actor_id]
         with contextlib.suppress(Exception):
-            left = self.ray.experimental.internal_kv._internal_kv_get(
-                actor_id.encode(), namespace=FATE_NAMESPACE
-            )
+            left = internal_kv()._internal_kv_get(actor_id.encode(), namespace=FATE_NAMESPACE)
             if left:
                 reason: str = left.decode()
                 self.fates[actor_id] = reason

@@ -38,18 +38,22 @@ from parl_remote._actor_host import _unpickling_error
 from parl_remote._util import method_entry
 from parl_remote.protocol import messages as m
 
-__all__ = ["FATE_NAMESPACE", "AsyncRayHost", "RayHost", "put_fate", "writable"]
+__all__ = ["FATE_NAMESPACE", "AsyncRayHost", "RayHost", "internal_kv", "put_fate", "writable"]
 
 FATE_NAMESPACE = "parl_actor_fates"
 _TURN_WAIT_S = 10.0  # a call id never sent (its caller was interrupted) stops holding up others
 _MEMORY_EVERY_S = 0.1
 
 
+def internal_kv() -> Any:
+    """Ray's key-value store in the cluster's control service (an untyped module)."""
+    return importlib.import_module("ray.experimental.internal_kv")
+
+
 def put_fate(actor_id: str, reason: str) -> None:
     """Leave why `actor_id` ended in Ray's key-value store (the first reason stays)."""
     with contextlib.suppress(Exception):
-        internal_kv: Any = importlib.import_module("ray.experimental.internal_kv")  # untyped
-        internal_kv._internal_kv_put(
+        internal_kv()._internal_kv_put(
             actor_id.encode(), reason.encode(), overwrite=False, namespace=FATE_NAMESPACE
         )
 
