@@ -275,7 +275,8 @@ class _RayCalls:
         if core.dead is not None:
             raise core.died_error()
         msg, buffers = core.call(kind, name, args, kwargs, copy=False)
-        return self.handle.call.remote(*self.caller, msg, *buffers)
+        request = (msg.id, msg.name, msg.payload, int(msg.kind))  # see RayHost.call
+        return self.handle.call.remote(*self.caller, request, *buffers)
 
     def wait(self, object_ref: Any) -> Any:
         """The reply of a submitted call, or the parl error for what Ray reports."""
@@ -290,9 +291,12 @@ class _RayCalls:
 
     @staticmethod
     def reply_parts(reply: Any) -> tuple[Any, tuple[Any, ...]]:
-        """`(message, buffers)` of what the host returned."""
-        if type(reply) is tuple:
-            return reply[0], writable(reply[1])
+        """`(message, buffers)` of what the host returned (see `RayHost.call`)."""
+        kind = type(reply)
+        if kind is bytes:
+            return m.Result(0, reply), ()
+        if kind is tuple:
+            return m.Result(0, reply[0]), writable(reply[1])
         return reply, ()
 
     def error(self, exc: BaseException) -> BaseException:
