@@ -39,7 +39,7 @@ from parl_remote._actor_host import _unpickling_error
 from parl_remote._util import method_entry
 from parl_remote.protocol import messages as m
 
-__all__ = ["FATE_NAMESPACE", "AsyncRayHost", "RayHost", "internal_kv", "put_fate", "writable"]
+__all__ = ["AsyncRayHost", "FATE_NAMESPACE", "RayHost", "internal_kv", "put_fate", "writable"]
 
 FATE_NAMESPACE = "parl_actor_fates"
 _TURN_WAIT_S = 10.0  # a call id never sent (its caller was interrupted) stops holding up others
