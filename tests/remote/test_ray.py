@@ -379,3 +379,10 @@ def test_a_ray_that_connect_started_stops_with_disconnect(ray_client):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "squared 49" in done.stdout
     assert "initialized after disconnect: False" in done.stdout
+
+
+def test_importing_parl_remote_does_not_import_ray():
+    code = "import sys, parl, parl_remote; print('ray' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
