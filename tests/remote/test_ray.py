@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import gc
+import inspect
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -25,6 +27,7 @@ import pytest
 import parl_remote
 from parl_remote import RemoteActorDiedError, RemoteError, RemoteSerializeError, ResourceError
 from parl_remote._config import settings
+from tests.remote import test_api
 from tests.remote.conftest import wait_until
 
 pytestmark = pytest.mark.xdist_group("ray")
@@ -72,6 +75,29 @@ def client(ray_client):
     wait_until(lambda: ray.available_resources().get("CPU") == 2, 30, 0.05, "Ray's CPUs freed")
 
 
+@pytest.fixture
+def connected(client):
+    """What the API suite's tests take: here, the Ray client (see `_API_ON_RAY` below)."""
+    return client
+
+
+# The user-API suite of the xparl engine, run against Ray as it is. Left out, xparl-only: the
+# slot counts of `xparl status` and the xparl transport's sockets.
+_XPARL_ONLY = {
+    "test_deleting_the_handle_frees_the_slot",
+    "test_handles_are_freed_by_reference_counting_alone",
+    "test_a_broken_connection_to_a_live_actor_is_not_a_death",
+}
+_API_ON_RAY = {
+    f"{name}_on_ray": test
+    for name, test in vars(test_api).items()
+    if name.startswith("test_")
+    and "connected" in inspect.signature(test).parameters  # the rest need no cluster
+    and name not in _XPARL_ONLY
+}
+globals().update(_API_ON_RAY)
+
+
 @parl_remote.remote_class
 class Counter:
     def __init__(self, start=0):
@@ -91,9 +117,6 @@ class Counter:
 
     def echo(self, value):
         return value
-
-    def unpicklable(self):
-        return threading.Lock()
 
     def say(self, text):
         print(text, flush=True)
@@ -120,14 +143,28 @@ class Counter:
         await asyncio.wait_for(event.wait(), 20)
         return name
 
-    async def release(self, name):
-        self._events(name).set()
-        return True
-
     def _events(self, name):
         if not hasattr(self, "events"):
             self.events = {}
         return self.events.setdefault(name, asyncio.Event())
+
+
+@parl_remote.remote_class
+class Broken:
+    def __init__(self, how):
+        if how == "raise":
+            raise ValueError("no good")
+        sys.exit(5)
+
+
+def test_a_failing_constructor_raises_and_frees_the_actor(client):
+    with pytest.raises(ValueError, match="no good") as info:
+        Broken("raise")
+    assert isinstance(info.value, RemoteError)
+    with pytest.raises(RemoteActorDiedError, match=r"sys.exit\(5\)"):
+        asyncio.run(Broken.aio("exit"))
+    ray = client.ray
+    wait_until(lambda: ray.available_resources().get("CPU") == 2, 30, 0.05, "both CPUs freed")
 
 
 def test_blocking_calls_from_many_threads(client):
@@ -146,77 +183,6 @@ def test_blocking_calls_from_many_threads(client):
         t.join(30)
     assert sorted(results) == list(range(12, 92))
     assert counter.count == 91
-
-
-def test_numpy_arguments_and_results_round_trip(client):
-    counter = Counter()
-    big = np.arange(300_000, dtype=np.float64)
-    back = counter.echo(big)
-    np.testing.assert_array_equal(back, big)
-    assert counter.echo({"a": [1, (2, 3)]}) == {"a": [1, (2, 3)]}
-
-
-def test_awaitable_handles_and_async_creation(client):
-    async def main():
-        counter = await Counter.aio(5)
-        assert await counter.add(2) == 7
-        results = await asyncio.gather(*(counter.add(1) for _ in range(30)))
-        assert results == list(range(8, 38))  # sent in order, run in order
-        assert await counter.count == 37
-        return counter.sync
-
-    counter = asyncio.run(main())
-    assert counter.add(0) == 37
-    assert type(counter.aio.sync) is Counter
-
-
-def test_calls_run_in_sending_order_in_future_mode(client):
-    FutureCounter = parl_remote.remote_class(Counter._original, wait=False)
-    counter = FutureCounter()
-    futures = [counter.add(i) for i in range(50)]
-    assert futures[-1].get(timeout=30) == sum(range(50))
-    assert counter.seen == list(range(50))  # attributes are read at once, in order too
-    with pytest.raises(parl_remote.FutureGetRepeatedlyError):
-        futures[-1].get()
-
-
-def test_async_methods_run_concurrently(client):
-    counter = Counter()
-
-    async def main():
-        handle = counter.aio
-        waiting = asyncio.ensure_future(handle.wait_for("x"))
-        assert await handle.release("x") is True  # runs while wait_for("x") waits
-        return await asyncio.wait_for(waiting, 20)
-
-    assert asyncio.run(main()) == "x"
-
-
-def test_attributes_read_and_written(client):
-    counter = Counter(3)
-    assert counter.count == 3
-    counter.count = 40
-    assert counter.add(2) == 42
-    with pytest.raises(AttributeError, match="no attribute 'missing'"):
-        _ = counter.missing
-
-
-def test_a_method_error_keeps_its_type_and_the_actor(client):
-    counter = Counter()
-    with pytest.raises(KeyError, match="boom") as info:
-        counter.fail("boom")
-    assert isinstance(info.value, RemoteError)
-    assert "raise KeyError(text)" in str(info.value.__notes__)
-    assert counter.add(1) == 1  # alive afterwards
-
-
-def test_unpicklable_arguments_and_results(client):
-    counter = Counter()
-    with pytest.raises(RemoteSerializeError, match="argument 0"):
-        counter.echo(threading.Lock())
-    with pytest.raises(RemoteSerializeError, match="cannot be pickled"):
-        counter.unpicklable()
-    assert counter.add(1) == 1
 
 
 def test_awaitable_calls_raise_the_same_errors(client):
@@ -357,6 +323,7 @@ def test_distributed_files_and_user_modules_are_shipped(client, tmp_path, monkey
 
 def test_connect_checks_its_arguments(client):
     assert parl_remote.connect(backend="ray") is client
+    assert parl_remote.connect() is client  # what samplers call: the process's cluster
     with pytest.raises(ValueError, match="backend='spark'"):
         parl_remote.connect(backend="spark")
     with pytest.raises(parl_remote.ClusterError, match="already connected"):
@@ -367,3 +334,55 @@ def test_ray_missing_is_an_import_error_naming_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # what an absent package looks like to import
     with pytest.raises(ImportError, match=r'pip install "parl-remote\[ray\]"'):
         parl_remote.connect(backend="ray")
+
+
+@pytest.mark.slow
+def test_samplers_run_unchanged_on_ray(client):
+    pytest.importorskip("gymnasium")
+    from parl_algos.samplers import AsyncSampler, ParallelSampler
+    from tests.algos.test_samplers_remote import ENV_FN, SIZES, LinearAgent
+
+    with ParallelSampler(ENV_FN, LinearAgent(), **SIZES) as sampler:
+        first, second = sampler.collect(), sampler.collect()
+        assert len(first.obs) == len(second.obs) > 0
+    with AsyncSampler(ENV_FN, LinearAgent(), **SIZES) as sampler:
+        assert len(sampler.collect().obs) > 0
+
+
+@pytest.mark.slow
+def test_a_ray_that_connect_started_stops_with_disconnect(ray_client):
+    # A process of its own: this one's Ray was started by the fixture, not by connect.
+    script = textwrap.dedent(
+        """
+        import ray, parl_remote
+
+        @parl_remote.remote_class
+        class Square:
+            def of(self, x):
+                return x * x
+
+        client = parl_remote.connect(backend="ray", cpu_num=1)
+        assert client.owns_ray and ray.cluster_resources()["CPU"] == 1
+        print("squared", Square().of(7))
+        parl_remote.disconnect()
+        print("initialized after disconnect:", ray.is_initialized())
+        """
+    )
+    tmp = tempfile.mkdtemp(prefix="pr", dir="/tmp")  # short: Ray's sockets live there
+    env = dict(os.environ, RAY_TMPDIR=tmp, HOME=tmp, RAY_ADDRESS="", RAY_USAGE_STATS_ENABLED="0")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "squared 49" in done.stdout
+    assert "initialized after disconnect: False" in done.stdout
+
+
+def test_importing_parl_remote_does_not_import_ray():
+    code = "import sys, parl, parl_remote; print('ray' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -80,7 +80,7 @@ def connect(
     cpu_num: int | None = None,
     tls: bool = False,
     backend: Literal["xparl"] = "xparl",
-) -> Client: ...
+) -> Client | RayClient: ...
 
 
 @overload
@@ -117,7 +117,8 @@ def connect(
             shipped without listing them.
         log_to_driver: also print what actors print here, prefixed with the actor's id.
         cpu_num: CPU slots of the local cluster (only without `address`). A local cluster this
-            process already started with at least that many slots is reused.
+            process already started with at least that many slots is reused; `connect()` with
+            no arguments returns this process's client, whichever its backend.
         tls: speak TLS 1.3 to the cluster (start a local one with TLS), as `PARL_TLS=1` does;
             this process and those it starts then never speak plaintext.
         backend: "xparl" (PARL's own cluster) or "ray" (actors placed on Ray; needs
@@ -147,6 +148,8 @@ def connect(
         current = _client
         if current is not None and not current._closed:
             if not isinstance(current, Client):
+                if address is None and cpu_num is None and not distributed_files:
+                    return current  # `parl.connect()`: this process's cluster, Ray too
                 _already(current)
             if address is not None:
                 same_cluster = _parse_address(address) == (current.host, current.port)

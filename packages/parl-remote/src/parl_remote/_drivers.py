@@ -383,16 +383,19 @@ class RemoteFuture:
                 "keep the value from the first call"
             )
         if not self._done.acquire(block, -1 if timeout is None or not block else timeout):
-            raise TimeoutError(
-                f"{core.class_name}.{self._name}() has not finished"
-                + (f" within {timeout:g} s" if block and timeout is not None else " yet")
-            )
+            raise self._unfinished(block, timeout)
         self._taken = True
         if self._error is not None:
             raise self._error
         reply, buffers = self._reply, self._buffers
         self._reply, self._buffers = True, ()  # drop the payload: it is the caller's now
         return core.result(reply, buffers, self._name)
+
+    def _unfinished(self, block: bool, timeout: float | None) -> TimeoutError:
+        return TimeoutError(
+            f"{self._ref.core.class_name}.{self._name}() has not finished"
+            + (f" within {timeout:g} s" if block and timeout is not None else " yet")
+        )
 
     def get_nowait(self) -> Any:
         """`get(block=False)`: the result if the call finished, else TimeoutError."""

@@ -33,7 +33,14 @@ from parl_remote._call_core import INIT, ActorCore, init_payload
 from parl_remote._config import settings
 from parl_remote._drivers import RemoteFuture
 from parl_remote._exceptions import NotConnectedError, RemoteError, ResourceError
-from parl_remote._ray_host import FATE_NAMESPACE, AsyncRayHost, RayHost, put_fate
+from parl_remote._ray_host import (
+    FATE_NAMESPACE,
+    AsyncRayHost,
+    RayHost,
+    internal_kv,
+    put_fate,
+    writable,
+)
 from parl_remote.protocol import messages as m
 
 __all__ = ["INSTALL_RAY", "RayClient", "import_ray"]
@@ -132,7 +139,7 @@ class RayClient:
     # -- creating actors ----------------------------------------------------------------------
     def _new(self, spec: _ClassSpec) -> _RayActorRef:
         self._check_open()
-        is_async = any(method.is_async for method in spec.methods.values())
+        is_async = _has_async_methods(spec)
         options: dict[str, Any] = {"num_cpus": 1, "max_restarts": 0, "max_task_retries": 0}
         if is_async:
             options["max_concurrency"] = _MAX_CONCURRENCY
@@ -167,6 +174,8 @@ class RayClient:
                 where = self.ray.get(ref.handle.ready.remote(), timeout=settings.resource_wait_s)
             except self.ray.exceptions.GetTimeoutError:
                 raise self._unplaced(spec) from None
+            except Exception as exc:
+                raise ref.blocking.error(exc) from None
             ref.placed(*where)
             ref.shadowed = ref.blocking.create(payload, buffers, self.bundle.data())
         except BaseException:
@@ -185,12 +194,14 @@ class RayClient:
                 where = await asyncio.wait_for(
                     _awaitable(ref.handle.ready.remote()), settings.resource_wait_s
                 )
+                ref.placed(*where)
+                msg, buffers = ref.core.init(payload, buffers, self.bundle.data(), copy=False)
+                reply = await _awaitable(ref.handle.init.remote(msg, buffers))
             except TimeoutError:
                 raise self._unplaced(spec) from None
-            ref.placed(*where)
-            msg, buffers = ref.core.init(payload, buffers, self.bundle.data(), copy=False)
-            reply = await _awaitable(ref.handle.init.remote(msg, buffers))
-            ref.shadowed = ref.core.result(reply, (), INIT)
+            except Exception as exc:
+                raise ref.blocking.error(exc) from None
+            ref.shadowed = ref.blocking.value(reply, INIT)
         except BaseException:
             ref.release()
             raise
@@ -213,9 +224,7 @@ class RayClient:
         if actor_id in self.fates:
             return self.fates[actor_id]
         with contextlib.suppress(Exception):
-            left = self.ray.experimental.internal_kv._internal_kv_get(
-                actor_id.encode(), namespace=FATE_NAMESPACE
-            )
+            left = internal_kv()._internal_kv_get(actor_id.encode(), namespace=FATE_NAMESPACE)
             if left:
                 reason: str = left.decode()
                 self.fates[actor_id] = reason
@@ -226,6 +235,11 @@ class RayClient:
     def _check_open(self) -> None:
         if self._closed:
             raise NotConnectedError("this PARL client is closed; call parl.connect(...) again")
+
+
+def _has_async_methods(spec: _ClassSpec) -> bool:
+    """Whether the class needs the async host (`AsyncRayHost`)."""
+    return any(method.is_async for method in spec.methods.values())
 
 
 def _awaitable(object_ref: Any) -> asyncio.Future[Any]:
@@ -239,8 +253,11 @@ class _RayCalls:
     Holds no reference to its `_RayActorRef`, so that the last handle going frees the actor.
     """
 
-    def __init__(self, client: RayClient, core: ActorCore, handle: Any, caller: str) -> None:
-        self.client, self.core, self.handle, self.caller = client, core, handle, caller
+    def __init__(
+        self, client: RayClient, core: ActorCore, handle: Any, caller: tuple[str, ...]
+    ) -> None:
+        self.client, self.core, self.handle = client, core, handle
+        self.caller = caller  # (the caller's key,) for an async host's turns; () for a sync one
 
     def create(self, payload: bytes, buffers: list[Any], bundle: bytes) -> tuple[str, ...]:
         """Build the actor; raise what its constructor raised. Returns the shadowed methods."""
@@ -258,7 +275,8 @@ class _RayCalls:
         if core.dead is not None:
             raise core.died_error()
         msg, buffers = core.call(kind, name, args, kwargs, copy=False)
-        return self.handle.call.remote(self.caller, msg, buffers)
+        request = (msg.id, msg.name, msg.payload, int(msg.kind))  # see RayHost.call
+        return self.handle.call.remote(*self.caller, request, *buffers)
 
     def wait(self, object_ref: Any) -> Any:
         """The reply of a submitted call, or the parl error for what Ray reports."""
@@ -273,9 +291,12 @@ class _RayCalls:
 
     @staticmethod
     def reply_parts(reply: Any) -> tuple[Any, tuple[Any, ...]]:
-        """`(message, buffers)` of what the host returned."""
-        if type(reply) is tuple:
-            return reply[0], tuple(reply[1])
+        """`(message, buffers)` of what the host returned (see `RayHost.call`)."""
+        kind = type(reply)
+        if kind is bytes:
+            return m.Result(0, reply), ()
+        if kind is tuple:
+            return m.Result(0, reply[0]), writable(reply[1])
         return reply, ()
 
     def error(self, exc: BaseException) -> BaseException:
@@ -302,7 +323,8 @@ class _RayActorRef:
         self.actor_id = actor_id
         self.handle = handle
         self.core = ActorCore(spec.name, m.ActorAssigned(0, actor_id, "?", 0, 0, ""))
-        self.blocking = _RayCalls(client, self.core, handle, uuid.uuid4().hex)
+        caller = (uuid.uuid4().hex,) if _has_async_methods(spec) else ()
+        self.blocking = _RayCalls(client, self.core, handle, caller)
         self.shadowed: tuple[str, ...] = ()
         self.created_here = False  # True: this process made it, and stops it on disconnect
         client.refs[actor_id] = self
@@ -406,7 +428,7 @@ class _RayFuture(RemoteFuture):
             try:
                 reply = ray.get(object_ref, timeout=timeout if block else 0)
             except ray.exceptions.GetTimeoutError:
-                return super().get(block=False)  # the TimeoutError of an unfinished call
+                raise self._unfinished(block, timeout) from None
             except Exception as exc:
                 self.fail(calls.error(exc))
             else:

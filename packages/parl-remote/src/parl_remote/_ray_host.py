@@ -2,9 +2,10 @@
 
 The Ray engine (`_ray_client.py`) wraps `RayHost` with `ray.remote` and creates one per parl
 actor. It speaks the messages of the xparl protocol without the wire: `init` takes an `Init`
-and answers `Ready` or `Error`; `call` takes a `Call` and answers `(Result, buffers)` or
-`Error`, so that the caller reads replies with the same `ActorCore` as on xparl, and every
-error keeps its class and remote traceback.
+and answers `Ready` or `Error`; `call` takes a `Call` (its fields, as a tuple) and answers the
+payload of a `Result` (with its buffers, if any) or an `Error`, so that the caller reads
+replies with the same `ActorCore` as on xparl, and every error keeps its class and remote
+traceback.
 
 A class without `async def` methods gets a plain `RayHost`, a synchronous Ray actor: Ray runs
 its calls one at a time, in each caller's order. A class with some gets `AsyncRayHost`, an
@@ -38,20 +39,33 @@ from parl_remote._actor_host import _unpickling_error
 from parl_remote._util import method_entry
 from parl_remote.protocol import messages as m
 
-__all__ = ["FATE_NAMESPACE", "AsyncRayHost", "RayHost", "put_fate"]
+__all__ = ["AsyncRayHost", "FATE_NAMESPACE", "RayHost", "internal_kv", "put_fate", "writable"]
 
 FATE_NAMESPACE = "parl_actor_fates"
 _TURN_WAIT_S = 10.0  # a call id never sent (its caller was interrupted) stops holding up others
 _MEMORY_EVERY_S = 0.1
 
 
+def internal_kv() -> Any:
+    """Ray's key-value store in the cluster's control service (an untyped module)."""
+    return importlib.import_module("ray.experimental.internal_kv")
+
+
 def put_fate(actor_id: str, reason: str) -> None:
     """Leave why `actor_id` ended in Ray's key-value store (the first reason stays)."""
     with contextlib.suppress(Exception):
-        internal_kv: Any = importlib.import_module("ray.experimental.internal_kv")  # untyped
-        internal_kv._internal_kv_put(
+        internal_kv()._internal_kv_put(
             actor_id.encode(), reason.encode(), overwrite=False, namespace=FATE_NAMESPACE
         )
+
+
+def writable(buffers: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
+    """The out-of-band buffers of a message from Ray, each one writable.
+
+    Ray hands them over as read-only views of its object store; arrays a caller or an actor
+    receives are its own to write, as on xparl, so a read-only one is copied (once).
+    """
+    return tuple(bytearray(b) if memoryview(b).readonly else b for b in buffers)
 
 
 class _Turns:
@@ -113,7 +127,7 @@ class RayHost:
             if msg.bundle:
                 with zipfile.ZipFile(io.BytesIO(msg.bundle)) as bundle:
                     bundle.extractall(workdir)
-            cls, args, kwargs = ser.loads(msg.payload, buffers)
+            cls, args, kwargs = ser.loads(msg.payload, writable(buffers))
         except Exception as exc:
             text = f"the actor process could not load the class {self.class_name} or its arguments"
             return _unpickling_error(0, text, exc)
@@ -126,21 +140,24 @@ class RayHost:
         shadowed = [n for n in getattr(self.instance, "__dict__", ()) if hasattr(cls, n)]
         return m.Ready(actor_id=self.actor_id, pid=os.getpid(), shadowed=shadowed)
 
-    def call(self, caller: str, msg: m.Call, buffers: list[Any]) -> Any:
-        """Run a method, or read or write an attribute: `(Result, buffers)`, or an `Error`.
+    def call(self, request: tuple[Any, ...], *buffers: Any) -> Any:
+        """Run a method, or read or write an attribute (see `_result` for the reply).
+
+        `request` is a `Call`'s fields: a tuple travels through Ray several times faster
+        than the Struct would.
 
         Ray runs the calls of a synchronous actor one at a time, in each caller's order.
         """
-        reply = self._begin(msg, buffers)
+        reply = self._begin(m.Call(*request), buffers)
         if isinstance(reply, _Pending):  # a coroutine method of an instance attribute
             return asyncio.new_event_loop().run_until_complete(_finish(self, reply))
         return reply
 
-    def _begin(self, msg: m.Call, buffers: list[Any]) -> Any:
+    def _begin(self, msg: m.Call, buffers: tuple[Any, ...]) -> Any:
         """Start a call: its reply, or the `_Pending` coroutine of an async method."""
         where = f"{self.class_name}.{msg.name}"
         try:
-            payload = ser.loads(msg.payload, buffers)
+            payload = ser.loads(msg.payload, writable(buffers))
         except Exception as exc:
             text = f"the actor could not unpickle the arguments of {where}()"
             return _unpickling_error(msg.id, text, exc)
@@ -217,8 +234,9 @@ class AsyncRayHost(RayHost):
         """Unpack the code bundle in a private directory, then build the instance."""
         return super().init(msg, buffers)
 
-    async def call(self, caller: str, msg: m.Call, buffers: list[Any]) -> Any:
+    async def call(self, caller: str, request: tuple[Any, ...], *buffers: Any) -> Any:  # type: ignore[override]
         """Run a call once the caller's earlier calls have started; its reply."""
+        msg = m.Call(*request)
         turns = self.turns.get(caller)
         if turns is None:
             turns = self.turns[caller] = _Turns()
@@ -261,6 +279,11 @@ def _raised(call_id: int, where: str, exc: BaseException) -> m.Error:
 
 
 def _result(call_id: int, where: str, value: Any) -> Any:
+    """The reply of a call that returned `value`: its pickle, or `(pickle, buffers)`.
+
+    With out-of-band arrays the buffers come too; a value that cannot be pickled is an
+    `Error`. The caller makes the `Result` of the pickle.
+    """
     try:
         data, buffers = ser.dumps(value)
     except Exception as exc:
@@ -269,4 +292,4 @@ def _result(call_id: int, where: str, value: Any) -> Any:
             f"{type(exc).__name__}: {exc}"
         )
         return m.Error(call_id, "serialize", type(exc).__name__, text)
-    return m.Result(call_id, data), buffers
+    return (data, buffers) if buffers else data
