@@ -190,7 +190,7 @@ class SharedLink:
             return out
         lease = np.frombuffer(mapping, dtype=np.uint8, count=size)
         weakref.finalize(lease, self._returns.append, name).atexit = False
-        return tuple(lease[o : o + n] for o, n in zip(offsets, lengths, strict=True))
+        return tuple(memoryview(lease[o : o + n]) for o, n in zip(offsets, lengths, strict=True))
 
     def returns(self, flag: int) -> bytes:
         """The frame (header `flag`) handing back the peer's segments copied out (at most 64).
