@@ -544,3 +544,17 @@ def test_a_segment_is_lent_until_its_arrays_are_gone():
     actor.release_segments()
     client.release_segments()
     assert not segments(store.tag) and store.held == 0
+
+
+def test_plain_calls_skip_the_buffer_machinery_and_arrays_still_leave_out_of_band():
+    import pickle
+
+    from parl_remote import _serialize
+
+    plain = ((1, 2.5, "x", None, b"y", True), {})
+    data, buffers = _serialize.dumps(plain)
+    assert buffers == [] and pickle.loads(data) == plain
+    x = np.ones(1 << 16)
+    for value in (((1, x), {}), ((1,), {"k": x}), ((1, [x]), {}), x):
+        data, buffers = _serialize.dumps(value)
+        assert len(buffers) == 1 and np.shares_memory(np.asarray(buffers[0]), x)
