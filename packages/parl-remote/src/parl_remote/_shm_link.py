@@ -137,7 +137,7 @@ class SharedLink:
         return segment
 
     def returned(self, names: list[str]) -> None:
-        """The peer copied these segments out: free for the next message."""
+        """The peer is done with these segments: free for the next messages."""
         drop: list[_Segment] = []
         with self._lock:
             for name in names:
@@ -193,7 +193,7 @@ class SharedLink:
         return tuple(memoryview(lease[o : o + n]) for o, n in zip(offsets, lengths, strict=True))
 
     def returns(self, flag: int) -> bytes:
-        """The frame (header `flag`) handing back the peer's segments copied out (at most 64).
+        """The frame (header `flag`) handing back peer segments this end is done with (64 at most).
 
         Empty when there are none.
         """
