@@ -68,6 +68,14 @@ class ArrayMethods:
     def pid(self):
         return os.getpid()
 
+    def keep(self, n):
+        self.kept = np.zeros(n, dtype=np.float32)
+        return self._after(self.kept)
+
+    def bump(self):
+        self.kept += 1
+        return self._after(float(self.kept[0]))
+
 
 @parl.remote_class
 class Arrays(ArrayMethods):
@@ -558,3 +566,12 @@ def test_plain_calls_skip_the_buffer_machinery_and_arrays_still_leave_out_of_ban
     for value in (((1, x), {}), ((1,), {"k": x}), ((1, [x]), {}), x):
         data, buffers = _serialize.dumps(value)
         assert len(buffers) == 1 and np.shares_memory(np.asarray(buffers[0]), x)
+
+
+def test_a_result_the_actor_changes_right_after_is_sent_as_it_was(client):
+    f = FutureArrays()
+    f.pid().get()
+    for n in (1 << 18, 1 << 22):  # one segment, then a larger one
+        pending = [f.keep(n), f.bump(), f.bump()]  # in flight together: run back to back
+        kept, first, second = (p.get() for p in pending)
+        assert kept.shape == (n,) and not kept.any() and (first, second) == (1.0, 2.0)

@@ -92,6 +92,13 @@ class SharedLink:
             mapping[offset : offset + n] = raw
         return segment.name
 
+    def took(self, buffers: list[Any] | tuple[Any, ...]) -> bool:
+        """Whether a message with these buffers, sent on this link, holds no view of them.
+
+        It wrote them into a segment, or copied them when none was free (`Connection.send`).
+        """
+        return sum(memoryview(b).nbytes for b in buffers) >= self.threshold
+
     def stage(self, buffers: list[Any]) -> list[memoryview] | None:
         """Write out-of-band buffers now into a segment for a message sent later (or None).
 
