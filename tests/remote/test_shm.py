@@ -375,6 +375,20 @@ def test_unauthenticated_peer_gets_nowhere(client):
 
 
 # -- the protocol alone (no cluster) -------------------------------------------------------------
+@pytest.fixture
+def new_store():
+    """`new_store(cap)`: a store of a fresh cluster; its segments are swept even if a test fails."""
+    stores = []
+
+    def make(cap: int = 1 << 30) -> _shm.SegmentStore:
+        stores.append(_shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, cap))
+        return stores[-1]
+
+    yield make
+    for store in stores:
+        _shm.sweep(store.tag)
+
+
 def _pair(client_host: str, actor_host: str, store) -> tuple:
     from parl_remote.protocol.connection import AUTHENTICATED, Connection
 
@@ -392,8 +406,8 @@ def _pair(client_host: str, actor_host: str, store) -> tuple:
     return client, actor
 
 
-def test_the_handshake_decides_and_the_reference_carries(tmp_path):
-    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 1 << 30)
+def test_the_handshake_decides_and_the_reference_carries(tmp_path, new_store):
+    store = new_store()
     client, actor = _pair("h", "h", store)
     assert client.shm.store is store and actor.shm.store is store
     x = np.arange(1 << 16, dtype=np.float64)
@@ -479,11 +493,11 @@ def test_segment_sizes_and_hand_backs():
 
 
 @pytest.mark.parametrize("names", [["parl-{tag}-1-1"], ["nonsense"]], ids=["not-lent", "foreign"])
-def test_a_hostile_hand_back_is_a_protocol_error(names):
+def test_a_hostile_hand_back_is_a_protocol_error(names, new_store):
     from parl_remote._exceptions import ProtocolError
     from parl_remote.protocol.connection import RETURN_FLAG
 
-    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 1 << 30)
+    store = new_store()
     client, actor = _pair("h", "h", store)
     body = _shm.encode_returns([n.format(tag=store.tag) for n in names])
     with pytest.raises(ProtocolError):
@@ -495,8 +509,8 @@ def test_a_hostile_hand_back_is_a_protocol_error(names):
     client.release_segments()
 
 
-def test_the_cap_counts_every_connection_of_a_process():
-    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 3 << 20)
+def test_the_cap_counts_every_connection_of_a_process(new_store):
+    store = new_store(3 << 20)
     links = [_pair("h", "h", store)[0] for _ in range(3)]
     x = np.ones(1 << 20, dtype=np.uint8)
     sent = [len(c.send(m.Call(1, "echo", b"p"), [pickle_buffer(x)])) for c in links]
@@ -508,8 +522,8 @@ def test_the_cap_counts_every_connection_of_a_process():
     assert store.held == 0 and not segments(store.tag)
 
 
-def test_staged_buffers_leave_without_another_copy():
-    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 1 << 30)
+def test_staged_buffers_leave_without_another_copy(new_store):
+    store = new_store()
     client, actor = _pair("h", "h", store)
     x = np.arange(1 << 16, dtype=np.float64)
     staged = client.shm.stage([pickle_buffer(x)])  # a future-mode call, sent later
@@ -525,8 +539,8 @@ def test_staged_buffers_leave_without_another_copy():
     assert not segments(store.tag)
 
 
-def test_a_segment_is_lent_until_its_arrays_are_gone():
-    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 1 << 30)
+def test_a_segment_is_lent_until_its_arrays_are_gone(new_store):
+    store = new_store()
     client, actor = _pair("h", "h", store)
     x = np.arange(1 << 17, dtype=np.float32)
 
