@@ -492,14 +492,16 @@ def test_segment_sizes_and_hand_backs():
             _shm.decode_returns(body, pattern)
 
 
-@pytest.mark.parametrize("names", [["parl-{tag}-1-1"], ["nonsense"]], ids=["not-lent", "foreign"])
+@pytest.mark.parametrize(
+    "names", [["parl-{tag}-{pid}-99"], ["nonsense"]], ids=["not-lent", "foreign"]
+)
 def test_a_hostile_hand_back_is_a_protocol_error(names, new_store):
     from parl_remote._exceptions import ProtocolError
     from parl_remote.protocol.connection import RETURN_FLAG
 
     store = new_store()
     client, actor = _pair("h", "h", store)
-    body = _shm.encode_returns([n.format(tag=store.tag) for n in names])
+    body = _shm.encode_returns([n.format(tag=store.tag, pid=os.getpid()) for n in names])
     with pytest.raises(ProtocolError):
         actor.receive_data(struct.pack("<II", len(body), RETURN_FLAG) + body)
     _, far_actor = _pair("h", "elsewhere", store)  # no sharing: no hand-backs either
@@ -589,3 +591,27 @@ def test_a_result_the_actor_changes_right_after_is_sent_as_it_was(client):
         pending = [f.keep(n), f.bump(), f.bump()]  # in flight together: run back to back
         kept, first, second = (p.get() for p in pending)
         assert kept.shape == (n,) and not kept.any() and (first, second) == (1.0, 2.0)
+
+
+def test_a_segment_its_owner_removes_is_unmapped_by_the_peer(new_store):
+    store = new_store()
+    client, actor = _pair("h", "h", store)
+    sizes = [1 << 17, 1 << 18, 1 << 19, 1 << 20, 1 << 21, 1 << 22]
+
+    def round_trip(nbytes: int) -> None:
+        x = np.ones(nbytes, dtype=np.uint8)
+        for frame in client.send(m.Call(1, "echo", b"p"), [pickle_buffer(x)]):
+            actor.receive_data(frame)
+        actor.next_event()  # the views are dropped at once: handed back with the reply
+        for frame in actor.send(m.Result(1, b"r")):
+            client.receive_data(frame)
+        client.next_event()
+
+    for nbytes in sizes:  # each needs a larger segment than the last: six, then two removed
+        round_trip(nbytes)
+    assert len(segments(store.tag)) == 4  # four kept free; the last removed is still mapped
+    assert set(segments(store.tag)) < set(actor.shm._maps)
+    round_trip(1 << 20)  # the client tells the actor which it removed...
+    assert set(actor.shm._maps) == set(segments(store.tag))  # ...and the actor unmaps them
+    actor.release_segments()
+    client.release_segments()
