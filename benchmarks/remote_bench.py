@@ -18,6 +18,7 @@ absolute times do.
 
     python benchmarks/remote_bench.py            # about two minutes
     python benchmarks/remote_bench.py --quick    # fewer repetitions
+    python benchmarks/remote_bench.py --w3       # the shared-memory table alone
 
 Reference figures measured on this kind of machine with the same workloads (see README.md in
 this directory for how to reproduce them): PARL 2.2.1 W1 202 us, W2 6.0k calls/s, W3 159 MB/s,

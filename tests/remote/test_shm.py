@@ -68,6 +68,14 @@ class ArrayMethods:
     def pid(self):
         return os.getpid()
 
+    def keep(self, n):
+        self.kept = np.zeros(n, dtype=np.float32)
+        return self._after(self.kept)
+
+    def bump(self):
+        self.kept += 1
+        return self._after(float(self.kept[0]))
+
 
 @parl.remote_class
 class Arrays(ArrayMethods):
@@ -367,6 +375,20 @@ def test_unauthenticated_peer_gets_nowhere(client):
 
 
 # -- the protocol alone (no cluster) -------------------------------------------------------------
+@pytest.fixture
+def new_store():
+    """`new_store(cap)`: a store of a fresh cluster; its segments are swept even if a test fails."""
+    stores = []
+
+    def make(cap: int = 1 << 30) -> _shm.SegmentStore:
+        stores.append(_shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, cap))
+        return stores[-1]
+
+    yield make
+    for store in stores:
+        _shm.sweep(store.tag)
+
+
 def _pair(client_host: str, actor_host: str, store) -> tuple:
     from parl_remote.protocol.connection import AUTHENTICATED, Connection
 
@@ -384,8 +406,8 @@ def _pair(client_host: str, actor_host: str, store) -> tuple:
     return client, actor
 
 
-def test_the_handshake_decides_and_the_reference_carries(tmp_path):
-    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 1 << 30)
+def test_the_handshake_decides_and_the_reference_carries(tmp_path, new_store):
+    store = new_store()
     client, actor = _pair("h", "h", store)
     assert client.shm.store is store and actor.shm.store is store
     x = np.arange(1 << 16, dtype=np.float64)
@@ -470,14 +492,16 @@ def test_segment_sizes_and_hand_backs():
             _shm.decode_returns(body, pattern)
 
 
-@pytest.mark.parametrize("names", [["parl-{tag}-1-1"], ["nonsense"]], ids=["not-lent", "foreign"])
-def test_a_hostile_hand_back_is_a_protocol_error(names):
+@pytest.mark.parametrize(
+    "names", [["parl-{tag}-{pid}-99"], ["nonsense"]], ids=["not-lent", "foreign"]
+)
+def test_a_hostile_hand_back_is_a_protocol_error(names, new_store):
     from parl_remote._exceptions import ProtocolError
     from parl_remote.protocol.connection import RETURN_FLAG
 
-    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 1 << 30)
+    store = new_store()
     client, actor = _pair("h", "h", store)
-    body = _shm.encode_returns([n.format(tag=store.tag) for n in names])
+    body = _shm.encode_returns([n.format(tag=store.tag, pid=os.getpid()) for n in names])
     with pytest.raises(ProtocolError):
         actor.receive_data(struct.pack("<II", len(body), RETURN_FLAG) + body)
     _, far_actor = _pair("h", "elsewhere", store)  # no sharing: no hand-backs either
@@ -487,8 +511,8 @@ def test_a_hostile_hand_back_is_a_protocol_error(names):
     client.release_segments()
 
 
-def test_the_cap_counts_every_connection_of_a_process():
-    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 3 << 20)
+def test_the_cap_counts_every_connection_of_a_process(new_store):
+    store = new_store(3 << 20)
     links = [_pair("h", "h", store)[0] for _ in range(3)]
     x = np.ones(1 << 20, dtype=np.uint8)
     sent = [len(c.send(m.Call(1, "echo", b"p"), [pickle_buffer(x)])) for c in links]
@@ -500,8 +524,8 @@ def test_the_cap_counts_every_connection_of_a_process():
     assert store.held == 0 and not segments(store.tag)
 
 
-def test_staged_buffers_leave_without_another_copy():
-    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 1 << 30)
+def test_staged_buffers_leave_without_another_copy(new_store):
+    store = new_store()
     client, actor = _pair("h", "h", store)
     x = np.arange(1 << 16, dtype=np.float64)
     staged = client.shm.stage([pickle_buffer(x)])  # a future-mode call, sent later
@@ -517,8 +541,8 @@ def test_staged_buffers_leave_without_another_copy():
     assert not segments(store.tag)
 
 
-def test_a_segment_is_lent_until_its_arrays_are_gone():
-    store = _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, 1 << 30)
+def test_a_segment_is_lent_until_its_arrays_are_gone(new_store):
+    store = new_store()
     client, actor = _pair("h", "h", store)
     x = np.arange(1 << 17, dtype=np.float32)
 
@@ -544,3 +568,50 @@ def test_a_segment_is_lent_until_its_arrays_are_gone():
     actor.release_segments()
     client.release_segments()
     assert not segments(store.tag) and store.held == 0
+
+
+def test_plain_calls_skip_the_buffer_machinery_and_arrays_still_leave_out_of_band():
+    import pickle
+
+    from parl_remote import _serialize
+
+    plain = ((1, 2.5, "x", None, b"y", True), {})
+    data, buffers = _serialize.dumps(plain)
+    assert buffers == [] and pickle.loads(data) == plain
+    x = np.ones(1 << 16)
+    for value in (((1, x), {}), ((1,), {"k": x}), ((1, [x]), {}), x):
+        data, buffers = _serialize.dumps(value)
+        assert len(buffers) == 1 and np.shares_memory(np.asarray(buffers[0]), x)
+
+
+def test_a_result_the_actor_changes_right_after_is_sent_as_it_was(client):
+    f = FutureArrays()
+    f.pid().get()
+    for n in (1 << 18, 1 << 22):  # one segment, then a larger one
+        pending = [f.keep(n), f.bump(), f.bump()]  # in flight together: run back to back
+        kept, first, second = (p.get() for p in pending)
+        assert kept.shape == (n,) and not kept.any() and (first, second) == (1.0, 2.0)
+
+
+def test_a_segment_its_owner_removes_is_unmapped_by_the_peer(new_store):
+    store = new_store()
+    client, actor = _pair("h", "h", store)
+    sizes = [1 << 17, 1 << 18, 1 << 19, 1 << 20, 1 << 21, 1 << 22]
+
+    def round_trip(nbytes: int) -> None:
+        x = np.ones(nbytes, dtype=np.uint8)
+        for frame in client.send(m.Call(1, "echo", b"p"), [pickle_buffer(x)]):
+            actor.receive_data(frame)
+        actor.next_event()  # the views are dropped at once: handed back with the reply
+        for frame in actor.send(m.Result(1, b"r")):
+            client.receive_data(frame)
+        client.next_event()
+
+    for nbytes in sizes:  # each needs a larger segment than the last: six, then two removed
+        round_trip(nbytes)
+    assert len(segments(store.tag)) == 4  # four kept free; the last removed is still mapped
+    assert set(segments(store.tag)) < set(actor.shm._maps)
+    round_trip(1 << 20)  # the client tells the actor which it removed...
+    assert set(actor.shm._maps) == set(segments(store.tag))  # ...and the actor unmaps them
+    actor.release_segments()
+    client.release_segments()

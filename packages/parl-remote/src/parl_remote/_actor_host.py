@@ -381,6 +381,8 @@ class ActorHost:
             return
         self._send(conn, m.Result(call_id, data), buffers)
         if buffers and not conn.closed and conn.transport.get_write_buffer_size():  # type: ignore[union-attr]  # open
+            if conn.proto.shm is not None and conn.proto.shm.took(buffers):
+                return  # into a segment, or copied when none was free: nothing points into them
             # The reply still points into the result's memory: run nothing that could change it
             # until the kernel has it all.
             self._gated = True
@@ -399,12 +401,7 @@ class ActorHost:
         remote_tb = ser.format_remote_traceback(exc)
         self._log_exception(where, remote_tb)
         return m.Error(
-            call_id,
-            "raised",
-            type(exc).__qualname__,
-            str(exc),
-            remote_tb,
-            ser.dumps_exception(exc),
+            call_id, "raised", type(exc).__qualname__, str(exc), remote_tb, ser.dumps_exception(exc)
         )
 
     def _log_exception(self, where: str, remote_tb: str) -> None:

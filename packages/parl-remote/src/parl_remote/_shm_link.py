@@ -26,6 +26,7 @@ from parl_remote._shm import (
     decode_ref,
     encode_returns,
     layout,
+    segment_name,
     size_class,
     unlink,
 )
@@ -57,8 +58,10 @@ class SharedLink:
     Receiving, `take` gives the buffers as views of the peer's segment (mapped once, kept
     mapped while used) and hands the segment back (`returns`) once nothing of them is left:
     the arrays unpickled from them keep the views, so they stay valid, and writable, for as
-    long as the user holds them. `close` removes every segment of its own and forgets the
-    peer's.
+    long as the user holds them. A segment it removes while the connection lives (beyond the
+    few it keeps free, or to make room under the cap) is named to the peer the same way, so
+    that the peer's mapping does not keep its pages. `close` removes every segment of its
+    own and forgets the peer's.
 
     Args:
         store: this process's store.
@@ -73,6 +76,7 @@ class SharedLink:
         self._maps: dict[str, mmap.mmap] = {}  # the peer's, least recently used first
         self._returns: deque[str] = deque()  # appended to by finalizers, so no lock
         self._staged: dict[int, str] = {}  # the id of a staged segment's mapping: its name
+        self._own = segment_name(store.tag, os.getpid(), 0).rpartition("-")[0] + "-"  # ours
         self.closed = False
 
     # -- sending -----------------------------------------------------------------------------
@@ -91,6 +95,13 @@ class SharedLink:
         for raw, offset, n in zip(raws, offsets, lengths, strict=True):
             mapping[offset : offset + n] = raw
         return segment.name
+
+    def took(self, buffers: list[Any] | tuple[Any, ...]) -> bool:
+        """Whether a message with these buffers, sent on this link, holds no view of them.
+
+        It wrote them into a segment, or copied them when none was free (`Connection.send`).
+        """
+        return sum(memoryview(b).nbytes for b in buffers) >= self.threshold
 
     def stage(self, buffers: list[Any]) -> list[memoryview] | None:
         """Write out-of-band buffers now into a segment for a message sent later (or None).
@@ -137,14 +148,19 @@ class SharedLink:
         return segment
 
     def returned(self, names: list[str]) -> None:
-        """The peer copied these segments out: free for the next message."""
+        """Take the names the peer hands back.
+
+        Segments of ours it is done with are free for the next messages; segments of its own
+        that it removed are unmapped here (the mapping would keep their pages).
+        """
         drop: list[_Segment] = []
         with self._lock:
             for name in names:
                 segment = self._lent.pop(name, None)
-                if segment is None:
+                if segment is not None:
+                    self._free.append(segment)
+                elif self._maps.pop(name, None) is None and name.startswith(self._own):
                     raise ProtocolError(f"the peer handed back {name[:80]!r}, not lent to it")
-                self._free.append(segment)
             while len(self._free) > _FREE_MAX:
                 drop.append(self._free.pop(0))
         self._remove(drop)
@@ -154,10 +170,12 @@ class SharedLink:
             drop, self._free = self._free, []
         self._remove(drop)
 
-    def _remove(self, segments: list[_Segment]) -> None:
+    def _remove(self, segments: list[_Segment], *, tell: bool = True) -> None:
         for segment in segments:
             unlink(os.path.join(SHM_DIR, segment.name))
             self.store.unreserve(segment.size)
+            if tell:  # the peer's mapping would keep its pages: it forgets it when told
+                self._returns.append(segment.name)
 
     # -- receiving ---------------------------------------------------------------------------
     def take(self, ref: Any, max_total: int, max_buffers: int) -> tuple[Any, ...]:
@@ -190,10 +208,10 @@ class SharedLink:
             return out
         lease = np.frombuffer(mapping, dtype=np.uint8, count=size)
         weakref.finalize(lease, self._returns.append, name).atexit = False
-        return tuple(lease[o : o + n] for o, n in zip(offsets, lengths, strict=True))
+        return tuple(memoryview(lease[o : o + n]) for o, n in zip(offsets, lengths, strict=True))
 
     def returns(self, flag: int) -> bytes:
-        """The frame (header `flag`) handing back the peer's segments copied out (at most 64).
+        """The frame (header `flag`) handing back peer segments this end is done with (64 at most).
 
         Empty when there are none.
         """
@@ -215,7 +233,7 @@ class SharedLink:
             self._free, self._lent = [], {}
             self._maps, self._staged = {}, {}
             self._returns.clear()
-        self._remove(drop)
+        self._remove(drop, tell=False)
 
 
 def _create(name: str, size: int) -> _Segment | None:
