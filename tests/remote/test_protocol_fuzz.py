@@ -92,7 +92,9 @@ def test_valid_frames_in_any_state_and_truncated(msg, authenticated, cut):
     events = _feed(conn, frame[max(len(frame) - 1 - cut, 0) :], 7)
     handshake = isinstance(msg, m.Challenge | m.Hello | m.Welcome | m.Refused)
     if authenticated and not handshake:
-        assert events == [(msg, ())]
+        # Compared as bytes: a float field may be NaN, which equals nothing, not even itself.
+        assert len(events) == 1 and events[0][1] == ()
+        assert m.encoder.encode(events[0][0]) == envelope
     else:
         assert events == []  # wrong for the state: refused with our own error
 
