@@ -9,6 +9,7 @@ import importlib.metadata
 import json
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -303,6 +304,9 @@ class Relay:
     def kill_peer(self):
         parl_remote.kill(self.peer)
 
+    def pause(self, seconds):
+        time.sleep(seconds)  # holds the actor's loop: calls sent meanwhile wait unread
+
 
 def test_a_handle_passed_through_two_actors_still_works(connected):
     first, second = Relay(), Relay()
@@ -381,3 +385,61 @@ def _killed(call) -> bool:
         assert "killed by parl.kill()" in str(exc)
         return True
     return False
+
+
+def test_a_handle_sent_without_waiting_and_dropped_lives_until_received(connected):
+    relay = Relay()
+
+    async def send_and_drop():
+        target = await Sleeper.aio()
+        pid = await target.pid()
+        paused = relay.aio.pause(2)  # the next call is read only after two seconds
+        relay.aio.keep(target)  # not waited for, and dropped with `target` right away
+        del target
+        gc.collect()
+        await paused
+        return pid, await relay.aio.aask()
+
+    pid, answered = asyncio.run(send_and_drop())
+    assert answered == pid
+    relay.keep(None)  # the relay lets go: no process holds it now
+    wait_until(lambda: not psutil.pid_exists(pid), what="the actor no one holds to end")
+
+
+def test_holds_come_back_after_a_master_restart(tmp_path):
+    quick = {"PARL_HEARTBEAT_S": 0.5, "PARL_HEARTBEAT_TIMEOUT_S": 10}
+    cluster = make_cluster(tmp_path, workers=(3,), **quick)
+    try:
+        with client_env(cluster, **quick):
+            parl_remote.connect(cluster.address)
+            relay, target = Relay(), Sleeper()
+            pid = target.pid()
+            relay.keep(target)
+            os.kill(cluster.master.pid, signal.SIGKILL)
+            cluster.master.stop()
+            cluster.start_master()  # same port: workers and clients come back to it
+            wait_until(
+                lambda: (
+                    _quietly(cluster.status, "totals", "clients") == 2
+                    and cluster.status()["totals"]["actors"] == 2
+                ),
+                what="both clients and the worker to re-register",
+            )
+            del target  # its creator lets go; the relay's process still holds it
+            gc.collect()
+            assert relay.ask() == pid
+            relay.keep(None)  # the last holder lets go: now it ends
+            wait_until(lambda: not psutil.pid_exists(pid), what="the actor no one holds to end")
+    finally:
+        cluster.stop()
+
+
+def _quietly(status, *keys):
+    """`status()[k1][k2]...`, or None while the master does not answer."""
+    try:
+        value = status()
+    except (OSError, parl_remote.RemoteError):
+        return None
+    for key in keys:
+        value = value[key]
+    return value

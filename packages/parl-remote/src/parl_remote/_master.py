@@ -226,7 +226,7 @@ class Master:
             old.conn.close()
         client = ClientInfo(msg.client_id, msg.hostname, msg.pid, msg.log_to_driver, conn=conn)
         conn.context = client
-        self.registry.add_client(client)
+        self.registry.add_client(client, msg.actors)  # its handles: holds come back
         conn.send(m.Accepted(self.registry.cluster_id, settings.heartbeat_s))
         logger.info(
             "client %s (%s pid %d) connected", client.client_id, client.hostname, client.pid

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,6 +185,7 @@ class Registry:
         self._log_lines = log_lines_per_actor
         self._listeners: set[Callable[[], None]] = set()
         self.master_info: dict[str, Any] = {}
+        self._claims: dict[str, set[str]] = {}  # actor id -> clients holding it, not yet known
 
     # -- change notification ---------------------------------------------------------------
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -202,20 +203,36 @@ class Registry:
         self._changed()
 
     # -- clients ---------------------------------------------------------------------------
-    def add_client(self, client: ClientInfo) -> None:
-        """Register a connected client; one reconnecting under its id keeps its actors."""
+    def add_client(self, client: ClientInfo, handles: Iterable[str] = ()) -> None:
+        """Register a connected client; one reconnecting under its id keeps its actors.
+
+        `handles` are the actors it has handles of: those of other clients it holds (after a
+        master restart, this is how holds come back; an actor not known yet, because its worker
+        has not re-registered, is held once it is).
+        """
         old = self.clients.get(client.client_id)
         if old is not None:
-            client.actors = old.actors
+            client.actors, client.held = old.actors, old.held
         for actor in self.actors.values():
             if actor.client_id == client.client_id:
                 client.actors.add(actor.actor_id)
         self.clients[client.client_id] = client
+        for actor_id in handles:
+            known = self.actors.get(actor_id)
+            if known is None:
+                self._claims.setdefault(actor_id, set()).add(client.client_id)
+            elif known.client_id != client.client_id and not known.released:
+                known.holders.add(client.client_id)
+                client.held.add(actor_id)
         self._changed()
 
     def remove_client(self, client: ClientInfo) -> None:
         """Forget a client (its actors are ended apart, as their processes exit)."""
         self.clients.pop(client.client_id, None)
+        for actor_id, claimants in list(self._claims.items()):
+            claimants.discard(client.client_id)
+            if not claimants:
+                del self._claims[actor_id]
         self._changed()
 
     # -- workers ---------------------------------------------------------------------------
@@ -254,6 +271,11 @@ class Registry:
         client = self.clients.get(actor.client_id)
         if client is not None:
             client.actors.add(actor.actor_id)
+        for client_id in self._claims.pop(actor.actor_id, ()):
+            holder = self.clients.get(client_id)
+            if holder is not None and client_id != actor.client_id:
+                actor.holders.add(client_id)
+                holder.held.add(actor.actor_id)
         self._changed()
 
     def actor_started(self, actor: ActorInfo, port: int, pid: int) -> None:

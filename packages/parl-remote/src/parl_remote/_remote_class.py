@@ -28,6 +28,7 @@ import inspect
 import os
 import socket
 import sys
+import threading
 import weakref
 from typing import Any, cast
 
@@ -55,11 +56,36 @@ _PROXIES: weakref.WeakKeyDictionary[type, type[Any]] = weakref.WeakKeyDictionary
 def _reduce(ref: _ActorRef, awaitable: bool) -> tuple[Any, ...]:
     """How a handle of `ref`'s actor travels to another process (see `_rebuild`)."""
     spec = ref.spec
+    carried = getattr(_transit, "refs", None)
+    if carried is not None:  # sent in a call: the call keeps the actor until it is answered
+        carried.append(ref)
     if isinstance(ref, _RayActorRef):  # its engine says how
         return ref.travel(awaitable, _class_ref(spec.cls))
     where = (ref.actor_id, ref.host, ref.port, ref.pid, ref.shadowed)
     kind = (_class_ref(spec.cls), spec.wait, spec.max_memory_mb, spec.n_gpu, awaitable)
     return _rebuild, (*kind, *where, ref.client.address)
+
+
+_transit = threading.local()
+
+
+def _carrying(call: Any) -> Any:
+    """Return `call()`'s future, which keeps every actor whose handle the call carried.
+
+    A handle sent in a call that is not waited for, and dropped at once, must not end its
+    actor before the receiver holds it: the actor lives at least as long as the call's future
+    (the driver keeps it until the answer, when the receiver has unpickled the handle).
+    """
+    outer = getattr(_transit, "refs", None)
+    carried: list[Any] = []
+    _transit.refs = carried
+    try:
+        future = call()
+    finally:
+        _transit.refs = outer
+    if carried:
+        weakref.finalize(future, carried.clear)  # `carried` lives while `future` does
+    return future
 
 
 def _class_ref(cls: type) -> type:
@@ -330,7 +356,8 @@ def _sync_method(spec: _MethodSpec, wait: bool) -> Any:
     else:
 
         def method(self: ActorHandle, /, *args: Any, **kwargs: Any) -> Any:
-            return self._parl_ref.call_future(METHOD, name, args, kwargs)
+            ref = self._parl_ref
+            return _carrying(lambda: ref.call_future(METHOD, name, args, kwargs))
 
     return method
 
@@ -339,7 +366,8 @@ def _async_method(spec: _MethodSpec) -> Any:
     name = spec.name
 
     def method(self: AsyncActorHandle, /, *args: Any, **kwargs: Any) -> Any:
-        return self._parl_ref.acall(METHOD, name, args, kwargs)
+        ref = self._parl_ref
+        return _carrying(lambda: ref.acall(METHOD, name, args, kwargs))
 
     return method
 

@@ -82,6 +82,8 @@ def ensure_cluster_files(hosts: Iterable[str] = ()) -> tuple[str, str]:
     """Return (certificate, key) paths, making the cluster CA and a certificate if missing."""
     d = tls_dir()
     cert, key = d / "cert.pem", d / "key.pem"
+    if cert.exists() and key.exists() and (d / "ca.pem").exists() and not hosts:
+        return str(cert), str(key)  # made already: no lock needed to read them
     d.mkdir(parents=True, exist_ok=True)
     os.chmod(d, stat.S_IRWXU)
     with open(d / ".lock", "w") as lock:
