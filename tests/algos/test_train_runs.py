@@ -56,8 +56,15 @@ def rows(logdir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-# What `--list` shows (test_train_config checks that it shows these).
-MODES = [(n, m) for n in shipped_configs() for m in get_spec(load_config(n).algorithm).modes]
+# What `--list` shows (test_train_config checks that it shows these). The DQN family's members
+# share one builder and one loop: on actors, DQN and Rainbow (every option at once) run in the
+# default suite, the others in the slow one.
+ON_ACTORS_SLOW = {"ddqn/cartpole", "duelingdqn/cartpole", "c51/cartpole", "qrdqn/cartpole"}
+MODES = [
+    pytest.param(n, m, marks=[pytest.mark.slow] if m != "single" and n in ON_ACTORS_SLOW else [])
+    for n in shipped_configs()
+    for m in get_spec(load_config(n).algorithm).modes
+]
 
 
 @pytest.mark.parametrize(("name", "mode"), MODES)

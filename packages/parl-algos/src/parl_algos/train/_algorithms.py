@@ -29,18 +29,24 @@ from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP, QNetwork
 from parl_algos.ppo import PPO, PPOStats
 from parl_algos.sac import SAC, SACStats
 from parl_algos.td3 import TD3, TD3Stats
+from parl_algos.train._apex import QActing
 from parl_algos.train._config import Config, ConfigError
 
 __all__ = [
     "A2CSection",
     "AlgorithmSpec",
+    "C51Section",
     "DDPGSection",
+    "DDQNSection",
     "DQNSection",
+    "DuelingDQNSection",
     "EnvSection",
     "IMPALASection",
     "Learner",
     "PPOSection",
     "QNetwork",
+    "QRDQNSection",
+    "RainbowSection",
     "SACSection",
     "SPECS",
     "TD3Section",
@@ -59,12 +65,17 @@ class Learner:
         memory: the replay memory of an off-policy algorithm (None for on-policy ones).
         before_learn: on-policy: called with the env-step count before each update.
         after_step: off-policy: called with the step count after each env step.
+        acting: off-policy, sync and async modes: the policy copy the workers act with
+            (None: the agent itself, through `BatchActing`).
+        n_step: off-policy: steps of each stored transition (an `NStepAdder` per column).
     """
 
     agent: parl.Agent
     memory: ReplayMemory | None = None
     before_learn: Callable[[int], None] | None = None
     after_step: Callable[[int], None] | None = None
+    acting: Any = None
+    n_step: int = 1
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,8 @@ class AlgorithmSpec:
         stats: the dataclass the algorithm's `learn` returns.
         build: `(config, observation_space, action_space) -> Learner`.
         modes: the modes it runs in.
+        check: raises `ConfigError` for what the types of the `[agent]` keys cannot say (a
+            string outside its allowed values), before anything starts.
     """
 
     name: str
@@ -88,6 +101,7 @@ class AlgorithmSpec:
     stats: type
     build: Callable[[Config, gym.Space, gym.Space], Learner]
     modes: tuple[str, ...] = ("single",)
+    check: Callable[[Config], None] | None = None
 
 
 # -- [env] sections ------------------------------------------------------------------------------
@@ -199,7 +213,7 @@ class _ReplaySection:
 
 @dataclass
 class DQNSection(_ReplaySection):
-    """`[agent]` of DQN."""
+    """`[agent]` of DQN (and, with other defaults, of each named member of its family)."""
 
     lr: float = 2.3e-3
     batch_size: int = 64
@@ -219,6 +233,62 @@ class DQNSection(_ReplaySection):
     """Use a dueling Q-network."""
     prioritized: bool = False
     """Sample the replay memory by priority (TD error)."""
+    n_step: int = 1
+    """Steps of each stored transition's return (n-step learning)."""
+    noisy: bool = False
+    """Noisy layers in the Q-network's head explore instead of epsilon."""
+    distributional: str | None = None
+    """None, 'c51' (a categorical return distribution) or 'qr' (quantile regression)."""
+    n_atoms: int | None = None
+    """Atoms (c51) or quantiles (qr) per action (none: 51 for c51, 200 for qr)."""
+    v_min: float = 0.0
+    """C51's smallest atom (CartPole's discounted returns lie in [0, 100])."""
+    v_max: float = 100.0
+    """C51's largest atom."""
+    apex_eps: float = 0.4
+    """async mode (Ape-X): the base epsilon; actor i of N explores with
+    apex_eps ** (1 + apex_alpha * i / (N - 1))."""
+    apex_alpha: float = 7.0
+    """async mode (Ape-X): the exponent of the actors' epsilons."""
+
+
+@dataclass
+class DDQNSection(DQNSection):
+    """`[agent]` of Double DQN."""
+
+
+@dataclass
+class DuelingDQNSection(DQNSection):
+    """`[agent]` of Dueling DQN."""
+
+    dueling: bool = True
+
+
+@dataclass
+class C51Section(DQNSection):
+    """`[agent]` of C51."""
+
+    double: bool = False
+    distributional: str | None = "c51"
+
+
+@dataclass
+class QRDQNSection(DQNSection):
+    """`[agent]` of QR-DQN."""
+
+    double: bool = False
+    distributional: str | None = "qr"
+
+
+@dataclass
+class RainbowSection(DQNSection):
+    """`[agent]` of Rainbow."""
+
+    dueling: bool = True
+    prioritized: bool = True
+    n_step: int = 3
+    noisy: bool = True
+    distributional: str | None = "c51"
 
 
 @dataclass
@@ -330,17 +400,38 @@ def _build_impala(config: Config, obs_space: gym.Space, act_space: gym.Space) ->
 def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
     a, train = config.agent, config.train
     obs_dim, n_actions = obs_space.shape[0], _discrete(config, act_space)
-    alg = DQN(
-        QNetwork(obs_dim, n_actions, (a.hidden_size, a.hidden_size), dueling=a.dueling),
-        lr=a.lr,
-        gamma=a.gamma,
-        double=a.double,
-    )
+    _check_dqn(config)
+    n_atoms = None if a.distributional is None else a.n_atoms or _ATOMS[a.distributional]
+    try:
+        model = QNetwork(
+            obs_dim,
+            n_actions,
+            (a.hidden_size, a.hidden_size),
+            dueling=a.dueling,
+            noisy=a.noisy,
+            n_atoms=n_atoms or 1,
+        )
+        alg = DQN(
+            model,
+            lr=a.lr,
+            gamma=a.gamma,
+            double=a.double,
+            dueling=a.dueling,
+            n_step=a.n_step,
+            noisy=a.noisy,
+            distributional=a.distributional,
+            n_atoms=n_atoms,
+            v_min=a.v_min,
+            v_max=a.v_max,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"[agent] of {config.algorithm}: {exc}") from None
     decay = max(int(a.exploration_fraction * train.total_steps) - a.learning_starts, 1)
     agent = DQNAgent(
         alg,
         n_actions,
-        eps_end=a.eps_end,
+        eps_start=0.0 if a.noisy else 1.0,  # noisy networks explore with their noise
+        eps_end=0.0 if a.noisy else a.eps_end,
         eps_decay_steps=decay,
         seed=train.seed,
     )
@@ -351,14 +442,38 @@ def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Le
         )
     else:
         memory = ReplayMemory(a.buffer_size, obs_dim, 0, seed=train.seed)
+    acting = None
+    if train.mode != "single":
+        acting = QActing(
+            agent,
+            mode=train.mode,
+            actors=train.actors,
+            learning_starts=a.learning_starts,
+            noisy=a.noisy,
+            apex_eps=a.apex_eps,
+            apex_alpha=a.apex_alpha,
+        )
 
     def after_step(step: int) -> None:
         if step % a.target_update_interval == 0:
             alg.sync_target()
         if step % 1000 == 0:
-            summary.add_scalar("rollout/epsilon", agent.epsilon, step)
+            epsilon = agent.epsilon if acting is None else acting.scheduled_epsilon()
+            summary.add_scalar("rollout/epsilon", epsilon, step)
 
-    return Learner(agent, memory=memory, after_step=after_step)
+    return Learner(agent, memory=memory, after_step=after_step, acting=acting, n_step=a.n_step)
+
+
+_ATOMS = {"c51": 51, "qr": 200}
+
+
+def _check_dqn(config: Config) -> None:
+    a = config.agent
+    if a.distributional not in (None, *_ATOMS):
+        raise ConfigError(f"agent.distributional={a.distributional!r}; allowed: none, c51, qr")
+    for key in ("n_step", "train_freq", "batch_size", "target_update_interval"):
+        if getattr(a, key) < 1:
+            raise ConfigError(f"agent.{key}={getattr(a, key)} must be at least 1")
 
 
 def _build_continuous(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
@@ -417,7 +532,19 @@ SPECS: dict[str, AlgorithmSpec] = {
             _build_impala,
             ASYNC,
         ),
-        AlgorithmSpec("DQN", "off_policy", EnvSection, DQNSection, DQNStats, _build_dqn, ASYNC),
+        *(
+            AlgorithmSpec(
+                name, "off_policy", EnvSection, section, DQNStats, _build_dqn, ASYNC, _check_dqn
+            )
+            for name, section in (
+                ("DQN", DQNSection),
+                ("DDQN", DDQNSection),
+                ("DuelingDQN", DuelingDQNSection),
+                ("C51", C51Section),
+                ("QRDQN", QRDQNSection),
+                ("Rainbow", RainbowSection),
+            )
+        ),
         AlgorithmSpec(
             "DDPG", "off_policy", EnvSection, DDPGSection, DDPGStats, _build_continuous, ASYNC
         ),

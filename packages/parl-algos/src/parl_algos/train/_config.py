@@ -191,6 +191,8 @@ def check_config(config: Config) -> None:
             raise ConfigError(f"train.{key}={getattr(train, key)} must be at least 1")
     if train.eval_every < 0:
         raise ConfigError(f"train.eval_every={train.eval_every} must be 0 (never) or more")
+    if spec.check is not None:
+        spec.check(config)
 
 
 def apply_override(config: Config, dotted: str, text: str) -> None:
