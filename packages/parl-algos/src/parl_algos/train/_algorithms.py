@@ -5,7 +5,9 @@ An `AlgorithmSpec` ties an algorithm's name (`"PPO"`) to the dataclasses of its 
 its training loop (`on_policy`: trajectories of a vector of environments; `off_policy`: a
 replay memory filled one step at a time), the stats dataclass its `learn` returns (the columns
 of progress.csv) and a `build` function that makes the agent (and its memory) for given
-observation and action spaces. The defaults are those of the example scripts.
+observation and action spaces. The defaults are those of the example scripts: the `[agent]`
+sections extend the hyperparameters each family shares, declared once in `parl_algos.training`
+(`ActorCriticArgs`, `ReplayArgs`) for the scripts and the configs alike.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from parl_algos.sac import SAC, SACStats
 from parl_algos.td3 import TD3, TD3Stats
 from parl_algos.train._apex import QActing
 from parl_algos.train._config import Config, ConfigError
+from parl_algos.training import ActorCriticArgs, ReplayArgs
 
 __all__ = [
     "A2CSection",
@@ -129,32 +132,12 @@ class EnvSection:
 
 
 @dataclass
-class _ActorCriticSection:
-    n_steps: int = 5
-    """Steps per environment between two updates."""
-    lr: float = 7e-4
-    """Learning rate."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 1.0
-    """GAE lambda (1: n-step returns)."""
-    ent_coef: float = 0.0
-    """Entropy bonus weight."""
-    vf_coef: float = 0.5
-    """Value loss weight."""
-    max_grad_norm: float = 0.5
-    """Global gradient-norm clip."""
-    hidden_size: int = 64
-    """Width of the two hidden layers of the actor and of the critic."""
-
-
-@dataclass
-class A2CSection(_ActorCriticSection):
+class A2CSection(ActorCriticArgs):
     """`[agent]` of A2C."""
 
 
 @dataclass
-class PPOSection(_ActorCriticSection):
+class PPOSection(ActorCriticArgs):
     """`[agent]` of PPO."""
 
     n_steps: int = 32
@@ -178,7 +161,7 @@ class PPOSection(_ActorCriticSection):
 
 
 @dataclass
-class IMPALASection(_ActorCriticSection):
+class IMPALASection(ActorCriticArgs):
     """`[agent]` of IMPALA."""
 
     n_steps: int = 20
@@ -192,27 +175,7 @@ class IMPALASection(_ActorCriticSection):
 
 
 @dataclass
-class _ReplaySection:
-    lr: float = 1e-3
-    """Adam learning rate (of every network)."""
-    gamma: float = 0.99
-    """Discount factor."""
-    batch_size: int = 256
-    """Transitions per update."""
-    buffer_size: int = 1_000_000
-    """Replay memory size."""
-    learning_starts: int = 100
-    """Random steps before learning starts."""
-    train_freq: int = 1
-    """Env steps between two rounds of updates."""
-    gradient_steps: int = 1
-    """Updates per round."""
-    hidden_size: int = 256
-    """Width of the hidden layers of each network."""
-
-
-@dataclass
-class DQNSection(_ReplaySection):
+class DQNSection(ReplayArgs):
     """`[agent]` of DQN (and, with other defaults, of each named member of its family)."""
 
     lr: float = 2.3e-3
@@ -292,7 +255,7 @@ class RainbowSection(DQNSection):
 
 
 @dataclass
-class SACSection(_ReplaySection):
+class SACSection(ReplayArgs):
     """`[agent]` of SAC."""
 
     alpha: float | None = None
@@ -302,7 +265,7 @@ class SACSection(_ReplaySection):
 
 
 @dataclass
-class DDPGSection(_ReplaySection):
+class DDPGSection(ReplayArgs):
     """`[agent]` of DDPG."""
 
     gamma: float = 0.98
