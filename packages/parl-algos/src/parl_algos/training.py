@@ -372,12 +372,19 @@ class TrainingRun:
         if self.eval_env is None or not self.eval_every or self.env_steps < self._next_eval:
             return None
         self._next_eval = self.env_steps + self.eval_every
-        seed = self.seed + 10_000 if not self.eval_curve else None
-        mean = evaluate(self.eval_env, policy, self.eval_episodes, seed=seed)
-        self.eval_curve.append((self.env_steps, mean))
-        summary.add_scalar("eval/mean_return", mean, self.env_steps)
-        logger.info("env step %d: evaluation mean return %.1f", self.env_steps, mean)
+        mean = evaluate(self.eval_env, policy, self.eval_episodes, seed=self.eval_seed())
+        self.record_evaluation(self.env_steps, mean)
         return mean
+
+    def eval_seed(self) -> int | None:
+        """The seed of the next evaluation's first reset: the first is seeded, later ones go on."""
+        return self.seed + 10_000 if not self.eval_curve else None
+
+    def record_evaluation(self, env_step: int, mean: float) -> None:
+        """Note the mean return of an evaluation of the policy of `env_step`."""
+        self.eval_curve.append((env_step, mean))
+        summary.add_scalar("eval/mean_return", mean, env_step)
+        logger.info("env step %d: evaluation mean return %.1f", env_step, mean)
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint needs to continue this run: counters, curves, schedules, clock."""

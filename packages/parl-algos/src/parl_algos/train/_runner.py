@@ -12,10 +12,12 @@ torch and of the agent's own generators; the run's counters, curves and schedule
 in `sync` mode, an `AsyncSampler` in `async` mode) for the trajectory-based algorithms;
 `train_off_policy` (single) or `train_off_policy_rounds` (workers filling the replay memory
 through a `ReplayWriter`; for the DQN family Ape-X style in `async` mode, see `_apex`) for
-the replay-based ones. Evaluation runs in this process between training steps. In
-`single` mode every piece of state is in the checkpoint, so a run stopped (Ctrl-C, or killed
-after a periodic checkpoint) and resumed writes the same rows of progress.csv as the run left
-alone; in the other modes the workers' environments start afresh on resume.
+the replay-based ones. Evaluation runs in this process between training steps in `single`
+mode (and wherever videos are recorded), in an actor of its own in the others (`_evaluator`),
+with the latest weights, so that it never stalls training. In `single` mode every piece of
+state is in the checkpoint, so a run stopped (Ctrl-C, or killed after a periodic checkpoint)
+and resumed writes the same rows of progress.csv as the run left alone; in the other modes
+the workers' environments start afresh on resume.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ INTERRUPTED_EXIT_CODE = 130
 """What `parl-train` exits with after Ctrl-C (128 + SIGINT, as a shell reports it)."""
 
 _CHECKPOINT_FORMAT = "parl-train/1"
+_EVALUATION_TIMEOUT = 600.0
 _KEEP_CHECKPOINTS = 2
 
 
@@ -295,6 +298,11 @@ class _Run(TrainingRun):
         self._next_checkpoint = checkpoint_every
         self._stats: Any = None
         self._seconds_before = 0.0
+        self.evaluator: Any = None
+        """An `Evaluator` actor (sync, async): evaluations run there, not between steps."""
+        self.weights: Callable[[], Any] | None = None
+        """With an evaluator: the agent's latest weights."""
+        self._pending: tuple[int, Any] | None = None
 
     @property
     def done(self) -> bool:
@@ -328,14 +336,37 @@ class _Run(TrainingRun):
         self.progress_log.write(self.env_steps, self.seconds(), self.mean_return(), self._stats)
 
     def maybe_evaluate(self, policy: Callable[[np.ndarray], Any]) -> float | None:
-        """`TrainingRun.maybe_evaluate`, then a checkpoint when a multiple is crossed."""
-        result = super().maybe_evaluate(policy)
+        """`TrainingRun.maybe_evaluate` (or its evaluator's), then a checkpoint when due.
+
+        With an evaluator, an evaluation due is sent to it with the latest weights and this
+        returns at once; its result is recorded (at the env step of its weights) by the first
+        call after it came back, and the next evaluation waits for it.
+        """
+        if self.evaluator is None:
+            result = super().maybe_evaluate(policy)
+        else:
+            result = self.collect_evaluation(wait=False)
+            if self.eval_every and self.env_steps >= self._next_eval and self._pending is None:
+                self._next_eval = self.env_steps + self.eval_every
+                future = self.evaluator.evaluate(
+                    self.weights(), self.eval_episodes, self.eval_seed()
+                )
+                self._pending = (self.env_steps, future)
         if self.env_steps >= self._next_checkpoint:
             self._next_checkpoint = (
                 self.env_steps // self.checkpoint_every + 1
             ) * self.checkpoint_every
             self.checkpoint()
         return result
+
+    def collect_evaluation(self, *, wait: bool) -> float | None:
+        """Record the evaluator's result if it is back (`wait`: wait for it); return it."""
+        if self._pending is None or not (wait or self._pending[1].done()):
+            return None
+        (env_step, future), self._pending = self._pending, None
+        mean = float(future.get(timeout=_EVALUATION_TIMEOUT))
+        self.record_evaluation(env_step, mean)
+        return mean
 
     def checkpoint(self) -> None:
         """Write a checkpoint of the current step (once per step)."""
@@ -606,13 +637,21 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
 
     if learner.acting is not None and "writer" in objects:  # priorities from the actors' Q
         objects["writer"].bootstrap_q = functools.partial(_q_values, learner.agent)
+    if train.mode != "single" and not train.capture_video:  # videos are written here
+        from parl_algos.train._evaluator import RemoteEvaluator
+
+        env_fn = functools.partial(make_env, config.env.id)
+        run.evaluator = RemoteEvaluator(env_fn, learner.agent)
+        run.weights = learner.agent.get_weights
     try:
         with _Interrupt(run):
             _train_loop(spec, learner, run, objects, args)
+            run.collect_evaluation(wait=True)
         if not run.interrupted and run.last_row != run.env_steps:
             run.write_row()  # the last step's row
         run.checkpoint()
     finally:
+        run.evaluator = run._pending = None  # the actor goes with its handle and its call
         if "collector" in objects:
             objects["collector"].close()
     summary = dataclasses.asdict(run.finish(learner.agent))
