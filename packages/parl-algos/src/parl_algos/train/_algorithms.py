@@ -19,9 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
+import torch
 
 import parl
 from parl.utils import PrioritizedReplayMemory, ReplayMemory, summary
+from parl_algos._common import to_tensor
 from parl_algos.a2c import A2C, A2CStats
 from parl_algos.agents import ActorCriticAgent, ContinuousAgent, DQNAgent, IMPALAAgent
 from parl_algos.ddpg import DDPG, DDPGStats
@@ -29,6 +32,7 @@ from parl_algos.dqn import DQN, DQNStats
 from parl_algos.impala import IMPALA, IMPALAStats
 from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP, QNetwork
 from parl_algos.ppo import PPO, PPOStats
+from parl_algos.rollout import Trajectory
 from parl_algos.sac import SAC, SACStats
 from parl_algos.td3 import TD3, TD3Stats
 from parl_algos.train._apex import QActing
@@ -38,6 +42,7 @@ from parl_algos.training import ActorCriticArgs, ReplayArgs
 __all__ = [
     "A2CSection",
     "AlgorithmSpec",
+    "BehaviourPPOAgent",
     "C51Section",
     "DDPGSection",
     "DDQNSection",
@@ -338,8 +343,34 @@ def _build_actor_critic(config: Config, obs_space: gym.Space, act_space: gym.Spa
             alg.optimizer.param_groups[0]["lr"] = a.lr * remaining
             alg.clip_coef = max(a.clip_coef * remaining, 1e-8)
 
-    agent = ActorCriticAgent(alg, gamma=a.gamma, gae_lambda=a.gae_lambda)
+    agent_cls = BehaviourPPOAgent if config.train.mode == "async" else ActorCriticAgent
+    agent = agent_cls(alg, gamma=a.gamma, gae_lambda=a.gae_lambda)
     return Learner(agent, before_learn=anneal)
+
+
+class BehaviourPPOAgent(ActorCriticAgent):
+    """PPO from the trajectories of stale policy copies (`async` mode): its own correction.
+
+    The workers' copies keep `log pi_behaviour(a|s)` beside each action (`extras["log_prob"]`)
+    and the learner's ratio is taken against it, so the clipped surrogate bounds how far an
+    update moves from the policy that actually collected the data, however stale (as in
+    asynchronous PPO variants); the advantages use the learner's current value function.
+    """
+
+    @torch.no_grad()
+    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions drawn from the policy for a batch of observations, and their log-probs."""
+        dist = self.alg.distribution(to_tensor(obs, self.device))
+        action = dist.sample()
+        return action.cpu().numpy(), {"log_prob": dist.log_prob(action).cpu().numpy()}
+
+    def learn(self, trajectory: Trajectory) -> PPOStats:
+        """Update from one (possibly stale) trajectory, the ratio taken against its behaviour."""
+        b = self.advantages(trajectory)
+        old_log_prob = to_tensor(trajectory.extras["log_prob"].reshape(-1), self.device)
+        return self.alg.learn(
+            b.obs, b.action, b.advantage, b.value_target, value=b.value, old_log_prob=old_log_prob
+        )
 
 
 def _build_impala(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
@@ -472,8 +503,9 @@ def _build_continuous(config: Config, obs_space: gym.Space, act_space: gym.Space
     return Learner(ContinuousAgent(alg), memory=memory)
 
 
-# The modes of each family: A2C's and PPO's updates assume on-policy data, so they have no
-# async mode; IMPALA corrects for the actors' lag with V-trace; a replay memory takes any data.
+# The modes of each family: A2C's update assumes on-policy data, so it has no async mode;
+# IMPALA corrects for the actors' lag with V-trace, PPO with its ratio to the behaviour policy
+# (BehaviourPPOAgent); a replay memory takes any data.
 ON = ("single", "sync")
 ASYNC = ("single", "sync", "async")
 
@@ -484,7 +516,7 @@ SPECS: dict[str, AlgorithmSpec] = {
             "A2C", "on_policy", VectorEnvSection, A2CSection, A2CStats, _build_actor_critic, ON
         ),
         AlgorithmSpec(
-            "PPO", "on_policy", VectorEnvSection, PPOSection, PPOStats, _build_actor_critic, ON
+            "PPO", "on_policy", VectorEnvSection, PPOSection, PPOStats, _build_actor_critic, ASYNC
         ),
         AlgorithmSpec(
             "IMPALA",
