@@ -13,8 +13,10 @@ import sys
 import tomllib
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 
+from parl.utils import PrioritizedReplayMemory
 from parl_algos.train import (
     SPECS,
     ConfigError,
@@ -34,6 +36,13 @@ REQUIRED = {
     "ddpg/pendulum",
     "td3/pendulum",
     "impala/cartpole",
+}
+DQN_FAMILY = {
+    "ddqn/cartpole",
+    "duelingdqn/cartpole",
+    "c51/cartpole",
+    "qrdqn/cartpole",
+    "rainbow/cartpole",
 }
 TRAIN_KEYS = {
     "total_steps",
@@ -68,6 +77,52 @@ def test_shipped_configs_keep_the_example_scripts_hyperparameters():
     )
     assert (dqn.agent.train_freq, dqn.agent.gradient_steps, dqn.agent.lr) == (256, 128, 2.3e-3)
     assert load_config("sac/pendulum").train.target_return == -200.0
+
+
+def build(name: str, *overrides: tuple[str, str]):
+    config = load_config(name)
+    for key, text in overrides:
+        apply_override(config, key, text)
+    env = gym.make(config.env.id)
+    return SPECS[config.algorithm].build(config, env.observation_space, env.action_space)
+
+
+def test_the_dqn_family_is_shipped_each_member_with_its_options():
+    assert set(shipped_configs()) >= DQN_FAMILY
+    options = {}
+    for name in sorted(DQN_FAMILY | {"dqn/cartpole"}):
+        learner = build(name)
+        alg = learner.agent.alg
+        prioritized = isinstance(learner.memory, PrioritizedReplayMemory)
+        options[name] = (alg.double, alg.dueling, alg.noisy, alg.distributional, alg.n_step)
+        options[name] += (prioritized,)
+        assert learner.n_step == alg.n_step
+    assert options == {
+        "c51/cartpole": (False, False, False, "c51", 1, False),
+        "ddqn/cartpole": (True, False, False, None, 1, False),
+        "dqn/cartpole": (True, False, False, None, 1, False),
+        "duelingdqn/cartpole": (True, True, False, None, 1, False),
+        "qrdqn/cartpole": (False, False, False, "qr", 1, False),
+        "rainbow/cartpole": (True, True, True, "c51", 3, True),
+    }
+    assert build("qrdqn/cartpole").agent.alg.n_atoms == 10
+    assert build("rainbow/cartpole").agent.epsilon == 0.0  # the noise explores
+
+
+def test_a_dqn_agent_on_actors_acts_with_the_learners_exploration():
+    assert build("dqn/cartpole").acting is None  # single mode: the agent acts itself
+    for mode in ("sync", "async"):
+        acting = build("dqn/cartpole", ("train.mode", mode), ("train.actors", "4")).acting
+        assert acting.mode == mode and len(acting.epsilons) == 4
+
+
+def test_a_dqn_option_outside_its_values_is_refused_before_anything_starts(capsys, tmp_path):
+    argv = ["dqn/cartpole", "--agent.distributional", "iqn", "--logdir", str(tmp_path / "r")]
+    assert main(argv) == 2
+    assert "agent.distributional='iqn'; allowed: none, c51, qr" in capsys.readouterr().err
+    assert main(["rainbow/cartpole", "--agent.n_step", "0", "--logdir", str(tmp_path / "r")]) == 2
+    assert "agent.n_step=0 must be at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("name", sorted(REQUIRED))

@@ -1,8 +1,10 @@
 """The plumbing every training script shares, so that each example is only its algorithm.
 
-`RunArgs` holds the settings every example has (environment, seed, budget, evaluation
-schedule, target, output directory, torch threads), `OffPolicyArgs` and `OnPolicyArgs` those of
-a family; an example's `@dataclass Args(OffPolicyArgs)` adds or re-defaults its algorithm's.
+`RunArgs` holds the settings every example has (environment and output directory, and the
+`ScheduleArgs`: seed, budget, evaluation schedule, target, torch threads), `OffPolicyArgs` and
+`OnPolicyArgs` those of a family (with the `ReplayArgs` or the `ActorCriticArgs`); an
+example's `@dataclass Args(OffPolicyArgs)` adds or re-defaults its algorithm's. `parl-train`'s
+config sections are built on the same dataclasses, so each setting is declared once.
 `TrainingRun` sets up a run (seeds, torch threads, log and summary directories, a progress
 bar), records finished episodes and training statistics to TensorBoard, evaluates the greedy
 policy on a schedule, notices when the mean return of the last episodes first reaches a
@@ -38,11 +40,14 @@ from parl_algos.rollout import (
 )
 
 __all__ = [
+    "ActorCriticArgs",
     "OffPolicyArgs",
     "OffPolicyState",
     "OnPolicyArgs",
+    "ReplayArgs",
     "RunArgs",
     "RunResult",
+    "ScheduleArgs",
     "TrainingRun",
     "evaluate",
     "save_learning_curve",
@@ -53,11 +58,9 @@ __all__ = [
 
 
 @dataclasses.dataclass
-class RunArgs:
-    """The settings every example shares; each field's docstring is its `--help`."""
+class ScheduleArgs:
+    """The budget, seed, evaluation schedule and target of a run (`parl-train`'s too)."""
 
-    env_id: str = "CartPole-v1"
-    """The gymnasium environment to train on."""
     seed: int = 1
     """Seed of the environments, torch and numpy."""
     total_steps: int = 100_000
@@ -69,16 +72,24 @@ class RunArgs:
     target_return: float | None = None
     """Report when the mean return of the last 10 training episodes first reaches this."""
     stop_at_target: bool = False
-    """Stop training as soon as --target-return is reached."""
-    logdir: str = "train_log/run"
-    """Where the summary, the checkpoint and the learning curve go."""
+    """Stop training as soon as target_return is reached."""
     torch_threads: int = 1
     """Torch intra-op threads: one is fastest for small networks on a busy machine."""
 
 
 @dataclasses.dataclass
-class OffPolicyArgs(RunArgs):
-    """The settings of the replay-based examples (DQN, DDPG, TD3, SAC)."""
+class RunArgs(ScheduleArgs):
+    """The settings every example shares; each field's docstring is its `--help`."""
+
+    env_id: str = "CartPole-v1"
+    """The gymnasium environment to train on."""
+    logdir: str = "train_log/run"
+    """Where the summary, the checkpoint and the learning curve go."""
+
+
+@dataclasses.dataclass
+class ReplayArgs:
+    """The hyperparameters every replay-based algorithm has (`parl-train`'s `[agent]` too)."""
 
     lr: float = 1e-3
     """Adam learning rate (of every network)."""
@@ -99,11 +110,14 @@ class OffPolicyArgs(RunArgs):
 
 
 @dataclasses.dataclass
-class OnPolicyArgs(RunArgs):
-    """The settings of the examples that learn from fresh trajectories (A2C, PPO)."""
+class OffPolicyArgs(ReplayArgs, RunArgs):
+    """The settings of the replay-based examples (DQN, DDPG, TD3, SAC)."""
 
-    num_envs: int = 8
-    """Environments stepped together."""
+
+@dataclasses.dataclass
+class ActorCriticArgs:
+    """The hyperparameters A2C, PPO and IMPALA share (`parl-train`'s `[agent]` too)."""
+
     n_steps: int = 5
     """Steps per environment between two updates."""
     lr: float = 7e-4
@@ -120,6 +134,14 @@ class OnPolicyArgs(RunArgs):
     """Global gradient-norm clip."""
     hidden_size: int = 64
     """Width of the two hidden layers of the actor and of the critic."""
+
+
+@dataclasses.dataclass
+class OnPolicyArgs(ActorCriticArgs, RunArgs):
+    """The settings of the examples that learn from fresh trajectories (A2C, PPO)."""
+
+    num_envs: int = 8
+    """Environments stepped together."""
 
 
 def evaluate(
@@ -350,12 +372,19 @@ class TrainingRun:
         if self.eval_env is None or not self.eval_every or self.env_steps < self._next_eval:
             return None
         self._next_eval = self.env_steps + self.eval_every
-        seed = self.seed + 10_000 if not self.eval_curve else None
-        mean = evaluate(self.eval_env, policy, self.eval_episodes, seed=seed)
-        self.eval_curve.append((self.env_steps, mean))
-        summary.add_scalar("eval/mean_return", mean, self.env_steps)
-        logger.info("env step %d: evaluation mean return %.1f", self.env_steps, mean)
+        mean = evaluate(self.eval_env, policy, self.eval_episodes, seed=self.eval_seed())
+        self.record_evaluation(self.env_steps, mean)
         return mean
+
+    def eval_seed(self) -> int | None:
+        """The seed of the next evaluation's first reset: the first is seeded, later ones go on."""
+        return self.seed + 10_000 if not self.eval_curve else None
+
+    def record_evaluation(self, env_step: int, mean: float) -> None:
+        """Note the mean return of an evaluation of the policy of `env_step`."""
+        self.eval_curve.append((env_step, mean))
+        summary.add_scalar("eval/mean_return", mean, env_step)
+        logger.info("env step %d: evaluation mean return %.1f", env_step, mean)
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint needs to continue this run: counters, curves, schedules, clock."""

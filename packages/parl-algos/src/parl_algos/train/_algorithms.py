@@ -5,7 +5,9 @@ An `AlgorithmSpec` ties an algorithm's name (`"PPO"`) to the dataclasses of its 
 its training loop (`on_policy`: trajectories of a vector of environments; `off_policy`: a
 replay memory filled one step at a time), the stats dataclass its `learn` returns (the columns
 of progress.csv) and a `build` function that makes the agent (and its memory) for given
-observation and action spaces. The defaults are those of the example scripts.
+observation and action spaces. The defaults are those of the example scripts: the `[agent]`
+sections extend the hyperparameters each family shares, declared once in `parl_algos.training`
+(`ActorCriticArgs`, `ReplayArgs`) for the scripts and the configs alike.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
+import torch
 
 import parl
 from parl.utils import PrioritizedReplayMemory, ReplayMemory, summary
+from parl_algos._common import to_tensor
 from parl_algos.a2c import A2C, A2CStats
 from parl_algos.agents import ActorCriticAgent, ContinuousAgent, DQNAgent, IMPALAAgent
 from parl_algos.ddpg import DDPG, DDPGStats
@@ -27,20 +32,29 @@ from parl_algos.dqn import DQN, DQNStats
 from parl_algos.impala import IMPALA, IMPALAStats
 from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP, QNetwork
 from parl_algos.ppo import PPO, PPOStats
+from parl_algos.rollout import Trajectory
 from parl_algos.sac import SAC, SACStats
 from parl_algos.td3 import TD3, TD3Stats
+from parl_algos.train._apex import QActing
 from parl_algos.train._config import Config, ConfigError
+from parl_algos.training import ActorCriticArgs, ReplayArgs
 
 __all__ = [
     "A2CSection",
     "AlgorithmSpec",
+    "BehaviourPPOAgent",
+    "C51Section",
     "DDPGSection",
+    "DDQNSection",
     "DQNSection",
+    "DuelingDQNSection",
     "EnvSection",
     "IMPALASection",
     "Learner",
     "PPOSection",
     "QNetwork",
+    "QRDQNSection",
+    "RainbowSection",
     "SACSection",
     "SPECS",
     "TD3Section",
@@ -59,12 +73,17 @@ class Learner:
         memory: the replay memory of an off-policy algorithm (None for on-policy ones).
         before_learn: on-policy: called with the env-step count before each update.
         after_step: off-policy: called with the step count after each env step.
+        acting: off-policy, sync and async modes: the policy copy the workers act with
+            (None: the agent itself, through `BatchActing`).
+        n_step: off-policy: steps of each stored transition (an `NStepAdder` per column).
     """
 
     agent: parl.Agent
     memory: ReplayMemory | None = None
     before_learn: Callable[[int], None] | None = None
     after_step: Callable[[int], None] | None = None
+    acting: Any = None
+    n_step: int = 1
 
 
 @dataclass(frozen=True)
@@ -79,6 +98,8 @@ class AlgorithmSpec:
         stats: the dataclass the algorithm's `learn` returns.
         build: `(config, observation_space, action_space) -> Learner`.
         modes: the modes it runs in.
+        check: raises `ConfigError` for what the types of the `[agent]` keys cannot say (a
+            string outside its allowed values), before anything starts.
     """
 
     name: str
@@ -88,6 +109,7 @@ class AlgorithmSpec:
     stats: type
     build: Callable[[Config, gym.Space, gym.Space], Learner]
     modes: tuple[str, ...] = ("single",)
+    check: Callable[[Config], None] | None = None
 
 
 # -- [env] sections ------------------------------------------------------------------------------
@@ -115,32 +137,12 @@ class EnvSection:
 
 
 @dataclass
-class _ActorCriticSection:
-    n_steps: int = 5
-    """Steps per environment between two updates."""
-    lr: float = 7e-4
-    """Learning rate."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 1.0
-    """GAE lambda (1: n-step returns)."""
-    ent_coef: float = 0.0
-    """Entropy bonus weight."""
-    vf_coef: float = 0.5
-    """Value loss weight."""
-    max_grad_norm: float = 0.5
-    """Global gradient-norm clip."""
-    hidden_size: int = 64
-    """Width of the two hidden layers of the actor and of the critic."""
-
-
-@dataclass
-class A2CSection(_ActorCriticSection):
+class A2CSection(ActorCriticArgs):
     """`[agent]` of A2C."""
 
 
 @dataclass
-class PPOSection(_ActorCriticSection):
+class PPOSection(ActorCriticArgs):
     """`[agent]` of PPO."""
 
     n_steps: int = 32
@@ -164,7 +166,7 @@ class PPOSection(_ActorCriticSection):
 
 
 @dataclass
-class IMPALASection(_ActorCriticSection):
+class IMPALASection(ActorCriticArgs):
     """`[agent]` of IMPALA."""
 
     n_steps: int = 20
@@ -178,28 +180,8 @@ class IMPALASection(_ActorCriticSection):
 
 
 @dataclass
-class _ReplaySection:
-    lr: float = 1e-3
-    """Adam learning rate (of every network)."""
-    gamma: float = 0.99
-    """Discount factor."""
-    batch_size: int = 256
-    """Transitions per update."""
-    buffer_size: int = 1_000_000
-    """Replay memory size."""
-    learning_starts: int = 100
-    """Random steps before learning starts."""
-    train_freq: int = 1
-    """Env steps between two rounds of updates."""
-    gradient_steps: int = 1
-    """Updates per round."""
-    hidden_size: int = 256
-    """Width of the hidden layers of each network."""
-
-
-@dataclass
-class DQNSection(_ReplaySection):
-    """`[agent]` of DQN."""
+class DQNSection(ReplayArgs):
+    """`[agent]` of DQN (and, with other defaults, of each named member of its family)."""
 
     lr: float = 2.3e-3
     batch_size: int = 64
@@ -219,10 +201,66 @@ class DQNSection(_ReplaySection):
     """Use a dueling Q-network."""
     prioritized: bool = False
     """Sample the replay memory by priority (TD error)."""
+    n_step: int = 1
+    """Steps of each stored transition's return (n-step learning)."""
+    noisy: bool = False
+    """Noisy layers in the Q-network's head explore instead of epsilon."""
+    distributional: str | None = None
+    """None, 'c51' (a categorical return distribution) or 'qr' (quantile regression)."""
+    n_atoms: int | None = None
+    """Atoms (c51) or quantiles (qr) per action (none: 51 for c51, 200 for qr)."""
+    v_min: float = 0.0
+    """C51's smallest atom (CartPole's discounted returns lie in [0, 100])."""
+    v_max: float = 100.0
+    """C51's largest atom."""
+    apex_eps: float = 0.4
+    """async mode (Ape-X): the base epsilon; actor i of N explores with
+    apex_eps ** (1 + apex_alpha * i / (N - 1))."""
+    apex_alpha: float = 7.0
+    """async mode (Ape-X): the exponent of the actors' epsilons."""
 
 
 @dataclass
-class SACSection(_ReplaySection):
+class DDQNSection(DQNSection):
+    """`[agent]` of Double DQN."""
+
+
+@dataclass
+class DuelingDQNSection(DQNSection):
+    """`[agent]` of Dueling DQN."""
+
+    dueling: bool = True
+
+
+@dataclass
+class C51Section(DQNSection):
+    """`[agent]` of C51."""
+
+    double: bool = False
+    distributional: str | None = "c51"
+
+
+@dataclass
+class QRDQNSection(DQNSection):
+    """`[agent]` of QR-DQN."""
+
+    double: bool = False
+    distributional: str | None = "qr"
+
+
+@dataclass
+class RainbowSection(DQNSection):
+    """`[agent]` of Rainbow."""
+
+    dueling: bool = True
+    prioritized: bool = True
+    n_step: int = 3
+    noisy: bool = True
+    distributional: str | None = "c51"
+
+
+@dataclass
+class SACSection(ReplayArgs):
     """`[agent]` of SAC."""
 
     alpha: float | None = None
@@ -232,7 +270,7 @@ class SACSection(_ReplaySection):
 
 
 @dataclass
-class DDPGSection(_ReplaySection):
+class DDPGSection(ReplayArgs):
     """`[agent]` of DDPG."""
 
     gamma: float = 0.98
@@ -305,8 +343,34 @@ def _build_actor_critic(config: Config, obs_space: gym.Space, act_space: gym.Spa
             alg.optimizer.param_groups[0]["lr"] = a.lr * remaining
             alg.clip_coef = max(a.clip_coef * remaining, 1e-8)
 
-    agent = ActorCriticAgent(alg, gamma=a.gamma, gae_lambda=a.gae_lambda)
+    agent_cls = BehaviourPPOAgent if config.train.mode == "async" else ActorCriticAgent
+    agent = agent_cls(alg, gamma=a.gamma, gae_lambda=a.gae_lambda)
     return Learner(agent, before_learn=anneal)
+
+
+class BehaviourPPOAgent(ActorCriticAgent):
+    """PPO from the trajectories of stale policy copies (`async` mode): its own correction.
+
+    The workers' copies keep `log pi_behaviour(a|s)` beside each action (`extras["log_prob"]`)
+    and the learner's ratio is taken against it, so the clipped surrogate bounds how far an
+    update moves from the policy that actually collected the data, however stale (as in
+    asynchronous PPO variants); the advantages use the learner's current value function.
+    """
+
+    @torch.no_grad()
+    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions drawn from the policy for a batch of observations, and their log-probs."""
+        dist = self.alg.distribution(to_tensor(obs, self.device))
+        action = dist.sample()
+        return action.cpu().numpy(), {"log_prob": dist.log_prob(action).cpu().numpy()}
+
+    def learn(self, trajectory: Trajectory) -> PPOStats:
+        """Update from one (possibly stale) trajectory, the ratio taken against its behaviour."""
+        b = self.advantages(trajectory)
+        old_log_prob = to_tensor(trajectory.extras["log_prob"].reshape(-1), self.device)
+        return self.alg.learn(
+            b.obs, b.action, b.advantage, b.value_target, value=b.value, old_log_prob=old_log_prob
+        )
 
 
 def _build_impala(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
@@ -330,17 +394,38 @@ def _build_impala(config: Config, obs_space: gym.Space, act_space: gym.Space) ->
 def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
     a, train = config.agent, config.train
     obs_dim, n_actions = obs_space.shape[0], _discrete(config, act_space)
-    alg = DQN(
-        QNetwork(obs_dim, n_actions, (a.hidden_size, a.hidden_size), dueling=a.dueling),
-        lr=a.lr,
-        gamma=a.gamma,
-        double=a.double,
-    )
+    _check_dqn(config)
+    n_atoms = None if a.distributional is None else a.n_atoms or _ATOMS[a.distributional]
+    try:
+        model = QNetwork(
+            obs_dim,
+            n_actions,
+            (a.hidden_size, a.hidden_size),
+            dueling=a.dueling,
+            noisy=a.noisy,
+            n_atoms=n_atoms or 1,
+        )
+        alg = DQN(
+            model,
+            lr=a.lr,
+            gamma=a.gamma,
+            double=a.double,
+            dueling=a.dueling,
+            n_step=a.n_step,
+            noisy=a.noisy,
+            distributional=a.distributional,
+            n_atoms=n_atoms,
+            v_min=a.v_min,
+            v_max=a.v_max,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"[agent] of {config.algorithm}: {exc}") from None
     decay = max(int(a.exploration_fraction * train.total_steps) - a.learning_starts, 1)
     agent = DQNAgent(
         alg,
         n_actions,
-        eps_end=a.eps_end,
+        eps_start=0.0 if a.noisy else 1.0,  # noisy networks explore with their noise
+        eps_end=0.0 if a.noisy else a.eps_end,
         eps_decay_steps=decay,
         seed=train.seed,
     )
@@ -351,14 +436,38 @@ def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Le
         )
     else:
         memory = ReplayMemory(a.buffer_size, obs_dim, 0, seed=train.seed)
+    acting = None
+    if train.mode != "single":
+        acting = QActing(
+            agent,
+            mode=train.mode,
+            actors=train.actors,
+            learning_starts=a.learning_starts,
+            noisy=a.noisy,
+            apex_eps=a.apex_eps,
+            apex_alpha=a.apex_alpha,
+        )
 
     def after_step(step: int) -> None:
         if step % a.target_update_interval == 0:
             alg.sync_target()
         if step % 1000 == 0:
-            summary.add_scalar("rollout/epsilon", agent.epsilon, step)
+            epsilon = agent.epsilon if acting is None else acting.scheduled_epsilon()
+            summary.add_scalar("rollout/epsilon", epsilon, step)
 
-    return Learner(agent, memory=memory, after_step=after_step)
+    return Learner(agent, memory=memory, after_step=after_step, acting=acting, n_step=a.n_step)
+
+
+_ATOMS = {"c51": 51, "qr": 200}
+
+
+def _check_dqn(config: Config) -> None:
+    a = config.agent
+    if a.distributional not in (None, *_ATOMS):
+        raise ConfigError(f"agent.distributional={a.distributional!r}; allowed: none, c51, qr")
+    for key in ("n_step", "train_freq", "batch_size", "target_update_interval"):
+        if getattr(a, key) < 1:
+            raise ConfigError(f"agent.{key}={getattr(a, key)} must be at least 1")
 
 
 def _build_continuous(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
@@ -394,8 +503,9 @@ def _build_continuous(config: Config, obs_space: gym.Space, act_space: gym.Space
     return Learner(ContinuousAgent(alg), memory=memory)
 
 
-# The modes of each family: A2C's and PPO's updates assume on-policy data, so they have no
-# async mode; IMPALA corrects for the actors' lag with V-trace; a replay memory takes any data.
+# The modes of each family: A2C's update assumes on-policy data, so it has no async mode;
+# IMPALA corrects for the actors' lag with V-trace, PPO with its ratio to the behaviour policy
+# (BehaviourPPOAgent); a replay memory takes any data.
 ON = ("single", "sync")
 ASYNC = ("single", "sync", "async")
 
@@ -406,7 +516,7 @@ SPECS: dict[str, AlgorithmSpec] = {
             "A2C", "on_policy", VectorEnvSection, A2CSection, A2CStats, _build_actor_critic, ON
         ),
         AlgorithmSpec(
-            "PPO", "on_policy", VectorEnvSection, PPOSection, PPOStats, _build_actor_critic, ON
+            "PPO", "on_policy", VectorEnvSection, PPOSection, PPOStats, _build_actor_critic, ASYNC
         ),
         AlgorithmSpec(
             "IMPALA",
@@ -417,7 +527,19 @@ SPECS: dict[str, AlgorithmSpec] = {
             _build_impala,
             ASYNC,
         ),
-        AlgorithmSpec("DQN", "off_policy", EnvSection, DQNSection, DQNStats, _build_dqn, ASYNC),
+        *(
+            AlgorithmSpec(
+                name, "off_policy", EnvSection, section, DQNStats, _build_dqn, ASYNC, _check_dqn
+            )
+            for name, section in (
+                ("DQN", DQNSection),
+                ("DDQN", DDQNSection),
+                ("DuelingDQN", DuelingDQNSection),
+                ("C51", C51Section),
+                ("QRDQN", QRDQNSection),
+                ("Rainbow", RainbowSection),
+            )
+        ),
         AlgorithmSpec(
             "DDPG", "off_policy", EnvSection, DDPGSection, DDPGStats, _build_continuous, ASYNC
         ),

@@ -25,6 +25,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from parl_algos.training import ScheduleArgs
+
 __all__ = [
     "Config",
     "ConfigError",
@@ -45,35 +47,21 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class TrainSection:
-    """The `[train]` section, the same for every algorithm."""
+class TrainSection(ScheduleArgs):
+    """The `[train]` section, the same for every algorithm: `ScheduleArgs` and the run's own."""
 
-    total_steps: int = 100_000
-    """Env steps to train for (summed over the environments)."""
-    seed: int = 1
-    """Seed of the environments, torch, numpy and python."""
     mode: str = "single"
     """'single' (one process), 'sync' (learner + actors in rounds) or 'async'."""
     actors: int = 2
     """Remote actors of the sync and async modes."""
     address: str | None = None
     """HOST:PORT of a running cluster (none: an embedded one of actors + 1 slots)."""
-    eval_every: int = 10_000
-    """Evaluate the greedy policy every this many env steps (0: never)."""
-    eval_episodes: int = 5
-    """Episodes per evaluation."""
-    target_return: float | None = None
-    """Report when the mean return of the last 10 training episodes first reaches this."""
-    stop_at_target: bool = False
-    """Stop as soon as target_return is reached."""
     checkpoint_every: int = 10_000
     """Env steps between two checkpoints (one is always written at the end)."""
     log_every: int = 1000
     """Env steps between two rows of progress.csv."""
     logdir: str | None = None
     """The run directory (none: train_log/<algorithm>-<env>/<timestamp>)."""
-    torch_threads: int = 1
-    """Torch intra-op threads: one is fastest for small networks on a busy machine."""
     progress: bool = True
     """Show a progress bar."""
     capture_video: bool = False
@@ -191,6 +179,8 @@ def check_config(config: Config) -> None:
             raise ConfigError(f"train.{key}={getattr(train, key)} must be at least 1")
     if train.eval_every < 0:
         raise ConfigError(f"train.eval_every={train.eval_every} must be 0 (never) or more")
+    if spec.check is not None:
+        spec.check(config)
 
 
 def apply_override(config: Config, dotted: str, text: str) -> None:

@@ -10,11 +10,14 @@ torch and of the agent's own generators; the run's counters, curves and schedule
 `run_single` trains with the loops of `parl_algos.training`: `train_on_policy` on a sampler
 (`parl.samplers`: a `SerialSampler` in `single` mode, a `ParallelSampler` of remote workers
 in `sync` mode, an `AsyncSampler` in `async` mode) for the trajectory-based algorithms;
-`train_off_policy` (single) or `train_off_policy_rounds` (workers filling the replay memory)
-for the replay-based ones. Evaluation runs in this process between training steps. In
-`single` mode every piece of state is in the checkpoint, so a run stopped (Ctrl-C, or killed
-after a periodic checkpoint) and resumed writes the same rows of progress.csv as the run left
-alone; in the other modes the workers' environments start afresh on resume.
+`train_off_policy` (single) or `train_off_policy_rounds` (workers filling the replay memory
+through a `ReplayWriter`; for the DQN family Ape-X style in `async` mode, see `_apex`) for
+the replay-based ones. Evaluation runs in this process between training steps in `single`
+mode (and wherever videos are recorded), in an actor of its own in the others (`_evaluator`),
+with the latest weights, so that it never stalls training. In `single` mode every piece of
+state is in the checkpoint, so a run stopped (Ctrl-C, or killed after a periodic checkpoint)
+and resumed writes the same rows of progress.csv as the run left alone; in the other modes
+the workers' environments start afresh on resume.
 """
 
 from __future__ import annotations
@@ -36,9 +39,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from parl.utils import logger
+from parl.utils import NStepAdder, logger
+from parl_algos._common import to_tensor
 from parl_algos.rollout import Episode, Trajectory, make_rescaled_env
 from parl_algos.train._algorithms import AlgorithmSpec, Learner, get_spec, stat_columns
+from parl_algos.train._apex import QActing, ReplayWriter
 from parl_algos.train._config import Config, dump_config
 from parl_algos.training import (
     OffPolicyArgs,
@@ -71,6 +76,7 @@ INTERRUPTED_EXIT_CODE = 130
 """What `parl-train` exits with after Ctrl-C (128 + SIGINT, as a shell reports it)."""
 
 _CHECKPOINT_FORMAT = "parl-train/1"
+_EVALUATION_TIMEOUT = 600.0
 _KEEP_CHECKPOINTS = 2
 
 
@@ -226,49 +232,40 @@ def train_off_policy_rounds(
     run: TrainingRun,
     collector: SamplerCollector,
     agent: Any,
-    memory: Any,
+    writer: ReplayWriter,
     args: OffPolicyArgs,
     *,
     after_step: Callable[[int], None] | None = None,
+    acting: QActing | None = None,
 ) -> None:
-    """Off-policy learning in rounds: workers fill the replay memory, then the learner learns.
+    """Off-policy learning from workers: they fill the replay memory, the learner learns.
 
-    Each round the workers get the latest weights and collect `horizon` steps of each of their
-    environments; every transition goes into `memory` (`terminal` on termination only, the
-    true last observation as `next_obs` where an episode ended); then the learner takes
-    `gradient_steps` updates per `train_freq` env steps of the round, once past
-    `learning_starts`, as `train_off_policy` does step by step.
+    Each round the workers get the latest weights (with `acting`, the exploration it decides
+    at the run's env-step count) and the learner takes the next batch: every worker's `horizon`
+    steps (`sync`), or one worker's as soon as it has them (`async`, Ape-X style: the workers
+    never wait). `writer` stores every transition; then, for each env step of the batch, the
+    learner does what `train_off_policy` does after that step: `gradient_steps` updates at
+    every multiple of `train_freq` past `learning_starts`, then `after_step`.
     """
     run.start()
-    owed = 0.0
+    stats = None
     while collector.env_steps < args.total_steps and not run.done:
         before = collector.env_steps
+        if acting is not None:
+            acting.env_steps = before
         trajectory = collector.collect(0)
-        _store(memory, trajectory)
+        if acting is not None:
+            acting.observe(trajectory)
+        writer.store(trajectory)
         steps = collector.env_steps
-        stats = None
-        if steps > args.learning_starts:
-            owed += (steps - max(before, args.learning_starts)) / args.train_freq
-            for _ in range(int(owed) * args.gradient_steps):
-                stats = agent.learn(memory, args.batch_size)
-            owed -= int(owed)
-        if after_step is not None:
-            for step in range(before + 1, steps + 1):
+        for step in range(before + 1, steps + 1):  # train_off_policy's schedule, step by step
+            if step > args.learning_starts and step % args.train_freq == 0:
+                for _ in range(args.gradient_steps):
+                    stats = agent.learn(writer.memory, args.batch_size)
+            if after_step is not None:
                 after_step(step)
         run.record(steps, collector.pop_episodes(), stats)
         run.maybe_evaluate(agent.predict)
-
-
-def _store(memory: Any, t: Trajectory) -> None:
-    final = {tuple(k): i for i, k in enumerate(t.final_index.tolist())}
-    horizon, width = t.reward.shape
-    for i in range(horizon):
-        for k in range(width):
-            if t.terminated[i, k] or (i, k) not in final:
-                next_obs = t.obs[i + 1, k]  # a terminal step's next_obs is never bootstrapped
-            else:
-                next_obs = t.final_obs[final[i, k]]
-            memory.append(t.obs[i, k], t.action[i, k], t.reward[i, k], next_obs, t.terminated[i, k])
 
 
 class _Run(TrainingRun):
@@ -301,6 +298,11 @@ class _Run(TrainingRun):
         self._next_checkpoint = checkpoint_every
         self._stats: Any = None
         self._seconds_before = 0.0
+        self.evaluator: Any = None
+        """An `Evaluator` actor (sync, async): evaluations run there, not between steps."""
+        self.weights: Callable[[], Any] | None = None
+        """With an evaluator: the agent's latest weights."""
+        self._pending: tuple[int, Any] | None = None
 
     @property
     def done(self) -> bool:
@@ -334,14 +336,37 @@ class _Run(TrainingRun):
         self.progress_log.write(self.env_steps, self.seconds(), self.mean_return(), self._stats)
 
     def maybe_evaluate(self, policy: Callable[[np.ndarray], Any]) -> float | None:
-        """`TrainingRun.maybe_evaluate`, then a checkpoint when a multiple is crossed."""
-        result = super().maybe_evaluate(policy)
+        """`TrainingRun.maybe_evaluate` (or its evaluator's), then a checkpoint when due.
+
+        With an evaluator, an evaluation due is sent to it with the latest weights and this
+        returns at once; its result is recorded (at the env step of its weights) by the first
+        call after it came back, and the next evaluation waits for it.
+        """
+        if self.evaluator is None:
+            result = super().maybe_evaluate(policy)
+        else:
+            result = self.collect_evaluation(wait=False)
+            if self.eval_every and self.env_steps >= self._next_eval and self._pending is None:
+                self._next_eval = self.env_steps + self.eval_every
+                future = self.evaluator.evaluate(
+                    self.weights(), self.eval_episodes, self.eval_seed()
+                )
+                self._pending = (self.env_steps, future)
         if self.env_steps >= self._next_checkpoint:
             self._next_checkpoint = (
                 self.env_steps // self.checkpoint_every + 1
             ) * self.checkpoint_every
             self.checkpoint()
         return result
+
+    def collect_evaluation(self, *, wait: bool) -> float | None:
+        """Record the evaluator's result if it is back (`wait`: wait for it); return it."""
+        if self._pending is None or not (wait or self._pending[1].done()):
+            return None
+        (env_step, future), self._pending = self._pending, None
+        mean = float(future.get(timeout=_EVALUATION_TIMEOUT))
+        self.record_evaluation(env_step, mean)
+        return mean
 
     def checkpoint(self) -> None:
         """Write a checkpoint of the current step (once per step)."""
@@ -579,15 +604,21 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
     else:
         env = make_env(config.env.id)
         learner = spec.build(config, env.observation_space, env.action_space)
-        objects.update(eval_env=eval_env, memory=learner.memory)
+        memory = learner.memory
         if train.mode == "single":
+            if learner.n_step > 1:
+                memory = NStepAdder(memory, learner.n_step, config.agent.gamma)
             objects.update(env=env, loop=OffPolicyState.start(env, train.seed))
         else:
+            objects["writer"] = ReplayWriter(
+                memory, n_step=learner.n_step, gamma=config.agent.gamma
+            )
             env.action_space.seed(train.seed)
             random_steps = config.agent.learning_starts // train.actors
-            acting = BatchActing(learner.agent, env.action_space, random_steps)
+            acting = learner.acting or BatchActing(learner.agent, env.action_space, random_steps)
             env.close()
             objects["collector"] = make_collector(config, acting)
+        objects.update(eval_env=eval_env, memory=memory)
 
     if checkpoint is not None:
         state = load_checkpoint(checkpoint, learner.agent)
@@ -597,18 +628,30 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
         elif "collector" in objects:
             objects["collector"].sampler.agent = learner.agent  # not the pickled copy
         learner.memory = objects.get("memory", learner.memory)
+        if "writer" in objects:
+            objects["writer"].memory = learner.memory
         run.eval_env = objects["eval_env"]
         run.load_state_dict(state["run"])
         _set_rng_state(learner.agent, state["rng"])
         logger.info("resumed %s from %s (env step %d)", logdir, checkpoint, run.env_steps)
 
+    if learner.acting is not None and "writer" in objects:  # priorities from the actors' Q
+        objects["writer"].bootstrap_q = functools.partial(_q_values, learner.agent)
+    if train.mode != "single" and not train.capture_video:  # videos are written here
+        from parl_algos.train._evaluator import RemoteEvaluator
+
+        env_fn = functools.partial(make_env, config.env.id)
+        run.evaluator = RemoteEvaluator(env_fn, learner.agent)
+        run.weights = learner.agent.get_weights
     try:
         with _Interrupt(run):
             _train_loop(spec, learner, run, objects, args)
+            run.collect_evaluation(wait=True)
         if not run.interrupted and run.last_row != run.env_steps:
             run.write_row()  # the last step's row
         run.checkpoint()
     finally:
+        run.evaluator = run._pending = None  # the actor goes with its handle and its call
         if "collector" in objects:
             objects["collector"].close()
     summary = dataclasses.asdict(run.finish(learner.agent))
@@ -625,8 +668,9 @@ def make_collector(config: Config, agent: Any) -> SamplerCollector:
 
     On-policy, `single` steps `env.num_envs` environments with a `SerialSampler` and `sync`
     splits them over `train.actors` workers of a `ParallelSampler` (at least one each), for
-    `agent.n_steps` steps a round. Off-policy (`sync` only), each worker steps one
-    environment for `train_freq / actors` steps a round (at least 8). Workers run on the
+    `agent.n_steps` steps a round. Off-policy (`sync`, `async`), each worker steps one
+    environment for `train_freq / actors` steps a batch (at least 8), acting with `agent`
+    (a DQN-family agent's `QActing`: the exploration the learner decides). Workers run on the
     cluster of `train.address`, or on an embedded one of `actors + 1` slots.
     """
     from parl.samplers import AsyncSampler, ParallelSampler, SerialSampler
@@ -680,9 +724,10 @@ def _train_loop(
             run,
             objects["collector"],
             learner.agent,
-            objects["memory"],
+            objects["writer"],
             args,
             after_step=learner.after_step,
+            acting=learner.acting,
         )
     else:
         train_off_policy(
@@ -694,3 +739,9 @@ def _train_loop(
             after_step=learner.after_step,
             state=objects["loop"],
         )
+
+
+@torch.no_grad()
+def _q_values(agent: Any, obs: np.ndarray) -> np.ndarray:
+    """The Q-values `(B, n_actions)` of the learner's network for a batch of observations."""
+    return agent.alg.predict(to_tensor(obs, agent.device)).cpu().numpy()

@@ -1,0 +1,169 @@
+"""The DQN family on actors: who explores how (sync schedule, Ape-X epsilons), replay writes.
+
+The policy copies go through pickle as they do to the samplers' workers; priorities are
+checked against values computed by hand.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from parl.utils import PrioritizedReplayMemory, ReplayMemory
+from parl_algos.agents import DQNAgent
+from parl_algos.dqn import DQN
+from parl_algos.nets import QNetwork
+from parl_algos.rollout import Trajectory
+from parl_algos.train._apex import QActing, ReplayWriter, ape_x_epsilons
+
+
+def make_agent(eps_decay_steps: int = 100) -> DQNAgent:
+    torch.manual_seed(0)
+    return DQNAgent(DQN(QNetwork(4, 2, (8,))), 2, eps_end=0.1, eps_decay_steps=eps_decay_steps)
+
+
+def copy_on_worker(acting: QActing, seed: int) -> QActing:
+    """What a worker holds: a pickled copy, drawing its id from the worker's seeded generator."""
+    random.seed(seed)
+    return pickle.loads(pickle.dumps(acting))
+
+
+def test_ape_x_epsilons_follow_the_paper():
+    assert ape_x_epsilons(1) == [0.4]
+    eps = ape_x_epsilons(8, 0.4, 7.0)
+    assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4**8)
+    assert eps[3] == pytest.approx(0.4 ** (1 + 7.0 * 3 / 7))
+    assert eps == sorted(eps, reverse=True)
+    with pytest.raises(ValueError, match="actors=0"):
+        ape_x_epsilons(0)
+
+
+def test_sync_copies_all_act_with_the_learners_scheduled_epsilon():
+    learner = QActing(make_agent(100), mode="sync", actors=2, learning_starts=50)
+    copies = [copy_on_worker(learner, seed) for seed in (1, 2)]
+    schedule = [(0, 1.0), (49, 1.0), (50, 1.0), (100, 0.55), (150, 0.1), (999, 0.1)]
+    for env_steps, expected in schedule:
+        learner.env_steps = env_steps
+        weights = learner.get_weights()
+        for copy in copies:
+            copy.set_weights(weights)
+            assert copy.epsilon == pytest.approx(expected)
+
+
+def test_async_copies_get_ape_x_epsilons_by_the_order_their_rollouts_came():
+    learner = QActing(make_agent(), mode="async", actors=3, learning_starts=10)
+    copies = [copy_on_worker(learner, seed) for seed in (1, 2, 3)]
+    obs = np.zeros((2, 4), dtype=np.float32)
+    ids = []
+    for copy in (copies[2], copies[0], copies[1]):  # the order their first rollouts arrive
+        _, extras = copy.sample(obs)
+        ids.append(int(extras["actor"][0]))
+        learner.observe(trajectory(extras={"actor": extras["actor"][None]}))
+    assert len(set(ids)) == 3
+    learner.env_steps = 5  # warm-up: everyone random
+    for copy in copies:
+        copy.set_weights(learner.get_weights())
+        assert copy.epsilon == 1.0
+    learner.env_steps = 10
+    weights = learner.get_weights()
+    for copy in copies:
+        copy.set_weights(weights)
+    expected = ape_x_epsilons(3)
+    assert [copies[2].epsilon, copies[0].epsilon, copies[1].epsilon] == pytest.approx(expected)
+
+
+def test_a_copy_acts_greedily_at_epsilon_zero_and_reports_its_q_values():
+    agent = make_agent()
+    learner = QActing(agent, mode="sync", actors=1, learning_starts=0)
+    learner.env_steps = 10_000
+    copy = copy_on_worker(learner, 7)
+    copy.set_weights(learner.get_weights())
+    assert copy.epsilon == pytest.approx(0.1)
+    copy.epsilon = 0.0
+    obs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
+    actions, extras = copy.sample(obs)
+    q = agent.alg.predict(torch.as_tensor(obs)).numpy()
+    np.testing.assert_allclose(extras["q"], q, rtol=1e-6)
+    np.testing.assert_array_equal(actions, q.argmax(axis=1))
+
+
+def trajectory(
+    *,
+    horizon: int = 1,
+    width: int = 1,
+    reward=None,
+    terminated=None,
+    truncated=None,
+    final_index=(),
+    extras=None,
+) -> Trajectory:
+    shape = (horizon, width)
+    obs = np.arange((horizon + 1) * width * 4, dtype=np.float32).reshape(horizon + 1, width, 4)
+    return Trajectory(
+        obs=obs,
+        action=np.zeros(shape, dtype=np.int64),
+        reward=np.ones(shape, np.float32) if reward is None else np.asarray(reward, np.float32),
+        terminated=np.zeros(shape, bool) if terminated is None else np.asarray(terminated),
+        truncated=np.zeros(shape, bool) if truncated is None else np.asarray(truncated),
+        final_obs=np.full((len(final_index), 4), -1.0, dtype=np.float32),
+        final_index=np.array(final_index, dtype=np.int64).reshape(-1, 2),
+        extras=extras or {},
+    )
+
+
+def test_initial_priorities_are_one_step_td_errors_of_the_actors_q_values():
+    memory = PrioritizedReplayMemory(100, 4, 0, alpha=1.0, eps=1e-9)
+    bootstrapped = []
+
+    def learner_q(obs):
+        bootstrapped.append(obs.copy())
+        return np.full((len(obs), 2), 10.0)
+
+    writer = ReplayWriter(memory, gamma=0.5, bootstrap_q=learner_q)
+    # One column, 4 steps: step 1 terminates, step 2 is truncated (final obs -1), step 3 last.
+    q = np.array([[[1.0, 2.0]], [[3.0, 0.0]], [[4.0, 6.0]], [[0.0, 1.0]]], dtype=np.float32)
+    t = trajectory(
+        horizon=4,
+        reward=[[1.0], [2.0], [3.0], [4.0]],
+        terminated=[[False], [True], [False], [False]],
+        truncated=[[False], [False], [True], [False]],
+        final_index=[(2, 0)],
+        extras={"q": q, "actor": np.full((4, 1), 5, np.int64)},
+    )
+    writer.store(t)
+    expected = [
+        abs(1.0 + 0.5 * 3.0 - 1.0),  # bootstrap: the actor's max Q at step 1
+        abs(2.0 - 3.0),  # terminated: no bootstrap
+        abs(3.0 + 0.5 * 10.0 - 4.0),  # truncated: the learner's Q of the final observation
+        abs(4.0 + 0.5 * 10.0 - 0.0),  # the rollout's last step: the learner's Q of next_obs
+    ]
+    np.testing.assert_allclose(memory.priorities(), expected, rtol=1e-6)
+    (seen,) = bootstrapped
+    np.testing.assert_array_equal(seen, [np.full(4, -1.0), t.obs[4, 0]])
+    np.testing.assert_array_equal(memory.next_obs[2], np.full(4, -1.0))
+    np.testing.assert_array_equal(memory.terminal[:4], [0, 1, 0, 0])
+    assert writer.written == 4
+
+
+def test_priorities_follow_the_memorys_positions_when_it_wraps():
+    memory = PrioritizedReplayMemory(3, 4, 0, alpha=1.0, eps=1e-9)
+    writer = ReplayWriter(memory, gamma=0.0, bootstrap_q=lambda obs: np.zeros((len(obs), 2)))
+    q = np.zeros((5, 1, 2), dtype=np.float32)
+    writer.store(trajectory(horizon=5, reward=[[1.0], [2.0], [3.0], [4.0], [5.0]], extras={"q": q}))
+    # Positions 0..2 hold steps 3, 4 and 2.
+    np.testing.assert_allclose(memory.priorities(), [4.0, 5.0, 3.0], rtol=1e-6)
+
+
+def test_n_step_transitions_are_folded_column_by_column():
+    memory = ReplayMemory(100, 4, 0)
+    writer = ReplayWriter(memory, n_step=2, gamma=0.5)
+    rewards = [[1.0, 10.0], [2.0, 20.0], [3.0, 30.0]]
+    writer.store(trajectory(horizon=3, width=2, reward=rewards))
+    assert len(memory) == 4  # two 2-step transitions a column; one step of each still pending
+    np.testing.assert_allclose(memory.reward[:4], [2.0, 3.5, 20.0, 35.0])
+    writer.store(trajectory(horizon=1, width=2, reward=[[4.0, 40.0]]))
+    np.testing.assert_allclose(memory.reward[4:6], [3.0 + 0.5 * 4.0, 30.0 + 0.5 * 40.0])
