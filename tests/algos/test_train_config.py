@@ -180,6 +180,7 @@ def test_overrides_parse_to_the_type_of_the_key():
         (["--model.size", "10"], ["model.size", "env, agent, train"]),
         (["--actors", "two"], ["train.actors", "integer"]),
         (["--mode", "turbo"], ["train.mode", "single"]),
+        (["--backend", "dask"], ["train.backend", "xparl, ray"]),
         (["--agent.lr"], ["--agent.lr", "value"]),
         (["--train.total_steps", "0"], ["train.total_steps", "at least 1"]),
     ],

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from pathlib import Path
@@ -39,8 +40,10 @@ OFF_POLICY_SMALL = ["--agent.learning_starts", "100", "--agent.train_freq", "50"
 OFF_POLICY_SMALL += ["--agent.gradient_steps", "5", "--agent.batch_size", "32"]
 
 
-def parl_train(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def parl_train(
+    *args: str, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(
         [PARL_TRAIN, *args], capture_output=True, text=True, timeout=timeout, env=env
     )
@@ -222,6 +225,34 @@ def test_capture_video_records_the_evaluation_episodes(tmp_path):
     videos = sorted(os.listdir(logdir / "videos"))
     # Evaluations at env steps 256 and 512 (after each 256-step batch past a multiple of 200).
     assert videos == [f"eval-episode-{i}.mp4" for i in range(4)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sync_mode_runs_its_actors_on_ray(tmp_path):
+    """`--backend ray`: the same sampler actors on a local Ray of its own (a private temp dir)."""
+    pytest.importorskip("ray")
+    logdir = tmp_path / "run"
+    # Ray's socket paths must stay under 108 bytes: a short temporary folder, not tmp_path.
+    with tempfile.TemporaryDirectory(prefix="parl-ray-") as tmp:
+        env = {"RAY_TMPDIR": tmp, "HOME": tmp, "RAY_ADDRESS": "", "RAY_USAGE_STATS_ENABLED": "0"}
+        proc = parl_train(
+            "ppo/cartpole",
+            "--mode",
+            "sync",
+            "--backend",
+            "ray",
+            "--train.total_steps",
+            "300",
+            "--logdir",
+            str(logdir),
+            *small_args("ppo/cartpole"),
+            timeout=500,
+            env=env,
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert int(rows(logdir)[-1]["env_step"]) >= 300
+    assert "evaluation mean return" in (logdir / "log.log").read_text()
 
 
 @pytest.mark.slow

@@ -35,8 +35,9 @@ __all__ = [
 
 _SHORT = {"mode": "train.mode", "actors": "train.actors", "address": "train.address"}
 _SHORT["logdir"] = "train.logdir"
+_SHORT["backend"] = "train.backend"
 _DOTTED = re.compile(r"--([A-Za-z_]\w*\.[A-Za-z_]\w*)(=.*)?", re.DOTALL)
-_SHORT_FLAG = re.compile(r"--(mode|actors|address|logdir)(=.*)?", re.DOTALL)
+_SHORT_FLAG = re.compile(r"--(mode|actors|address|logdir|backend)(=.*)?", re.DOTALL)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog=(
             "Any config key can be overridden as --section.key VALUE (sections: env, agent, "
             "train), e.g. --agent.lr 3e-4 --train.total_steps 50000. Short forms: --mode "
-            "{single,sync,async}, --actors N, --address HOST:PORT, --logdir DIR."
+            "{single,sync,async}, --actors N, --address HOST:PORT, --logdir DIR, --backend "
+            "{xparl,ray}."
         ),
         allow_abbrev=False,
     )

@@ -40,6 +40,7 @@ __all__ = [
 
 SECTIONS = ("env", "agent", "train")
 MODES = ("single", "sync", "async")
+BACKENDS = ("xparl", "ray")
 
 
 class ConfigError(ValueError):
@@ -56,6 +57,9 @@ class TrainSection(ScheduleArgs):
     """Remote actors of the sync and async modes."""
     address: str | None = None
     """HOST:PORT of a running cluster (none: an embedded one of actors + 1 slots)."""
+    backend: str = "xparl"
+    """Where the actors run: 'xparl' (PARL's cluster) or 'ray' (a Ray cluster; `address` is
+    what `ray.init` takes, none: a local Ray of actors + 1 CPUs)."""
     checkpoint_every: int = 10_000
     """Env steps between two checkpoints (one is always written at the end)."""
     log_every: int = 1000
@@ -174,6 +178,8 @@ def check_config(config: Config) -> None:
             f"train.mode={train.mode!r} is not supported by {spec.name}; "
             f"allowed: {', '.join(spec.modes)}"
         )
+    if train.backend not in BACKENDS:
+        raise ConfigError(f"train.backend={train.backend!r} is not one of {', '.join(BACKENDS)}")
     for key in ("total_steps", "actors", "log_every", "checkpoint_every", "eval_episodes"):
         if getattr(train, key) < 1:
             raise ConfigError(f"train.{key}={getattr(train, key)} must be at least 1")

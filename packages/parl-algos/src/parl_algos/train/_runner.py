@@ -695,9 +695,9 @@ def make_collector(config: Config, agent: Any) -> SamplerCollector:
     import parl
 
     if train.address is None:
-        parl.connect(cpu_num=train.actors + 1)
+        parl.connect(cpu_num=train.actors + 1, backend=train.backend)
     else:
-        parl.connect(train.address)
+        parl.connect(train.address, backend=train.backend)
     sampler_cls = ParallelSampler if train.mode == "sync" else AsyncSampler
     sampler = sampler_cls(
         env_fn,
