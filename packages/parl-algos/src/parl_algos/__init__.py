@@ -9,7 +9,9 @@ network, the algorithm the loss and the update. One module per algorithm, each w
 - continuous control: `DDPG`, `TD3`, `SAC`;
 - offline, from a fixed `parl.utils.OfflineDataset`: `CQL` (on SAC), `IQL`, and the behaviour
   cloning baseline `BC`;
-- distributed: `IMPALA`'s learner (V-trace);
+- distributed: `IMPALA`'s learner (V-trace); `R2D2` (a recurrent Q-network learned from
+  prioritized sequences, with burn-in and value rescaling; its actors in `parl_algos.r2d2`,
+  its sequence memory in `parl_algos.sequence_replay`);
 - multi-agent (PettingZoo's parallel API): `MADDPG`, `QMIX`, `MAPPO`.
 
 `parl_algos.functional` holds the return estimators and losses as pure functions (TD target,
@@ -35,6 +37,7 @@ from parl_algos.mappo import MAPPO, MAPPOStats
 from parl_algos.policy_gradient import PolicyGradient, PolicyGradientStats
 from parl_algos.ppo import PPO, PPOStats
 from parl_algos.qmix import QMIX, QMIXStats
+from parl_algos.r2d2 import R2D2, R2D2Stats
 from parl_algos.sac import SAC, SACStats
 from parl_algos.td3 import TD3, TD3Stats
 
@@ -67,6 +70,8 @@ __all__ = [
     "QMIX",
     "QMIXStats",
     "QRDQN",
+    "R2D2",
+    "R2D2Stats",
     "Rainbow",
     "SAC",
     "SACStats",
