@@ -83,6 +83,10 @@ class Args(RunArgs):
     """Width of the encoder's layer."""
     lstm_size: int = 64
     """The LSTM's hidden size."""
+    eps_base: float = 0.4
+    """Exploration rates `eps_base ** (1 + eps_alpha * i / (n - 1))` over the n environments."""
+    eps_alpha: float = 7.0
+    """How fast the exploration rates fall from environment to environment."""
     alpha: float = 0.9
     """Prioritization exponent of the replay memory."""
     beta: float = 0.6
@@ -182,7 +186,7 @@ def main(args: Args) -> dict:
         seed=args.seed,
     )
     n_actors = max(args.actors, 1)
-    epsilons = apex_epsilons(n_actors * args.envs_per_actor)
+    epsilons = apex_epsilons(n_actors * args.envs_per_actor, args.eps_base, args.eps_alpha)
     if args.actors and args.address is None:
         parl.connect(cpu_num=args.actors)  # a local cluster, stopped when this process exits
     elif args.actors:

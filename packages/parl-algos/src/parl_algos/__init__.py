@@ -5,7 +5,8 @@ network, the algorithm the loss and the update. One module per algorithm, each w
 
 - value-based: the DQN family, one `DQN` with options (double, dueling, n-step, noisy,
   distributional) and its members by name: `DDQN`, `DuelingDQN`, `C51`, `QRDQN`, `Rainbow`;
-- policy gradient: `PolicyGradient` (REINFORCE), `A2C`, `PPO`;
+- policy gradient: `PolicyGradient` (REINFORCE), `A2C`, `PPO`; `A3C` (`A2C`'s loss with
+  its gradients computed on actors and applied by a learner as they arrive, `parl_algos.a3c`);
 - continuous control: `DDPG`, `TD3`, `SAC`;
 - offline, from a fixed `parl.utils.OfflineDataset`: `CQL` (on SAC), `IQL`, and the behaviour
   cloning baseline `BC`;
@@ -26,6 +27,7 @@ the plumbing the examples share (episode tracking, evaluation, learning curves);
 from __future__ import annotations
 
 from parl_algos.a2c import A2C, A2CStats
+from parl_algos.a3c import A3C
 from parl_algos.bc import BC, BCStats
 from parl_algos.cql import CQL, CQLStats
 from parl_algos.ddpg import DDPG, DDPGStats
@@ -44,6 +46,7 @@ from parl_algos.td3 import TD3, TD3Stats
 __all__ = [
     "A2C",
     "A2CStats",
+    "A3C",
     "BC",
     "BCStats",
     "C51",
