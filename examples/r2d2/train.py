@@ -65,7 +65,7 @@ class Args(RunArgs):
     """Steps of the n-step returns."""
     gamma: float = 0.99
     """Discount factor."""
-    lr: float = 1e-3
+    lr: float = 2e-3
     """Adam learning rate."""
     batch_size: int = 32
     """Sequences per update."""
@@ -73,9 +73,9 @@ class Args(RunArgs):
     """Sequences the replay memory holds."""
     learning_starts: int = 64
     """Sequences in the memory before learning starts."""
-    updates_per_collect: int = 4
+    updates_per_collect: int = 8
     """Updates after each actor call that returned sequences."""
-    target_update_interval: int = 200
+    target_update_interval: int = 100
     """Updates between two copies of the model into the target network."""
     sync_every: int = 20
     """Updates between two weight sends to the actors."""
@@ -93,9 +93,9 @@ class Args(RunArgs):
     """Importance-sampling exponent."""
     eta: float = 0.9
     """Weight of the maximum TD error in a sequence's priority."""
-    total_steps: int = 200_000
+    total_steps: int = 100_000
     eval_every: int = 10_000
-    target_return: float | None = 150.0
+    target_return: float | None = 100.0
     stop_at_target: bool = True
     logdir: str = "train_log/r2d2"
 

@@ -252,11 +252,15 @@ def test_front_padding_holds_the_stored_state():
     obs, action, reward, terminal, mask, state = _batch()
     padded_mask = mask.clone()
     padded_mask[:3, 0] = 0.0  # column 0 starts an episode: three padding steps
+    full = _alg(burn_in=3).learn(obs, action, reward, terminal, padded_mask, state)
+    padded_mask[:1, 2] = 0.0  # column 2: one padding step, two real burn-in steps
     padded = _alg(burn_in=3).learn(obs, action, reward, terminal, padded_mask, state)
     reference = _alg(burn_in=0)
     with torch.no_grad():
         warm = reference.model(obs[:3], state)[1]
+        warm[2] = reference.model(obs[1:3, 2:3], state[2:3])[1][0]
     warm[0] = state[0]  # the padded column starts from its stored state as it is
+    np.testing.assert_allclose(full.priority[:2], padded.priority[:2], rtol=1e-6)
     alone = reference.learn(obs[3:], action[3:], reward[3:], terminal[3:], mask[3:], warm)
     np.testing.assert_allclose(padded.priority, alone.priority, rtol=1e-6)
 

@@ -344,8 +344,12 @@ class R2D2(parl.Algorithm):
         """Unroll `model` over the burn-in steps without gradient; `hold`: keep the state."""
         if obs.shape[0] == 0:
             return state
-        if not bool(hold.any()):
-            return model(obs, state)[1]
+        padded = hold.sum(dim=0)
+        if bool(((padded == 0) | (padded == obs.shape[0])).all()):
+            # Each burn-in all real or all padding (an episode's first sequence, whenever
+            # burn_in <= learn_len): one unroll, and the padded ones keep their state.
+            warm = model(obs, state)[1]
+            return torch.where((padded == obs.shape[0]).unsqueeze(1), state, warm)
         for t in range(obs.shape[0]):  # front padding: the state waits for the first real step
             new = model(obs[t : t + 1], state)[1]
             state = torch.where(hold[t].unsqueeze(1), state, new)
