@@ -6,7 +6,8 @@ network, the algorithm the loss and the update. One module per algorithm, each w
 - value-based: the DQN family, one `DQN` with options (double, dueling, n-step, noisy,
   distributional) and its members by name: `DDQN`, `DuelingDQN`, `C51`, `QRDQN`, `Rainbow`;
 - policy gradient: `PolicyGradient` (REINFORCE), `A2C`, `PPO`; `A3C` (`A2C`'s loss with
-  its gradients computed on actors and applied by a learner as they arrive, `parl_algos.a3c`);
+  its gradients computed on actors and applied by a learner as they arrive, `parl_algos.a3c`),
+  `GA3C` (rollouts from a central batched predictor queued for the trainer, `parl_algos.ga3c`);
 - continuous control: `DDPG`, `TD3`, `SAC`;
 - offline, from a fixed `parl.utils.OfflineDataset`: `CQL` (on SAC), `IQL`, and the behaviour
   cloning baseline `BC`;
@@ -32,6 +33,7 @@ from parl_algos.bc import BC, BCStats
 from parl_algos.cql import CQL, CQLStats
 from parl_algos.ddpg import DDPG, DDPGStats
 from parl_algos.dqn import C51, DDQN, DQN, QRDQN, DQNStats, DuelingDQN, Rainbow
+from parl_algos.ga3c import GA3C
 from parl_algos.impala import IMPALA, IMPALAStats
 from parl_algos.iql import IQL, IQLStats
 from parl_algos.maddpg import MADDPG, MADDPGStats
@@ -58,6 +60,7 @@ __all__ = [
     "DQN",
     "DQNStats",
     "DuelingDQN",
+    "GA3C",
     "IMPALA",
     "IMPALAStats",
     "IQL",
