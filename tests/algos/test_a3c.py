@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import os
 
 import gymnasium as gym
 import numpy as np
@@ -135,3 +136,16 @@ def test_a3c_reaches_475_on_cartpole(tmp_path):
         timeout=580,
     )
     assert result["reached_at"] is not None and result["reached_at"] <= 150_000, result
+
+
+def test_example_runs_with_actors_in_threads_and_writes_its_outputs(tmp_path):
+    from tests.e2e.example_runner import run_example
+
+    logdir = tmp_path / "out"
+    flags = ["--actors", "0", "--total-steps", "1000", "--eval-every", "500"]
+    flags += ["--eval-episodes", "1", "--target-return", "none", "--logdir", str(logdir)]
+    result = run_example("a3c", tmp_path, *flags, timeout=240)
+    assert result["env_steps"] >= 1000 and result["episodes"] > 0
+    assert result["best_eval_return"] is not None
+    assert os.path.getsize(logdir / "agent.ckpt") > 0
+    assert "done:" in (logdir / "log.log").read_text()

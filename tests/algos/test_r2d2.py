@@ -378,3 +378,16 @@ def test_r2d2_learns_cartpole_with_masked_velocities(tmp_path):
         timeout=580,
     )
     assert result["reached_at"] is not None and result["reached_at"] <= 60_000, result
+
+
+def test_example_runs_in_one_process_and_writes_its_outputs(tmp_path):
+    from tests.e2e.example_runner import run_example
+
+    logdir = tmp_path / "out"
+    flags = ["--actors", "0", "--total-steps", "800", "--learning-starts", "16"]
+    flags += ["--eval-every", "500", "--eval-episodes", "1", "--target-return", "none"]
+    result = run_example("r2d2", tmp_path, *flags, "--logdir", str(logdir), timeout=240)
+    assert result["env_steps"] >= 800 and result["episodes"] > 0
+    assert result["best_eval_return"] is not None
+    assert os.path.getsize(logdir / "agent.ckpt") > 0
+    assert "done:" in (logdir / "log.log").read_text()
