@@ -45,9 +45,8 @@ class A3C(A2C):
     learner's optimizer (RMSprop, the paper's shared RMSProp) with such a gradient. `learn`
     does both at once, as `A2C.learn`. Mnih et al. 2016, https://arxiv.org/abs/1602.01783.
 
-    Args:
-        model: a `parl.Model` with `policy(obs)` (logits, or a distribution) and `value(obs)`.
-        **kwargs: `A2C`'s keyword arguments (`lr`, `vf_coef`, `ent_coef`, `max_grad_norm`, ...).
+    It takes `A2C`'s arguments: the model (with `policy(obs)` and `value(obs)`), `lr`,
+    `vf_coef`, `ent_coef`, `max_grad_norm` and RMSprop's settings.
     """
 
     def compute_gradients(

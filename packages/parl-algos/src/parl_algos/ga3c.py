@@ -38,9 +38,8 @@ class GA3C(A2C):
     entropy bonus, RMSprop); what makes GA3C is where the rollouts come from (`GA3CLearner`).
     Babaeizadeh et al., ICLR 2017, https://arxiv.org/abs/1611.06256.
 
-    Args:
-        model: a `parl.Model` with `policy(obs)` (logits, or a distribution) and `value(obs)`.
-        **kwargs: `A2C`'s keyword arguments (`lr`, `vf_coef`, `ent_coef`, `max_grad_norm`, ...).
+    It takes `A2C`'s arguments: the model (with `policy(obs)` and `value(obs)`), `lr`,
+    `vf_coef`, `ent_coef`, `max_grad_norm` and RMSprop's settings.
     """
 
 
