@@ -13,7 +13,8 @@ made in the same invocation, seed by seed: for A2C parallel with the same settin
 environments, batch and learning rate, in one process), for IMPALA, A3C and GA3C with A2C's
 defaults. Their table also gives the whole command's wall time, cluster start-up and actor
 creation included. `r2d2` runs `examples/r2d2` (2 remote actors) on CartPole-v1 with the
-velocities masked out, to a mean return of 100.
+velocities masked out, to a mean return of 100; `r2d2_memoryless` the same with a feed-forward
+Q-network in place of the LSTM (`--no-memory`).
 
 The DQN family's members run `examples/dqn/train.py` with the flags that make them (`qrdqn`:
 `--distributional qr --n-atoms 10 --no-double`, as the RL Baselines3 Zoo's CartPole setting and
@@ -31,7 +32,7 @@ repository.
     python benchmarks/learning.py --tasks ppo,sac --seeds 1
     python benchmarks/learning.py --baseline sb3 --json results.json
     python benchmarks/learning.py --tasks a2c_parallel,impala       # remote actors vs one process
-    python benchmarks/learning.py --tasks a3c,ga3c,r2d2
+    python benchmarks/learning.py --tasks a3c,ga3c,r2d2,r2d2_memoryless
     python benchmarks/learning.py --tasks qrdqn,rainbow --baseline sb3
 """
 
@@ -105,6 +106,14 @@ TASKS = {
     "ga3c": Task("ga3c", "CartPole-v1", 475.0, 300_000, flags=("--actors", "2"), single=()),
     # CartPole with the velocities masked out (the example's default): memory needed.
     "r2d2": Task("r2d2", "CartPole-v1", 100.0, 100_000, flags=("--actors", "2")),
+    "r2d2_memoryless": Task(
+        "r2d2_memoryless",
+        "CartPole-v1",
+        100.0,
+        100_000,
+        flags=("--actors", "2", "--no-memory"),
+        example="r2d2",
+    ),
     "qrdqn": Task(
         "qrdqn",
         "CartPole-v1",

@@ -28,9 +28,11 @@ from dataclasses import asdict, dataclass
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 import parl
 from parl.utils import logger, parse_args
+from parl_algos.nets import mlp
 from parl_algos.r2d2 import (
     R2D2,
     ActorOutput,
@@ -49,6 +51,8 @@ from parl_algos.training import RunArgs, TrainingRun
 class Args(RunArgs):
     mask_velocity: bool = True
     """Hide CartPole's two velocities from the observation (a partially observable task)."""
+    memory: bool = True
+    """The LSTM network; --no-memory swaps in a feed-forward one (same pipeline, no memory)."""
     actors: int = 2
     """Remote actors (0: one actor in this process)."""
     address: str | None = None
@@ -119,6 +123,30 @@ def make_env(env_id: str, mask_velocity: bool) -> gym.Env:
     return MaskVelocity(env) if mask_velocity else env
 
 
+class FeedForwardQNetwork(parl.Model):
+    """The memoryless ablation: an MLP with `RecurrentQNetwork`'s interface, ignoring the state.
+
+    Args:
+        obs_dim: observation features.
+        n_actions: number of discrete actions.
+        hidden: width of the two hidden layers.
+    """
+
+    state_size = 1
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.net = mlp(obs_dim, (hidden, hidden), n_actions)
+
+    def initial_state(self, batch_size: int) -> torch.Tensor:
+        """A dummy state of one zero per row."""
+        return torch.zeros(batch_size, 1)
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor):
+        """`(T, B, obs_dim)` -> Q-values `(T, B, n_actions)`; the state passes through."""
+        return self.net(obs), state
+
+
 class GreedyPolicy:
     """The agent's greedy policy, one observation at a time, carrying its recurrent state.
 
@@ -153,9 +181,11 @@ class StateReset(gym.Wrapper):
 
 def make_agent(args: Args, observation_space: gym.Space, action_space: gym.Space) -> R2D2Agent:
     """The learner's agent (each actor gets a copy)."""
-    model = RecurrentQNetwork(
-        observation_space.shape[0], action_space.n, args.hidden_size, args.lstm_size
-    )
+    obs_dim, n_actions = observation_space.shape[0], action_space.n
+    if args.memory:
+        model = RecurrentQNetwork(obs_dim, n_actions, args.hidden_size, args.lstm_size)
+    else:
+        model = FeedForwardQNetwork(obs_dim, n_actions, args.hidden_size)
     alg = R2D2(
         model,
         lr=args.lr,
@@ -171,6 +201,7 @@ def main(args: Args) -> dict:
     env_fn = functools.partial(make_env, args.env_id, args.mask_velocity)
     probe = env_fn()
     title = f"R2D2 on {args.env_id}" + (" (velocities masked)" if args.mask_velocity else "")
+    title += "" if args.memory else ", feed-forward network"
     agent = make_agent(args, probe.observation_space, probe.action_space)
     policy = GreedyPolicy(agent)
     eval_env = StateReset(env_fn(), policy)
