@@ -111,6 +111,8 @@ class A3CActor:
         n_steps: steps of every environment per rollout.
         seed: environment `i` is reset with `seed + i` first; actions are drawn from torch's
             generator, seeded with `seed` too.
+
+    Torch runs on one thread in the actor's process (set when the actor is made).
     """
 
     def __init__(

@@ -166,11 +166,8 @@ class RecurrentQNetwork(parl.Model):
 
     def initial_state(self, batch_size: int) -> torch.Tensor:
         """The state at an episode's start: zeros `(batch_size, state_size)`."""
-        return torch.zeros(batch_size, self.state_size, device=self.head_device())
-
-    def head_device(self) -> torch.device:
-        """The device of the network's parameters."""
-        return next(self.parameters()).device
+        device = next(self.parameters()).device
+        return torch.zeros(batch_size, self.state_size, device=device)
 
     def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`(T, B, obs_dim)` and `(B, state_size)` -> Q-values `(T, B, n_actions)`, new state."""
@@ -456,6 +453,8 @@ class R2D2Actor:
         burn_in: burn-in steps of each sequence (the learner's `R2D2.burn_in`).
         learn_len: learned steps of each sequence.
         seed: environment `j` is reset with `seed + j` first; the exploration is seeded too.
+
+    Torch runs on one thread in the actor's process (set when the actor is made).
     """
 
     def __init__(
