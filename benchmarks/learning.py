@@ -7,11 +7,14 @@ seeds of the env steps and wall seconds to the threshold (a run that misses it c
 cap and its full time, and the table says how many missed). The clock starts when training
 starts, after the networks are built, on both sides.
 
-The examples on remote actors (`a2c_parallel`, `impala`: 2 actors of a local cluster that each
-run starts) are set beside a single-process run of `examples/a2c/train.py` made in the same
-invocation, seed by seed: for A2C parallel with the same settings (the same 16 environments,
-batch and learning rate, in one process), for IMPALA with A2C's defaults. Their table also gives
-the whole command's wall time, cluster start-up and actor creation included.
+The examples on remote actors (`a2c_parallel`, `impala`, `a3c`, `ga3c`: 2 actors of a local
+cluster that each run starts) are set beside a single-process run of `examples/a2c/train.py`
+made in the same invocation, seed by seed: for A2C parallel with the same settings (the same 16
+environments, batch and learning rate, in one process), for IMPALA, A3C and GA3C with A2C's
+defaults. Their table also gives the whole command's wall time, cluster start-up and actor
+creation included. `r2d2` runs `examples/r2d2` (2 remote actors) on CartPole-v1 with the
+velocities masked out, to a mean return of 100; `r2d2_memoryless` the same with a feed-forward
+Q-network in place of the LSTM (`--no-memory`).
 
 The DQN family's members run `examples/dqn/train.py` with the flags that make them (`qrdqn`:
 `--distributional qr --n-atoms 10 --no-double`, as the RL Baselines3 Zoo's CartPole setting and
@@ -29,6 +32,7 @@ repository.
     python benchmarks/learning.py --tasks ppo,sac --seeds 1
     python benchmarks/learning.py --baseline sb3 --json results.json
     python benchmarks/learning.py --tasks a2c_parallel,impala       # remote actors vs one process
+    python benchmarks/learning.py --tasks a3c,ga3c,r2d2,r2d2_memoryless
     python benchmarks/learning.py --tasks qrdqn,rainbow --baseline sb3
 """
 
@@ -98,6 +102,18 @@ TASKS = {
         single=("--num-envs", "16", "--lr", "1e-3"),
     ),
     "impala": Task("impala", "CartPole-v1", 475.0, 300_000, flags=("--actors", "2"), single=()),
+    "a3c": Task("a3c", "CartPole-v1", 475.0, 300_000, flags=("--actors", "2"), single=()),
+    "ga3c": Task("ga3c", "CartPole-v1", 475.0, 300_000, flags=("--actors", "2"), single=()),
+    # CartPole with the velocities masked out (the example's default): memory needed.
+    "r2d2": Task("r2d2", "CartPole-v1", 100.0, 100_000, flags=("--actors", "2")),
+    "r2d2_memoryless": Task(
+        "r2d2_memoryless",
+        "CartPole-v1",
+        100.0,
+        100_000,
+        flags=("--actors", "2", "--no-memory"),
+        example="r2d2",
+    ),
     "qrdqn": Task(
         "qrdqn",
         "CartPole-v1",

@@ -19,11 +19,13 @@ import torch
 import parl
 from parl.algorithms import (
     A2C,
+    A3C,
     C51,
     CQL,
     DDPG,
     DDQN,
     DQN,
+    GA3C,
     IMPALA,
     IQL,
     PPO,
@@ -216,6 +218,8 @@ CASES = {
     "PPO-clip": lambda: _on_policy(PPO, minibatch_size=32, update_epochs=2, clip_value=0.2),
     "PPO-kl": lambda: _on_policy(PPO, variant="kl", minibatch_size=32, update_epochs=2),
     "IMPALA": _impala,
+    "A3C": lambda: _on_policy(A3C, lr=1e-3),  # learn() computes and applies its own gradient
+    "GA3C": lambda: _on_policy(GA3C, lr=1e-3),
     "DDPG": lambda: _continuous(DDPG),
     "TD3": lambda: _continuous(TD3, twin=True),
     "SAC": lambda: _continuous(SAC, stochastic=True, twin=True),

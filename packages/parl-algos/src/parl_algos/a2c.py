@@ -83,6 +83,23 @@ class A2C(ActorCriticAlgorithm):
         value_target: torch.Tensor,
     ) -> A2CStats:
         """One gradient step on a flat batch of `(obs, action, advantage, value_target)`."""
+        self.optimizer.zero_grad(set_to_none=True)
+        stats = self.backward(obs, action, advantage, value_target)
+        self.optimizer.step()
+        return stats
+
+    def backward(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        advantage: torch.Tensor,
+        value_target: torch.Tensor,
+    ) -> A2CStats:
+        """Compute the loss of a batch and leave its (clipped) gradient in the model's `.grad`.
+
+        `learn` is `zero_grad`, this, and the optimizer's step; `A3C`'s actors stop before
+        the step and send the gradient instead.
+        """
         if self.normalize_advantage and advantage.numel() > 1:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
         dist = self.distribution(obs)
@@ -94,10 +111,8 @@ class A2C(ActorCriticAlgorithm):
         entropy = dist.entropy().mean()
         loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy
 
-        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = clip_grad_norm(self.model.parameters(), self.max_grad_norm)
-        self.optimizer.step()
         return A2CStats(
             policy_loss=policy_loss.item(),
             value_loss=value_loss.item(),
