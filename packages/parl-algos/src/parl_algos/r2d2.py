@@ -309,7 +309,16 @@ class R2D2(parl.Algorithm):
         td, _, m = self._td_errors(obs, action, reward, terminal, mask, state, self.model)
         return sequence_priority(td, m, self.eta)
 
-    def _td_errors(self, obs, action, reward, terminal, mask, state, target_model):
+    def _td_errors(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        terminal: torch.Tensor,
+        mask: torch.Tensor,
+        state: torch.Tensor,
+        target_model: nn.Module,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """TD errors, Q(s, a) and the mask of the learned steps `[burn_in, T)`: `(T - bi, B)`."""
         bi = self.burn_in
         if obs.shape[0] - 1 <= bi:
@@ -337,7 +346,7 @@ class R2D2(parl.Algorithm):
 
     @staticmethod
     @torch.no_grad()
-    def _burn_in(model, obs: torch.Tensor, state: torch.Tensor, hold: torch.Tensor):
+    def _burn_in(model: nn.Module, obs: torch.Tensor, state: torch.Tensor, hold: torch.Tensor):
         """Unroll `model` over the burn-in steps without gradient; `hold`: keep the state."""
         if obs.shape[0] == 0:
             return state
