@@ -217,13 +217,15 @@ class _Collect:
         except SignalClosed as exc:
             self.awaiting.discard(w)
             future = self.drives.pop(w)
+            error: BaseException = RemoteActorDiedError(str(exc))
             try:  # the call says why, once the cluster knows
                 future.get(timeout=30.0)
             except TimeoutError:
-                group.fail(w, RemoteActorDiedError(str(exc)))
-            except BaseException as error:
-                group.fail(w, error)
-            group.fail(w, RemoteActorDiedError(str(exc)))  # it returned: it is not in step
+                pass
+            except BaseException as call_error:
+                error = call_error
+            group.close()  # the signal is out of step for good
+            group.fail(w, error)  # a death as RemoteActorDiedError naming the worker
         self.awaiting.discard(w)
         if byte == READY:
             return
