@@ -232,6 +232,7 @@ class _Collect:
         future = self.drives.pop(w)
         if byte == ERROR:
             group.result(w, future)  # raises the worker's error
+        group.close()  # not a byte of ours: the signal cannot be trusted any more
         raise RuntimeError(f"worker {w} sent {byte!r} on its step signal, not a step's end")
 
     def abort(self) -> None:
