@@ -1,16 +1,21 @@
-"""Env steps per second collected by the samplers, against gymnasium's vector envs, one run.
+"""Env steps per second collected by the samplers, against gymnasium's and SB3's vector envs.
 
-16 environments in all (2 workers x 8 for the cluster samplers), with a random-action agent and
-a small-MLP agent (two hidden layers of 64, torch, one thread), on CartPole-v1 and, when
-`ale-py` is installed, ALE Pong-v5 (random actions; RGB frames). Baselines measured in the same
-run: gymnasium's `SyncVectorEnv` (one process) and `AsyncVectorEnv` (a process per env), driven
-by the same agent. Scaling: `ParallelSampler` with 1 and with 2 workers of 8 environments,
-against 1 and 2 plain processes stepping 8 environments each with no framework (the machine's
-own ceiling). Prints the table and the load average before and after (a shared machine's
-figures mean little without it).
+All in one run. 16 environments in all (2 workers x 8 for the cluster samplers), each task
+with a random-action agent and a small network agent (torch, one thread): CartPole-v1 with an
+MLP (two hidden layers of 64); when `ale-py` is installed, ALE Pong-v5 (RGB frames) with a
+small CNN; when `mujoco` is installed, HalfCheetah-v5 with a Gaussian MLP. Baselines measured
+in the same run, driven by the same agent: gymnasium's `SyncVectorEnv` (one process) and
+`AsyncVectorEnv` (a process per env), and, when `stable-baselines3` is installed, its
+`SubprocVecEnv` (a process per env). `CentralSampler` against `ParallelSampler` on the same
+workers and environments is printed apart. Scaling: `ParallelSampler` with 1 and with 2
+workers of 8 environments, against 1 and 2 plain processes stepping 8 environments each with
+no framework (the machine's own ceiling). Prints the tables and the load average before and
+after (a shared machine's figures mean little without it). `mujoco` and `stable-baselines3`
+are optional, never dependencies of the project: without them their rows are left out; to
+have them, `pip install -c constraints.txt "gymnasium[mujoco]" stable-baselines3`.
 
-    python benchmarks/samplers.py                 # about five minutes
-    python benchmarks/samplers.py --seconds 2     # a quicker look
+    python benchmarks/samplers.py                 # about ten minutes
+    python benchmarks/samplers.py --seconds 2 --tasks CartPole-v1   # a quicker look
 """
 
 from __future__ import annotations
@@ -33,14 +38,17 @@ WORKERS, ENVS_PER_WORKER, HORIZON = 2, 8, 64
 
 
 class RandomAgent:
-    """Uniformly random actions from the action space's `n` choices (numpy)."""
+    """Uniformly random actions from the action space (numpy): discrete choices or a box."""
 
-    def __init__(self, obs_dim: int, n: int, seed: int = 0) -> None:
-        self.n = n
+    def __init__(self, space: gym.Space, seed: int = 0) -> None:
+        self.space = space
         self.rng = np.random.default_rng(seed)
 
     def sample(self, obs: np.ndarray) -> np.ndarray:
-        return self.rng.integers(self.n, size=len(obs))
+        if isinstance(self.space, gym.spaces.Discrete):
+            return self.rng.integers(self.space.n, size=len(obs))
+        low, high = self.space.low, self.space.high
+        return self.rng.uniform(low, high, size=(len(obs), *low.shape)).astype(np.float32)
 
     def get_weights(self) -> dict:
         return {}
@@ -49,23 +57,35 @@ class RandomAgent:
         pass
 
 
-class MLPAgent:
-    """A small policy network (64 x 64, tanh), actions drawn from its logits (torch)."""
+class TorchAgent:
+    """A small policy network; discrete actions drawn from its logits, boxes from a Gaussian."""
 
-    def __init__(self, obs_dim: int, n: int) -> None:
+    def __init__(self, space: gym.Space, obs_shape: tuple[int, ...]) -> None:
         torch.manual_seed(0)
-        self.net = torch.nn.Sequential(
-            torch.nn.Linear(obs_dim, 64),
+        self.discrete = isinstance(space, gym.spaces.Discrete)
+        out = space.n if self.discrete else int(np.prod(space.shape))
+        self.net = self.body(obs_shape, out)
+
+    def body(self, obs_shape: tuple[int, ...], out: int) -> torch.nn.Module:
+        """An MLP, 64 x 64, tanh."""
+        return torch.nn.Sequential(
+            torch.nn.Flatten(),
+            torch.nn.Linear(int(np.prod(obs_shape)), 64),
             torch.nn.Tanh(),
             torch.nn.Linear(64, 64),
             torch.nn.Tanh(),
-            torch.nn.Linear(64, n),
+            torch.nn.Linear(64, out),
         )
+
+    def features(self, obs: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(obs, dtype=torch.float32)
 
     @torch.no_grad()
     def sample(self, obs: np.ndarray) -> np.ndarray:
-        logits = self.net(torch.as_tensor(obs, dtype=torch.float32).reshape(len(obs), -1))
-        return torch.distributions.Categorical(logits=logits).sample().numpy()
+        out = self.net(self.features(obs))
+        if self.discrete:
+            return torch.distributions.Categorical(logits=out).sample().numpy()
+        return torch.normal(out, 1.0).clamp(-1.0, 1.0).numpy()
 
     def get_weights(self) -> dict:
         return {k: v.numpy() for k, v in self.net.state_dict().items()}
@@ -74,11 +94,38 @@ class MLPAgent:
         self.net.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
 
 
+class CNNAgent(TorchAgent):
+    """A small CNN on every other pixel of the frame (Nature-DQN-like, 2 conv layers)."""
+
+    def body(self, obs_shape: tuple[int, ...], out: int) -> torch.nn.Module:
+        h, w, c = obs_shape
+        conv = torch.nn.Sequential(
+            torch.nn.Conv2d(c, 16, 8, stride=4),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(16, 32, 4, stride=2),
+            torch.nn.ReLU(),
+            torch.nn.Flatten(),
+        )
+        with torch.no_grad():
+            n = conv(torch.zeros(1, c, (h + 1) // 2, (w + 1) // 2)).shape[1]
+        return torch.nn.Sequential(
+            conv, torch.nn.Linear(n, 256), torch.nn.ReLU(), torch.nn.Linear(256, out)
+        )
+
+    def features(self, obs: np.ndarray) -> torch.Tensor:
+        frames = torch.as_tensor(obs[:, ::2, ::2]).permute(0, 3, 1, 2)
+        return frames.float() / 255.0
+
+
 def make_pong() -> gym.Env:
     import ale_py
 
     gym.register_envs(ale_py)
     return gym.make("ALE/Pong-v5")
+
+
+def make_cheetah() -> gym.Env:
+    return gym.make("HalfCheetah-v5")
 
 
 def timed(step: Callable[[], int], seconds: float) -> float:
@@ -107,6 +154,24 @@ def vector_rate(kind: str, env_fn, agent, seconds: float, *, n: int) -> float:
         envs.close()
 
 
+def subproc_rate(env_fn, agent, seconds: float, *, n: int) -> float:
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    envs = SubprocVecEnv([env_fn] * n)
+    envs.seed(0)
+    state = {"obs": envs.reset()}
+
+    def step() -> int:
+        for _ in range(HORIZON):
+            state["obs"], *_ = envs.step(agent.sample(state["obs"]))
+        return HORIZON * n
+
+    try:
+        return timed(step, seconds)
+    finally:
+        envs.close()
+
+
 def sampler_rate(cls, env_fn, agent, seconds: float, **kwargs) -> float:
     kwargs = {"num_workers": WORKERS, "envs_per_worker": ENVS_PER_WORKER, **kwargs}
     with cls(env_fn, agent, horizon=HORIZON, seed=0, **kwargs) as sampler:
@@ -120,13 +185,13 @@ def sampler_rate(cls, env_fn, agent, seconds: float, **kwargs) -> float:
 
 def _plain_process(env_fn, n: int, seconds: float, out) -> None:
     envs = [env_fn() for _ in range(n)]
-    rng = np.random.default_rng(0)
     for i, env in enumerate(envs):
         env.reset(seed=i)
+        env.action_space.seed(i)
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for env in envs:
-            _, _, terminated, truncated, _ = env.step(int(rng.integers(env.action_space.n)))
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
             if terminated or truncated:
                 env.reset()
         steps += n
@@ -152,6 +217,7 @@ N_ALL = WORKERS * ENVS_PER_WORKER
 CELLS = [
     ("SyncVectorEnv (1 process)", functools.partial(vector_rate, "sync", n=N_ALL)),
     ("AsyncVectorEnv (16 processes)", functools.partial(vector_rate, "async", n=N_ALL)),
+    ("SB3 SubprocVecEnv (16 processes)", functools.partial(subproc_rate, n=N_ALL)),
     ("SerialSampler", functools.partial(sampler_rate, SerialSampler)),
     ("ParallelSampler 2x8", functools.partial(sampler_rate, ParallelSampler)),
     ("CentralSampler 2x8", functools.partial(sampler_rate, CentralSampler)),
@@ -168,40 +234,72 @@ def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def installed(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
+TASKS = [
+    # (name, env_fn, network agent, its label, the module it needs)
+    ("CartPole-v1", functools.partial(gym.make, "CartPole-v1"), TorchAgent, "MLP 64x64", None),
+    ("ALE/Pong-v5", make_pong, CNNAgent, "CNN", "ale_py"),
+    ("HalfCheetah-v5", make_cheetah, TorchAgent, "MLP 64x64", "mujoco"),
+]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=4.0, help="measuring time per cell")
-    parser.add_argument("--no-pong", action="store_true", help="CartPole only")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per cell")
+    parser.add_argument(
+        "--tasks", nargs="*", default=[t[0] for t in TASKS], help="which tasks (default: all)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"load average before: {load()}  ({os.cpu_count()} cores)", flush=True)
     parl.connect(cpu_num=WORKERS + 1, log_to_driver=False)
-    tasks = [("CartPole-v1", functools.partial(gym.make, "CartPole-v1"), ("random", "mlp"))]
-    if not args.no_pong:
-        try:
-            import ale_py  # noqa: F401
-        except ImportError:
-            print("ale-py is not installed: CartPole only")
-        else:
-            tasks.append(("ALE/Pong-v5", make_pong, ("random",)))
-    rows = []
-    for name, env_fn, agents in tasks:
+    cells = [cell for cell in CELLS if "SB3" not in cell[0] or installed("stable_baselines3")]
+    if len(cells) < len(CELLS):
+        print("stable-baselines3 is not installed: no SubprocVecEnv rows")
+    tasks = []
+    for task in TASKS:
+        if task[0] not in args.tasks:
+            continue
+        if task[4] is not None and not installed(task[4]):
+            print(f"{task[4]} is not installed: no {task[0]} rows")
+            continue
+        tasks.append(task)
+    rows, ratios = [], []
+    for name, env_fn, network, network_label, _ in tasks:
         probe = env_fn()
-        n_actions, obs_dim = probe.action_space.n, int(np.prod(probe.observation_space.shape))
+        space, obs_shape = probe.action_space, probe.observation_space.shape
         probe.close()
-        for agent_name in agents:
-            base = None
-            for label, measure in CELLS:
-                make = RandomAgent if agent_name == "random" else MLPAgent
-                rate = measure(env_fn, make(obs_dim, n_actions), args.seconds)
-                base = base or rate
+        for agent_name in ("random", network_label):
+            rates = {}
+            for label, measure in cells:
+                random = agent_name == "random"
+                agent = RandomAgent(space) if random else network(space, obs_shape)
+                rate = rates[label] = measure(env_fn, agent, args.seconds)
+                base = rates[cells[0][0]]
                 rows.append((name, agent_name, label, rate, rate / base))
-                line = f"{name:12} {agent_name:6} {label:32} {rate:10.0f} steps/s"
+                line = f"{name:14} {agent_name:9} {label:34} {rate:10.0f} steps/s"
                 print(f"{line}  {rate / base:5.2f}x", flush=True)
+            parallel = rates["ParallelSampler 2x8"]
+            central = rates["CentralSampler 2x8"] / parallel
+            alternating = rates["CentralSampler 2x8 alternating"] / parallel
+            ratios.append((name, agent_name, central, alternating))
+            print(
+                f"{'':14} CentralSampler / ParallelSampler: {central:.2f}x "
+                f"(alternating {alternating:.2f}x)  load {load()}",
+                flush=True,
+            )
     # Scaling: 1 vs 2 workers against 1 vs 2 plain processes (random actions, CartPole).
-    env_fn = tasks[0][1]
-    one = sampler_rate(ParallelSampler, env_fn, RandomAgent(4, 2), args.seconds, num_workers=1)
-    two = sampler_rate(ParallelSampler, env_fn, RandomAgent(4, 2), args.seconds)
+    env_fn = TASKS[0][1]
+    space = gym.spaces.Discrete(2)
+    one = sampler_rate(ParallelSampler, env_fn, RandomAgent(space), args.seconds, num_workers=1)
+    two = sampler_rate(ParallelSampler, env_fn, RandomAgent(space), args.seconds)
     plain_one = plain_rate(env_fn, 1, ENVS_PER_WORKER, args.seconds)
     plain_two = plain_rate(env_fn, 2, ENVS_PER_WORKER, args.seconds)
     print()
@@ -209,6 +307,11 @@ def main() -> None:
     print("|---|---|---|---:|---:|")
     for name, agent_name, label, rate, ratio in rows:
         print(f"| {name} | {agent_name} | {label} | {rate:,.0f} | {ratio:.2f}x |")
+    print()
+    print("| task | agent | CentralSampler / ParallelSampler | alternating / ParallelSampler |")
+    print("|---|---|---:|---:|")
+    for name, agent_name, central, alternating in ratios:
+        print(f"| {name} | {agent_name} | {central:.2f}x | {alternating:.2f}x |")
     print()
     print("| scaling, CartPole-v1, random actions | 1 x 8 envs | 2 x 8 envs | 2 vs 1 |")
     print("|---|---:|---:|---:|")

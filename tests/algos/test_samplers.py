@@ -8,6 +8,7 @@ resets, `final_obs`, shapes and dtypes, and the episode records; the samplers on
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import gymnasium as gym
@@ -190,3 +191,36 @@ def test_segments_of_a_killed_owner_are_swept(tmp_path):
         assert os.path.exists(os.path.join(SHM_DIR, mine.name))
     finally:
         mine.unlink()
+
+
+def test_a_step_signal_checks_its_token_and_reads_a_gone_peer_as_closed():
+    from parl_algos.samplers._signal import SignalClosed, SignalListener, connect_signal
+
+    listener = SignalListener(backlog=3)
+    try:
+        assert os.stat(listener.path).st_mode & 0o777 == 0o600
+        assert os.stat(os.path.dirname(listener.path)).st_mode & 0o777 == 0o700
+        with pytest.raises(ValueError, match="16 bytes"):
+            connect_signal(listener.path, b"short", 0, timeout=1.0)
+        impostor = connect_signal(listener.path, bytes(16), 0, timeout=1.0)  # a wrong token
+        stranger = connect_signal(listener.path, listener.token, 7, timeout=1.0)  # not expected
+        worker = connect_signal(listener.path, listener.token, 1, timeout=1.0)
+        signals = listener.accept({1}, timeout=5.0, signal_timeout=0.2)
+        assert list(signals) == [1]
+        sampler = signals[1]
+        with pytest.raises(SignalClosed):
+            impostor.recv()  # dropped by the listener
+        sampler.send(b"s")
+        assert worker.recv() == b"s"
+        worker.send(b"r")
+        assert sampler.recv() == b"r"
+        with pytest.raises(SignalClosed, match="no signal within 0.2 s"):
+            sampler.recv()  # a bounded wait
+        worker.close()  # the worker's process is gone
+        with pytest.raises(SignalClosed, match="closed"):
+            sampler.recv()
+        for signal in (impostor, stranger, sampler):
+            signal.close()
+    finally:
+        listener.close()
+    assert not os.path.exists(os.path.dirname(listener.path))

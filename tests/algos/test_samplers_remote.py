@@ -27,7 +27,7 @@ SIZES = {"num_workers": 2, "envs_per_worker": 2, "horizon": 6, "seed": 3}
 
 @pytest.fixture(scope="module")
 def cluster():
-    client = parl.connect(cpu_num=4, log_to_driver=False)
+    client = parl.connect(cpu_num=6, log_to_driver=False)
     try:
         yield client
     finally:
@@ -82,14 +82,17 @@ def test_serial_parallel_and_central_return_identical_batches(cluster):
     with (
         SerialSampler(ENV_FN, LinearAgent(), **SIZES) as serial,
         ParallelSampler(ENV_FN, LinearAgent(), **SIZES) as parallel,
-        CentralSampler(ENV_FN, LinearAgent(), **SIZES, alternating=True) as central,
+        CentralSampler(ENV_FN, LinearAgent(), **SIZES) as central,
+        CentralSampler(ENV_FN, LinearAgent(), **SIZES, alternating=True) as alternating,
     ):
         assert parallel.shared_memory == central.shared_memory == [True, True]
+        for sampler in (central, alternating):  # steps signalled, not called
+            assert all(signal is not None for signal in sampler._group.signals)
         ours = shm_names() - before
-        assert len(ours) == 2 * 2  # one segment a worker, for each cluster sampler
+        assert len(ours) == 3 * 2  # one segment a worker, for each cluster sampler
         for name in ours:
             assert os.stat(f"/dev/shm/{name}").st_mode & 0o777 == 0o600
-        run_alike([serial, parallel, central])
+        run_alike([serial, parallel, central, alternating])
     assert shm_names() == before
     wait_until(lambda: no_actors(cluster), what="the workers to be freed")
 
@@ -104,6 +107,7 @@ def test_workers_on_another_host_use_the_ordinary_call_path(cluster, monkeypatch
         CentralSampler(ENV_FN, LinearAgent(), **SIZES) as central,
     ):
         assert parallel.shared_memory == central.shared_memory == [False, False]
+        assert central._group.signals == [None, None]
         assert shm_names() == before
         run_alike([serial, parallel, central], collects=2)
 
@@ -127,8 +131,8 @@ def test_sync_weights_reaches_every_workers_copy(cluster):
         assert (new.actions != scores_old.argmax(axis=-1)).all()  # every action changed
 
 
-class KillAt(gym.Wrapper):
-    """Kills its own process with SIGKILL at step `at` of column `column`: a crashed worker."""
+class AtStep(gym.Wrapper):
+    """Calls `hit()` at step `at` of the column first reset with seed `column`."""
 
     def __init__(self, env: gym.Env, column: int, at: int) -> None:
         super().__init__(env)
@@ -142,8 +146,18 @@ class KillAt(gym.Wrapper):
     def step(self, action):
         self.steps += 1
         if self.first_seed == self.column and self.steps == self.at:
-            os.kill(os.getpid(), signal.SIGKILL)
+            self.hit()
         return super().step(action)
+
+    def hit(self) -> None:
+        raise NotImplementedError
+
+
+class KillAt(AtStep):
+    """Kills its own process with SIGKILL: a crashed worker."""
+
+    def hit(self) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def killing_env(column: int, at: int) -> gym.Env:
@@ -169,6 +183,64 @@ def test_a_worker_killed_mid_collect_is_named_and_nothing_leaks(cluster, kind):
     sampler.close()  # again: nothing happens
     wait_until(lambda: no_actors(cluster), what="every slot to be free again")
     assert shm_names() == before
+
+
+class FailOnce(AtStep):
+    """Raises an error, the first time only (in this process)."""
+
+    failed = False
+
+    def hit(self) -> None:
+        if not FailOnce.failed:
+            FailOnce.failed = True
+            raise ValueError(f"column {self.column} failed at step {self.at}")
+
+
+def failing_env(column: int, at: int) -> gym.Env:
+    return FailOnce(gym.make("CartPole-v1", max_episode_steps=10), column, at)
+
+
+class FailingAgent(LinearAgent):
+    """`LinearAgent` whose `sample` raises on its `at`-th call."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.calls, self.at = 0, at
+
+    def sample(self, obs):
+        self.calls += 1
+        if self.calls == self.at:
+            raise ArithmeticError("the agent failed")
+        return super().sample(obs)
+
+
+def assert_continues(sampler, collects: int = 3) -> None:
+    """Further collects work, and each starts where the one before ended."""
+    previous = sampler.collect()
+    for _ in range(collects - 1):
+        batch = sampler.collect()
+        np.testing.assert_array_equal(batch.obs[0], previous.next_obs)
+        for t in range(len(batch.obs) - 1):  # every row written: obs follow the flags
+            assert np.isfinite(batch.obs[t + 1]).all()
+        previous = batch
+
+
+@pytest.mark.parametrize("alternating", [False, True])
+def test_an_error_in_a_workers_environment_or_in_the_agent_leaves_central_in_step(
+    cluster, alternating
+):
+    # Seed 0, 2 workers x 3 envs: column 4 is worker 1's second environment.
+    sizes = {"num_workers": 2, "envs_per_worker": 3, "horizon": 5, "seed": 0}
+    env_fn = functools.partial(failing_env, 4, 3)
+    with CentralSampler(env_fn, LinearAgent(), **sizes, alternating=alternating) as sampler:
+        with pytest.raises(parl.RemoteError, match="column 4 failed at step 3"):
+            sampler.collect()
+        assert_continues(sampler)
+    with CentralSampler(ENV_FN, FailingAgent(at=4), **sizes, alternating=alternating) as sampler:
+        with pytest.raises(ArithmeticError, match="the agent failed"):
+            sampler.collect()
+        assert_continues(sampler)
+        assert sampler._group.workers  # still open
 
 
 def test_async_batches_say_which_worker_and_which_weights(cluster):

@@ -22,8 +22,9 @@ memory (`/dev/shm`); workers on other hosts through the ordinary call path.
 from __future__ import annotations
 
 from parl_algos.samplers._async import AsyncSampler
+from parl_algos.samplers._central import CentralSampler
 from parl_algos.samplers._core import Batch
-from parl_algos.samplers._parallel import CentralSampler, ParallelSampler
+from parl_algos.samplers._parallel import ParallelSampler
 from parl_algos.samplers._serial import SerialSampler
 
 __all__ = ["AsyncSampler", "Batch", "CentralSampler", "ParallelSampler", "SerialSampler"]

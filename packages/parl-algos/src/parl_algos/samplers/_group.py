@@ -18,6 +18,7 @@ import numpy as np
 import parl
 from parl_algos.samplers._core import Rollout, rollout_layout
 from parl_algos.samplers._shm import SharedArrays, host_id, shm_available, sweep_dead_owners
+from parl_algos.samplers._signal import Signal, SignalListener
 from parl_algos.samplers._worker import RemoteEnvWorker
 from parl_remote import ClusterError, RemoteActorDiedError, RemoteError
 
@@ -63,6 +64,7 @@ class WorkerGroup:
         self.envs_per_worker = envs_per_worker
         self.workers: list[Any] = []
         self.segments: list[list[SharedArrays] | None] = [None] * num_workers
+        self.signals: list[Signal | None] = [None] * num_workers
         connect(address, num_workers)
 
         def create(index: int) -> Any:
@@ -114,6 +116,28 @@ class WorkerGroup:
                 self.segments[w] = segments
             else:  # the worker could not map them: it is on another host after all
                 _free(segments)
+
+    def connect_signals(self, timeout: float) -> None:
+        """Give every worker with shared memory a step signal (`_signal`); `timeout`: its waits.
+
+        A worker that cannot connect keeps to step calls.
+        """
+        members = [w for w, segments in enumerate(self.segments) if segments is not None]
+        if not members:
+            return
+        listener = SignalListener(len(members))
+        try:
+            calls = [
+                self.workers[w].connect_signal(listener.path, listener.token, timeout)
+                for w in members
+            ]
+            connected = {
+                w for w, ok in zip(members, self.gather(calls, members), strict=True) if ok
+            }
+            for w, signal in listener.accept(connected, 10.0, timeout).items():
+                self.signals[w] = signal
+        finally:
+            listener.close()
 
     @property
     def shared(self) -> list[bool]:
@@ -167,6 +191,10 @@ class WorkerGroup:
 
     def close(self) -> None:
         """Free every actor and segment; calling it again does nothing."""
+        for w, signal in enumerate(self.signals):
+            if signal is not None:
+                signal.close()
+                self.signals[w] = None
         self.workers = []  # the last handle of an actor frees it and its CPU slot
         for w, segments in enumerate(self.segments):
             if segments is not None:

@@ -8,6 +8,7 @@ writes its rollouts into `Rollout`s: views on shared-memory segments that the sa
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -18,8 +19,27 @@ import numpy as np
 import parl
 from parl_algos.samplers._core import EnvColumns, Rollout, rollout_layout, seed_process
 from parl_algos.samplers._shm import SharedArrays, host_id
+from parl_algos.samplers._signal import Signal, SignalClosed, connect_signal
 
-__all__ = ["EnvWorker", "RemoteEnvWorker", "StepResult", "WorkerResult"]
+__all__ = [
+    "ABORT",
+    "ERROR",
+    "READY",
+    "STEP",
+    "EnvWorker",
+    "RemoteEnvWorker",
+    "StepResult",
+    "WorkerResult",
+]
+
+READY = b"r"
+"""Worker to sampler: the step's observations (or the first ones) are written."""
+ERROR = b"e"
+"""Worker to sampler: stepping failed; the `drive` call raises why."""
+STEP = b"s"
+"""Sampler to worker: the step's actions are written."""
+ABORT = b"a"
+"""Sampler to worker: the collect is given up; `drive` returns None."""
 
 WorkerResult = tuple[
     dict[str, np.ndarray] | None,
@@ -79,6 +99,8 @@ class EnvWorker:
         )
         self.rollouts = [Rollout.allocate(self.layout) for _ in range(slots)]
         self.segments: list[SharedArrays] = []
+        self.signal: Signal | None = None
+        self.index = index
         self.weights_version = 0
 
     def describe(self) -> tuple[gym.Space, gym.Space, str]:
@@ -99,6 +121,50 @@ class EnvWorker:
         self.segments = segments
         self.rollouts = [Rollout(segment.arrays) for segment in segments]
         return True
+
+    def connect_signal(self, path: str, token: bytes, timeout: float) -> bool:
+        """Take step signals from the sampler's `SignalListener` at `path` (after `attach`).
+
+        Returns False (and keeps to step calls) where the socket cannot be reached.
+        """
+        if not self.segments:
+            return False
+        try:
+            signal = connect_signal(path, token, self.index, timeout)
+        except OSError:
+            return False
+        if self.signal is not None:
+            self.signal.close()
+        self.signal = signal
+        return True
+
+    def drive(self, slot: int = 0) -> tuple[dict, list] | None:
+        """Step a rollout in shared-memory `slot` as the signal says, one byte a step each way.
+
+        Writes the first observations and signals `READY`; then, `horizon` times, waits for
+        `STEP` (the sampler wrote the actions), steps and signals `READY`. Returns the rollout's
+        `(final_obs, ended)`, or None where the sampler sent `ABORT`.
+        """
+        signal = self.signal
+        if signal is None:
+            raise RuntimeError("drive() needs a signal: call connect_signal() first")
+        rollout = self.rollouts[slot]
+        columns = self.columns
+        try:
+            columns.begin(rollout)
+            signal.send(READY)
+            for t in range(self.horizon):
+                if signal.recv() != STEP:
+                    return None
+                columns.step(t, rollout.actions[t])
+                signal.send(READY)
+        except SignalClosed:
+            raise
+        except BaseException:
+            with contextlib.suppress(SignalClosed):
+                signal.send(ERROR)
+            raise
+        return columns.final_obs, columns.ended
 
     def set_weights(self, weights: Any, version: int) -> None:
         """Load the learner's weights into the policy copy; `version` dates the next rollouts."""
@@ -142,6 +208,9 @@ class EnvWorker:
         """Close the environments and unmap the segments."""
         self.columns.close()
         self.rollouts = []
+        if self.signal is not None:
+            self.signal.close()
+            self.signal = None
         for segment in self.segments:
             segment.close()
         self.segments = []

@@ -1,0 +1,256 @@
+"""`CentralSampler`: workers only step environments; the caller chooses every action, batched.
+
+rlpyt's parallel-GPU sampler: every step the caller puts the observations of all workers
+together and runs `agent.sample` once, on its own device. With `alternating=True` the workers
+are two groups, and one group steps while the caller chooses the other's actions (rlpyt's
+alternating sampler).
+
+A step crosses to each worker and back. For a worker on this host both halves are in shared
+memory (the caller writes the actions, the worker the observations, rewards and flags) and a
+step costs one byte each way on a Unix-domain socket (`_signal`): one `drive` call a collect
+runs the worker's side, and its result brings the episodes' records at the end. A worker on
+another host (or one whose signal could not connect) gets a `step` call a step instead. A
+worker that dies reads as end-of-file on its signal: `collect()` raises
+`parl.RemoteActorDiedError` naming it; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from parl_algos.samplers._core import Batch, Rollout, act, stack_extras
+from parl_algos.samplers._group import WorkerGroup, offset_records
+from parl_algos.samplers._parallel import _ClusterSampler
+from parl_algos.samplers._signal import SignalClosed
+from parl_algos.samplers._worker import ABORT, ERROR, READY, STEP
+from parl_remote import RemoteActorDiedError
+
+__all__ = ["CentralSampler"]
+
+
+class CentralSampler(_ClusterSampler):
+    """Worker actors step environments; this process chooses every action, batched.
+
+    Every step, the observations of all workers are put together here and `agent.sample` runs
+    once on them (on the learner's device), so the agent never leaves this process.
+
+    Args:
+        env_fn: a picklable zero-argument callable returning a `gymnasium.Env`.
+        agent: an object with `sample(obs_batch) -> actions` or `(actions, extras)`.
+        num_workers: worker actors.
+        envs_per_worker: environments each worker steps.
+        horizon: steps of every environment per `collect()`.
+        seed: column `k` is reset with `seed + k` on its first reset (None: unseeded).
+        address: the cluster (None: the current one, or a local one of `num_workers` slots).
+        alternating: two groups of workers (at least 2 workers): one steps its environments
+            while the actions of the other are computed; `agent.sample` then runs once per
+            group and step.
+    """
+
+    _agent_on_workers = False
+    _signal_timeout_s = 300.0
+    """The longest wait for one step of a worker, or (in a worker) for the next actions."""
+
+    def __init__(
+        self,
+        env_fn: Callable[[], gym.Env],
+        agent: Any,
+        num_workers: int = 2,
+        envs_per_worker: int = 8,
+        horizon: int = 32,
+        seed: int | None = 0,
+        address: str | None = None,
+        alternating: bool = False,
+    ) -> None:
+        if alternating and num_workers < 2:
+            raise ValueError(f"alternating=True needs two groups of workers, got {num_workers=}")
+        super().__init__(env_fn, agent, num_workers, envs_per_worker, horizon, seed, address)
+        try:
+            self._group.connect_signals(self._signal_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+        self.alternating = alternating
+        half = (num_workers + 1) // 2
+        workers = list(range(num_workers))
+        self._groups = [workers[:half], workers[half:]] if alternating else [workers]
+
+    def collect(self) -> Batch:
+        """`horizon` steps of every worker, actions chosen here; one `Batch`."""
+        self._check_open()
+        group = self._group
+        out = Rollout.allocate(group.batch_layout)
+        steps: list[list[dict[str, np.ndarray]]] = []
+        final_obs: dict[tuple[int, int], np.ndarray] = {}
+        ended: list = []
+        run = _Collect(group, self.horizon)
+        try:
+            run.begin(out)
+            _, act_shape, act_dtype = group.batch_layout[1]
+            started = [False] * len(self._groups)
+            for t in range(self.horizon):
+                steps.append([])
+                for g, members in enumerate(self._groups):
+                    if started[g]:
+                        run.finish_step(t - 1, members, out, final_obs, ended)
+                    cols = slice(group.columns(members[0]).start, group.columns(members[-1]).stop)
+                    actions, extras = act(self.agent, out.obs[t, cols], act_shape[2:], act_dtype)
+                    out.actions[t, cols] = actions
+                    steps[t].append(extras)
+                    run.start_step(t, members, out)
+                    started[g] = True
+            for members in self._groups:
+                run.finish_step(self.horizon - 1, members, out, final_obs, ended)
+            run.end(final_obs, ended)
+        except BaseException:
+            run.abort()
+            raise
+        extras = stack_extras(
+            [
+                {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+                for parts in steps
+            ]
+        )
+        arrays = out.arrays()
+        return self._make_batch(arrays.pop("obs"), arrays, extras, final_obs, ended)
+
+
+class _Collect:
+    """One collect of a `CentralSampler` on the workers: signalled ones and called ones.
+
+    Keeps what each signalled worker is owed, so that a collect given up halfway (an error
+    here, in the agent, or in another worker) leaves every signal in step for the next one.
+    """
+
+    def __init__(self, group: WorkerGroup, horizon: int) -> None:
+        self.group = group
+        self.horizon = horizon
+        self.fast = [w for w, signal in enumerate(group.signals) if signal is not None]
+        self.drives: dict[int, Any] = {}
+        self.pending: dict[int, Any] = {}  # a step call of a called worker
+        self.awaiting: set[int] = set()  # signalled workers whose READY is still to come
+        self.sent = dict.fromkeys(self.fast, 0)  # STEP bytes sent to each
+
+    def begin(self, out: Rollout) -> None:
+        """Start every worker's rollout; write the first observations into `out.obs[0]`."""
+        group = self.group
+        for w in self.fast:
+            self.drives[w] = group.workers[w].drive(0)
+            self.awaiting.add(w)
+        slow = [w for w in range(len(group.workers)) if w not in self.drives]
+        starts = group.gather([group.workers[w].begin(0) for w in slow], slow)
+        for w, start in zip(slow, starts, strict=True):
+            shared = group.shared_rollout(w, 0)
+            out.obs[0, group.columns(w)] = start if shared is None else shared.obs[0]
+        for w in self.fast:
+            self._wait_ready(w)
+            out.obs[0, group.columns(w)] = group.shared_rollout(w, 0).obs[0]
+
+    def start_step(self, t: int, members: list[int], out: Rollout) -> None:
+        """Hand the members their actions of step `t` (written in `out.actions[t]`)."""
+        group = self.group
+        for w in members:
+            actions = out.actions[t, group.columns(w)]
+            shared = group.shared_rollout(w, 0)
+            if shared is None:
+                self.pending[w] = group.workers[w].step(t, actions)
+                continue
+            shared.actions[t] = actions
+            if w in self.drives:
+                group.signals[w].send(STEP)
+                self.sent[w] += 1
+                self.awaiting.add(w)
+            else:
+                self.pending[w] = group.workers[w].step(t)
+
+    def finish_step(
+        self, t: int, members: list[int], out: Rollout, final_obs: dict, ended: list
+    ) -> None:
+        """Wait for the members' step `t`; write its rows into `out`."""
+        group = self.group
+        for w in members:
+            shared = group.shared_rollout(w, 0)
+            if w in self.drives:
+                self._wait_ready(w)
+                rows = None
+            else:
+                rows, worker_final, worker_ended = group.result(w, self.pending.pop(w))
+                more_final, more_ended = offset_records(
+                    w, group.envs_per_worker, worker_final, worker_ended
+                )
+                final_obs.update(more_final)
+                ended += more_ended
+            if shared is not None:
+                rows = {
+                    "obs": shared.obs[t + 1],
+                    "rewards": shared.rewards[t],
+                    "terminated": shared.terminated[t],
+                    "truncated": shared.truncated[t],
+                }
+            cols = group.columns(w)
+            out.obs[t + 1, cols] = rows["obs"]
+            out.rewards[t, cols] = rows["rewards"]
+            out.terminated[t, cols] = rows["terminated"]
+            out.truncated[t, cols] = rows["truncated"]
+
+    def end(self, final_obs: dict, ended: list) -> None:
+        """Take the signalled workers' episode records (their `drive` calls' results)."""
+        group = self.group
+        for w in list(self.drives):
+            worker_final, worker_ended = group.result(w, self.drives.pop(w))
+            more_final, more_ended = offset_records(
+                w, group.envs_per_worker, worker_final, worker_ended
+            )
+            final_obs.update(more_final)
+            ended += more_ended
+
+    def _wait_ready(self, w: int) -> None:
+        """Worker `w`'s READY; its error or death raised as `WorkerGroup.result` does."""
+        group = self.group
+        signal = group.signals[w]
+        try:
+            byte = signal.recv()
+        except SignalClosed as exc:
+            self.awaiting.discard(w)
+            future = self.drives.pop(w)
+            error: BaseException = RemoteActorDiedError(str(exc))
+            try:  # the call says why, once the cluster knows
+                future.get(timeout=30.0)
+            except TimeoutError:
+                pass
+            except BaseException as call_error:
+                error = call_error
+            group.close()  # the signal is out of step for good
+            group.fail(w, error)  # a death as RemoteActorDiedError naming the worker
+        self.awaiting.discard(w)
+        if byte == READY:
+            return
+        future = self.drives.pop(w)
+        if byte == ERROR:
+            group.result(w, future)  # raises the worker's error
+        group.close()  # not a byte of ours: the signal cannot be trusted any more
+        raise RuntimeError(f"worker {w} sent {byte!r} on its step signal, not a step's end")
+
+    def abort(self) -> None:
+        """Bring every signalled worker still in this collect to its end (bounded waits)."""
+        group = self.group
+        self.pending.clear()
+        drives, self.drives = self.drives, {}
+        try:
+            for w, future in drives.items():
+                signal = group.signals[w] if group.workers else None
+                if signal is None:
+                    continue  # the group is closed already
+                try:
+                    byte = signal.recv() if w in self.awaiting else READY
+                    if byte == READY and self.sent[w] < self.horizon:
+                        signal.send(ABORT)
+                    future.get(timeout=signal.timeout)
+                except Exception:  # out of step for good: nothing more can be collected
+                    group.close()
+        finally:
+            drives.clear()  # a pending future holds its actor
