@@ -43,8 +43,8 @@ from parl_algos.sequence_replay import (
 )
 
 __all__ = [
-    "R2D2",
     "ActorOutput",
+    "R2D2",
     "R2D2Actor",
     "R2D2Agent",
     "R2D2Stats",

@@ -24,10 +24,10 @@ from parl_algos.samplers._signal import Signal, SignalClosed, connect_signal
 __all__ = [
     "ABORT",
     "ERROR",
-    "READY",
-    "STEP",
     "EnvWorker",
+    "READY",
     "RemoteEnvWorker",
+    "STEP",
     "StepResult",
     "WorkerResult",
 ]
