@@ -17,8 +17,9 @@ from parl.utils import PrioritizedReplayMemory, ReplayMemory
 from parl_algos.agents import DQNAgent
 from parl_algos.dqn import DQN
 from parl_algos.nets import QNetwork
+from parl_algos.r2d2 import apex_epsilons
 from parl_algos.rollout import Trajectory
-from parl_algos.train._apex import QActing, ReplayWriter, ape_x_epsilons
+from parl_algos.train._apex import QActing, ReplayWriter
 
 
 def make_agent(eps_decay_steps: int = 100) -> DQNAgent:
@@ -33,13 +34,13 @@ def copy_on_worker(acting: QActing, seed: int) -> QActing:
 
 
 def test_ape_x_epsilons_follow_the_paper():
-    assert ape_x_epsilons(1) == [0.4]
-    eps = ape_x_epsilons(8, 0.4, 7.0)
+    assert list(apex_epsilons(1)) == [0.4]
+    eps = list(apex_epsilons(8, 0.4, 7.0))
     assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4**8)
     assert eps[3] == pytest.approx(0.4 ** (1 + 7.0 * 3 / 7))
     assert eps == sorted(eps, reverse=True)
-    with pytest.raises(ValueError, match="actors=0"):
-        ape_x_epsilons(0)
+    with pytest.raises(ValueError, match="n=0"):
+        apex_epsilons(0)
 
 
 def test_sync_copies_all_act_with_the_learners_scheduled_epsilon():
@@ -72,7 +73,7 @@ def test_async_copies_get_ape_x_epsilons_by_the_order_their_rollouts_came():
     weights = learner.get_weights()
     for copy in copies:
         copy.set_weights(weights)
-    expected = ape_x_epsilons(3)
+    expected = list(apex_epsilons(3))
     assert [copies[2].epsilon, copies[0].epsilon, copies[1].epsilon] == pytest.approx(expected)
 
 

@@ -122,7 +122,13 @@ def sequence_priority(td_error: torch.Tensor, mask: torch.Tensor, eta: float) ->
 
 
 def apex_epsilons(n: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
-    """Ape-X's exploration rates of `n` actors: `base ** (1 + alpha * i / (n - 1))`."""
+    """Ape-X's exploration rates of `n` actors: `base ** (1 + alpha * i / (n - 1))`.
+
+    One actor gets `base` itself. R2D2's actors and `parl-train`'s Ape-X (a DQN-family agent
+    in async mode) both explore at these rates.
+    """
+    if n < 1:
+        raise ValueError(f"apex_epsilons: {n=} actors; there must be at least 1")
     if n == 1:
         return np.array([base])
     return base ** (1.0 + alpha * np.arange(n) / (n - 1))

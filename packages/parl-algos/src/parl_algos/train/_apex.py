@@ -8,7 +8,7 @@ and sends it with the weights, so that exploration follows the run, not each wor
   env-step count (uniformly random actions before `learning_starts`);
 - `async` (Ape-X, Horgan et al., "Distributed prioritized experience replay", ICLR 2018,
   https://arxiv.org/abs/1803.00933): actor `i` of `N` keeps `eps_i = eps ** (1 + alpha * i /
-  (N - 1))` for the whole run (`ape_x_epsilons`), past the warm-up.
+  (N - 1))` for the whole run (`parl_algos.r2d2.apex_epsilons`), past the warm-up.
 
 With noisy networks (Rainbow) the noise explores and epsilon is 0 after the warm-up.
 Each copy returns, beside its actions, the Q-values it acted on (`q`) and its own id (`actor`,
@@ -34,21 +34,10 @@ import torch
 
 from parl.utils import NStepAdder, PrioritizedReplayMemory
 from parl_algos._common import to_tensor
+from parl_algos.r2d2 import apex_epsilons
 from parl_algos.rollout import Trajectory
 
-__all__ = ["QActing", "ReplayWriter", "ape_x_epsilons"]
-
-
-def ape_x_epsilons(actors: int, eps: float = 0.4, alpha: float = 7.0) -> list[float]:
-    """Ape-X's exploration rates: `eps ** (1 + alpha * i / (actors - 1))` for actor `i`.
-
-    One actor gets `eps` itself.
-    """
-    if actors < 1:
-        raise ValueError(f"ape_x_epsilons: {actors=} must be at least 1")
-    if actors == 1:
-        return [float(eps)]
-    return [float(eps ** (1 + alpha * i / (actors - 1))) for i in range(actors)]
+__all__ = ["QActing", "ReplayWriter"]
 
 
 class QActing:
@@ -86,7 +75,7 @@ class QActing:
         self.mode = mode
         self.learning_starts = learning_starts
         self.noisy = noisy
-        self.epsilons = ape_x_epsilons(actors, apex_eps, apex_alpha)
+        self.epsilons = [float(e) for e in apex_epsilons(actors, apex_eps, apex_alpha)]
         self.env_steps = 0
         """Learner: the run's env steps, which the `sync` schedule reads."""
         self.epsilon = 1.0
