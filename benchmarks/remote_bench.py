@@ -14,6 +14,8 @@ absolute times do.
         turned off (PARL_SHM_MIN_BYTES=0, the socket), a raw socket, and one memcpy of the
         same bytes (the ceiling: a round trip is at best two of them)
     W4  actor creation until its first answer, ms                   target <= 20 ms
+        (a class of plain Python; a second row times one whose methods use numpy, which its
+        process imports before it answers)
     W5  2 actors x a pure-Python loop vs the same work serially     target >= 1.8x on 2 cores
 
     python benchmarks/remote_bench.py            # about two minutes
@@ -156,6 +158,14 @@ class Actor:
         return total
 
 
+@parl.remote_class
+class Adder:
+    """W4's class: nothing beyond the standard library to import where it is built."""
+
+    def add(self, a, b):
+        return a + b
+
+
 @parl.remote_class(wait=False)
 class FutureActor:
     def add(self, a, b):
@@ -263,12 +273,12 @@ def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         )
 
 
-def parl_creation(client, n: int) -> list[float]:
+def parl_creation(client, n: int, cls=None) -> list[float]:
     times = []
     for _ in range(n):
         wait_for_vacant(client, 1)
         t0 = time.perf_counter()
-        actor = Actor()
+        actor = (cls or Adder)()
         actor.add(1, 2)
         times.append(time.perf_counter() - t0)
         del actor
@@ -393,6 +403,17 @@ def main() -> None:
                     "",
                     "",
                     "<= 20 ms",
+                )
+            )
+            # The same with a class whose methods use numpy: its process imports numpy first.
+            creation = parl_creation(client, max(5, int(20 * scale)), Actor)
+            rows.append(
+                (
+                    "W4 creation, a numpy class (ms)",
+                    f"{statistics.median(creation) * 1e3:8.1f}",
+                    "",
+                    "",
+                    "",
                 )
             )
 
