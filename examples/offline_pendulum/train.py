@@ -71,9 +71,9 @@ class Args(OffPolicyArgs):
     """An existing dataset .npz to learn from (skips SAC and collection)."""
     algorithms: str = "bc,cql,iql"
     """The offline learners to run, comma-separated."""
-    offline_steps: int = 5_000
+    offline_steps: int = 10_000
     """Gradient steps of each offline learner."""
-    offline_eval_every: int = 1_000
+    offline_eval_every: int = 2_500
     """Evaluate each offline learner every this many gradient steps (0: only at the end)."""
     offline_lr: float = 3e-4
     """Adam learning rate of the offline learners."""
