@@ -34,6 +34,15 @@ repository.
     python benchmarks/learning.py --tasks a2c_parallel,impala       # remote actors vs one process
     python benchmarks/learning.py --tasks a3c,ga3c,r2d2,r2d2_memoryless
     python benchmarks/learning.py --tasks qrdqn,rainbow --baseline sb3
+    nice python benchmarks/learning.py --tasks offline,marl --seeds 1,2
+
+Two sections measure returns rather than steps to a threshold. `offline` makes one Pendulum
+dataset (`examples/offline_pendulum`: SAC trains online, a medium snapshot collects it), then
+learns BC, CQL and IQL from that same file with each seed, and reports each one's final mean
+evaluation return (and the score, 0 for a random policy, 1 for the SAC that made the data).
+`marl` trains MADDPG, independent DDPG, MAPPO and independent PPO (`examples/mpe`, MPE
+`simple_spread`, the same env steps each) with each seed, and reports the greedy policy's mean
+return after training and the mean of the last 50 training episodes.
 """
 
 from __future__ import annotations
@@ -249,10 +258,115 @@ def _name(task: Task) -> str:
     return f"{task.algo.upper()} {task.env_id} (≥ {task.threshold:g}, {task.cap // 1000}k)"
 
 
+# -- offline and multi-agent sections: final returns of several learners on one budget ------
+
+
+def run_main(script: str, flags: Sequence[str], timeout: float) -> dict:
+    """Run an example's `main` in a fresh process; return the dict it returns."""
+    code = (
+        "import json, runpy, sys\n"
+        f"sys.argv = [{script!r}, *{list(flags)!r}]\n"
+        f"mod = runpy.run_path({script!r}, run_name='benchmark')\n"
+        "print('RESULT', json.dumps(mod['main'](mod['parse_args'](mod['Args']))))\n"
+    )
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True, text=True, timeout=timeout, check=True, env=env,
+    )  # fmt: skip
+    line = next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[7:])
+
+
+def _mean_std(values: Sequence[float], digits: int = 0) -> str:
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.{digits}f} ± {spread:.{digits}f}"
+
+
+def _dump(path: str | None, section: str, results: dict) -> None:
+    if path:
+        stem, ext = os.path.splitext(path)
+        with open(f"{stem}-{section}{ext or '.json'}", "w") as f:
+            json.dump(results, f, indent=2)
+
+
+OFFLINE_ALGOS = ("bc", "cql", "iql")
+OFFLINE_SCRIPT = os.path.join(REPO, "examples", "offline_pendulum", "train.py")
+
+
+def run_offline(seeds: Sequence[int], timeout: float, json_path: str | None = None) -> str:
+    """One Pendulum dataset (seed 1); BC, CQL and IQL learn from it with each seed."""
+    with tempfile.TemporaryDirectory() as logdir:
+        made = run_main(
+            OFFLINE_SCRIPT, ["--seed", "1", "--algorithms", "", "--logdir", logdir], timeout
+        )
+        print(f"offline dataset: {made}", flush=True)
+        runs = []
+        for seed in seeds:
+            flags = ["--seed", str(seed), "--dataset", os.path.join(logdir, "dataset.npz")]
+            flags += ["--logdir", os.path.join(logdir, f"seed{seed}")]
+            runs.append(run_main(OFFLINE_SCRIPT, flags, timeout))
+            print(f"offline seed {seed}: {runs[-1]}", flush=True)
+    _dump(json_path, "offline", {"dataset": made, "runs": runs})
+    low, high = made["random_return"], made["sac_expert_return"]
+    lines = [
+        f"\nPendulum-v1 dataset of {made['transitions']} transitions, mean episode return "
+        f"{made['data_return']:.0f} (random policy {low:.0f}, the SAC that made it "
+        f"{high:.0f}); final mean return (score) over seeds {','.join(map(str, seeds))}:\n",
+        "| learner | final return, mean ± std | score | per seed |",
+        "|---|---|---|---|",
+    ]
+    for name in OFFLINE_ALGOS:
+        values = [run[f"{name}_return"] for run in runs]
+        score = (statistics.mean(values) - low) / (high - low)
+        per_seed = " / ".join(f"{v:.0f}" for v in values)
+        lines.append(f"| {name.upper()} | {_mean_std(values)} | {score:.2f} | {per_seed} |")
+    return "\n".join(lines)
+
+
+MARL_STEPS = 25_000
+MARL_LEARNERS = {
+    "MADDPG": ("--algo", "maddpg"),
+    "independent DDPG": ("--algo", "maddpg", "--independent"),
+    "MAPPO": ("--algo", "mappo"),
+    "independent PPO": ("--algo", "mappo", "--independent"),
+}
+MARL_SCRIPT = os.path.join(REPO, "examples", "mpe", "train.py")
+
+
+def run_marl(seeds: Sequence[int], timeout: float, json_path: str | None = None) -> str:
+    """Centralized learners and their independent twins on MPE simple_spread, one budget."""
+    runs: dict[str, list[dict]] = {name: [] for name in MARL_LEARNERS}
+    for seed in seeds:  # seed by seed, so that every learner sees the same load
+        for name, flags in MARL_LEARNERS.items():
+            extra = ["--seed", str(seed), "--total-steps", str(MARL_STEPS)]
+            runs[name].append(run_main(MARL_SCRIPT, [*flags, *extra], timeout))
+            print(f"marl {name} seed {seed}: {runs[name][-1]}", flush=True)
+    _dump(json_path, "marl", runs)
+    lines = [
+        f"\nMPE simple_spread, {MARL_STEPS // 1000}k env steps, seeds "
+        f"{','.join(map(str, seeds))}: each agent's episode return, mean over agents\n",
+        "| learner | greedy, mean ± std | last 50 training episodes | uniformly random |",
+        "|---|---|---|---|",
+    ]
+    for name, results in runs.items():
+        greedy = [r["final_return"]["all"] for r in results]
+        last = [r["train_return_last"] for r in results]
+        random = [r["random_return"]["all"] for r in results]
+        row = f"| {name} | {_mean_std(greedy, 1)} | {_mean_std(last, 1)} |"
+        lines.append(f"{row} {statistics.mean(random):.1f} |")
+    return "\n".join(lines)
+
+
+SECTIONS = {"offline": run_offline, "marl": run_marl}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--tasks", default=",".join(TASKS), help="comma-separated: " + ", ".join(TASKS)
+        "--tasks",
+        default=",".join(TASKS),
+        help="comma-separated: " + ", ".join([*TASKS, *SECTIONS]),
     )
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
     parser.add_argument("--baseline", choices=["sb3"], help="also run Stable-Baselines3")
@@ -260,7 +374,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    tasks = [TASKS[name] for name in args.tasks.split(",")]
+    names = args.tasks.split(",")
+    for name in [n for n in names if n in SECTIONS]:
+        print(SECTIONS[name](seeds, args.timeout, args.json), flush=True)
+    tasks = [TASKS[name] for name in names if name not in SECTIONS]
+    if not tasks:
+        return
 
     results: dict[str, dict] = {}
     for task in tasks:

@@ -22,12 +22,14 @@ from mpe2 import simple_adversary_v3, simple_spread_v3
 
 import parl
 from parl.algorithms import MADDPG, MAPPO, QMIX
+from parl.samplers import ParallelSampler, SerialSampler
 from parl_algos.maddpg import MultiAgentActorCriticMLP
 from parl_algos.mappo import MultiAgentPPOMLP, pack_agent_inputs
 from parl_algos.multiagent import (
     EpisodeMemory,
     MultiAgentReplayMemory,
     ParallelEnvArrays,
+    StackedAgentsEnv,
     gumbel_softmax,
 )
 from parl_algos.qmix import QMixer, RNNAgent, VDNMixer
@@ -449,3 +451,75 @@ def test_learns_simple_spread_well_beyond_random_play(algo):
     # Returns are each agent's (negative) distances and collisions summed over 25 steps.
     assert result["final_return"]["all"] > result["random_return"]["all"] + MARGIN, result
     assert result["train_return_last"] > result["train_return_first"] + MARGIN, result
+
+
+# -- a parallel environment as one gymnasium.Env, in the samplers ---------------------------
+
+
+def _spread(continuous: bool = False) -> StackedAgentsEnv:
+    return StackedAgentsEnv(
+        simple_spread_v3.parallel_env(N=3, max_cycles=5, continuous_actions=continuous)
+    )
+
+
+class _RowAgent:
+    """A deterministic agent for stacked agents: each agent's move from its own observation."""
+
+    def sample(self, obs):
+        return (np.abs(obs).sum(-1) * 10).astype(np.int64) % 5
+
+    def get_weights(self):
+        return {}
+
+    def set_weights(self, weights) -> None:
+        pass
+
+
+def test_stacked_agents_env_steps_every_agent_and_reduces_their_rewards():
+    env = _spread()
+    assert env.observation_space.shape == (3, 18)
+    assert list(env.action_space.nvec) == [5, 5, 5]
+    reference = ParallelEnvArrays(simple_spread_v3.parallel_env(N=3, max_cycles=5))
+    obs, info = env.reset(seed=7)
+    ref_obs = reference.reset(seed=7)
+    np.testing.assert_array_equal(obs, reference.stack(ref_obs))
+    np.testing.assert_array_equal(info["state"], reference.state())
+    for t in range(5):
+        actions = np.array([t % 5, (t + 1) % 5, (t + 2) % 5])
+        obs, reward, terminated, truncated, info = env.step(actions)
+        ref_obs, ref_reward, _, ref_trunc = reference.step(actions.tolist())
+        np.testing.assert_array_equal(obs, reference.stack(ref_obs))
+        np.testing.assert_array_equal(info["rewards"], ref_reward)
+        assert reward == pytest.approx(float(ref_reward.mean()))
+        assert not terminated
+        assert truncated == (t == 4) == bool(ref_trunc.all())
+    summed = StackedAgentsEnv(simple_spread_v3.parallel_env(N=3), reward="sum")
+    summed.reset(seed=0)
+    _, reward, _, _, info = summed.step(np.zeros(3, np.int64))
+    assert reward == pytest.approx(float(info["rewards"].sum()))
+    continuous = _spread(continuous=True)
+    assert continuous.action_space.shape == (3, 5)
+    continuous.reset(seed=0)
+    continuous.step(continuous.action_space.sample())
+    with pytest.raises(ValueError, match="reward="):
+        StackedAgentsEnv(simple_spread_v3.parallel_env(), reward="max")
+
+
+def test_stacked_agents_env_runs_on_remote_workers_as_in_one_process():
+    sizes = {"num_workers": 2, "envs_per_worker": 2, "horizon": 7, "seed": 5}
+    parl.connect(cpu_num=2, log_to_driver=False)
+    try:
+        with (
+            SerialSampler(_spread, _RowAgent(), **sizes) as serial,
+            ParallelSampler(_spread, _RowAgent(), **sizes) as parallel,
+        ):
+            for _ in range(2):
+                a, b = serial.collect(), parallel.collect()
+                assert a.actions.shape == (7, 4, 3)
+                for name in ("obs", "actions", "rewards", "terminated", "truncated"):
+                    assert getattr(a, name).tobytes() == getattr(b, name).tobytes(), name
+            episodes = serial.episodes()
+            assert len(episodes) == 8  # 14 steps of episodes of 5, in 4 columns
+            assert episodes == parallel.episodes()
+    finally:
+        parl.disconnect()

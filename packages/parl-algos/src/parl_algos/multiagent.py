@@ -6,6 +6,8 @@ and a global state (`env.state()` where the environment has one, else the concat
 observations). `MultiAgentReplayMemory` keeps per-step transitions of every agent for MADDPG;
 `EpisodeMemory` keeps whole padded episodes with a mask for QMIX's recurrent agents.
 `gumbel_softmax` is the straight-through relaxation MADDPG uses for discrete actions.
+`StackedAgentsEnv` shows a parallel environment as one `gymnasium.Env` of stacked agents, so
+that the samplers (`parl.samplers`, remote workers included) step it like any other.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -22,6 +25,7 @@ __all__ = [
     "MultiAgentBatch",
     "MultiAgentReplayMemory",
     "ParallelEnvArrays",
+    "StackedAgentsEnv",
     "gumbel_softmax",
 ]
 
@@ -139,6 +143,76 @@ class ParallelEnvArrays:
             np.asarray(obs[a], np.float32).reshape(-1) if a in obs else np.zeros(d, np.float32)
             for a, d in zip(self.agents, self.obs_dims, strict=True)
         ]
+
+
+class StackedAgentsEnv(gym.Env):
+    """A PettingZoo parallel environment as one `gymnasium.Env` whose rows are the agents.
+
+    The observation is `ParallelEnvArrays.stack`'s `(n_agents, max_obs_dim)` float32 array; the
+    action one row per agent: `MultiDiscrete` when every agent's space is `Discrete`, else a
+    `(n_agents, *shape)` `Box` when all are the same `Box`. The reward is the agents' rewards
+    reduced by `reward` (`"mean"` or `"sum"`, for cooperative tasks); `info["rewards"]` holds
+    each agent's and `info["state"]` the global state. The episode terminates when every agent
+    is terminated and is truncated when every agent is done and some only truncated. A sampler
+    builds it from a zero-argument factory, so a worker makes its own copy of the environment:
+    `ParallelSampler(lambda: StackedAgentsEnv(simple_spread_v3.parallel_env()), agent)`.
+
+    Args:
+        env: a `pettingzoo.ParallelEnv`.
+        reward: how the agents' rewards become one, `"mean"` or `"sum"`.
+    """
+
+    def __init__(self, env: Any, reward: str = "mean") -> None:
+        if reward not in ("mean", "sum"):
+            raise ValueError(f"StackedAgentsEnv: {reward=} must be 'mean' or 'sum'")
+        self.arrays = ParallelEnvArrays(env)
+        self._reduce = np.mean if reward == "mean" else np.sum
+        n, spaces = self.arrays.n_agents, self.arrays.action_spaces
+        self.observation_space = gym.spaces.Box(
+            -np.inf, np.inf, (n, self.arrays.max_obs_dim), np.float32
+        )
+        if all(isinstance(s, gym.spaces.Discrete) for s in spaces):
+            self.action_space: gym.Space = gym.spaces.MultiDiscrete([int(s.n) for s in spaces])
+        elif all(isinstance(s, gym.spaces.Box) and s == spaces[0] for s in spaces):
+            low = np.stack([s.low for s in spaces])
+            high = np.stack([s.high for s in spaces])
+            self.action_space = gym.spaces.Box(low, high, dtype=spaces[0].dtype)
+        else:
+            raise TypeError(
+                "StackedAgentsEnv needs every agent's action space Discrete, or all the same "
+                f"Box; got {spaces}"
+            )
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start an episode; return the stacked observations and the global state in `info`."""
+        super().reset(seed=seed)
+        obs = self.arrays.reset(seed=seed)
+        return self.arrays.stack(obs), {"state": self.arrays.state()}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Step every agent with its row of `action`."""
+        rows = np.asarray(action)
+        if isinstance(self.action_space, gym.spaces.MultiDiscrete):
+            actions: list[Any] = [int(a) for a in rows.reshape(-1)]
+        else:
+            actions = list(rows.reshape(self.action_space.shape))
+        obs, reward, terminated, truncated = self.arrays.step(actions)
+        done = terminated | truncated
+        all_terminated = bool(np.all(terminated))
+        info = {"rewards": reward, "state": self.arrays.state()}
+        return (
+            self.arrays.stack(obs),
+            float(self._reduce(reward)),
+            all_terminated,
+            bool(np.all(done)) and not all_terminated,
+            info,
+        )
+
+    def close(self) -> None:
+        """Close the PettingZoo environment."""
+        self.arrays.close()
 
 
 class MultiAgentBatch(NamedTuple):
