@@ -9,6 +9,7 @@ import csv
 import importlib.util
 import itertools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -289,7 +290,9 @@ def test_dqn_learns_cartpole_with_2_actors(mode, tmp_path):
 
     Seed 1 reached a mean return of 195 at 23.9k env steps in sync mode and 26.3k in async
     mode (5 and 8.5 minutes under a load average of 12-20 on 2 cores); both modes at once
-    passed in 14 minutes under a load average of 30. The cap is 40k steps.
+    passed in 14 minutes under a load average of 30. Async runs are not repeatable (the
+    learner takes batches in the order they arrive): on a quiet machine one went past 40k
+    steps, so the cap is 60k.
     """
     logdir = tmp_path / "run"
     proc = parl_train(
@@ -299,7 +302,7 @@ def test_dqn_learns_cartpole_with_2_actors(mode, tmp_path):
         "--actors",
         "2",
         "--train.total_steps",
-        "40000",
+        "60000",
         "--train.target_return",
         "195",
         "--train.stop_at_target",
@@ -312,6 +315,7 @@ def test_dqn_learns_cartpole_with_2_actors(mode, tmp_path):
         timeout=1500,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "reached" in (logdir / "log.log").read_text()
+    reached = re.search(r"reached [-\d.]+ at env step (\d+)", (logdir / "log.log").read_text())
+    assert reached is not None and int(reached.group(1)) <= 60_000
     written = [int(r["env_step"]) for r in rows(logdir)]
-    assert written[-1] < 40000  # stopped at the target, inside the cap
+    assert written[-1] < 60_000  # stopped at the target, inside the cap

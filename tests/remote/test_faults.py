@@ -76,11 +76,8 @@ def test_a_worker_cut_off_is_declared_lost_and_rejoins_without_ghost_slots(tmp_p
             parl.connect(cluster.address)
             actor = Probe()
             assert actor.pid()
-            assert cluster.status()["totals"] == {
-                **cluster.status()["totals"],
-                "workers": 1,
-                "cpu_used": 1,
-            }
+            totals = cluster.status()["totals"]  # one snapshot: memory figures move
+            assert (totals["workers"], totals["cpu_used"]) == (1, 1)
 
             proxy.cut.set()
             cut_at = time.monotonic()
