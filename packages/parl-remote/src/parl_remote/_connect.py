@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal, NoReturn, overload
 
+from parl_remote import _tls_join
 from parl_remote._client import Client, _parse_address
 from parl_remote._config import load_token
 from parl_remote._exceptions import (
@@ -192,6 +193,8 @@ def connect(
                     f"{address} (on the master's machine: the file that `xparl start` created)"
                 )
         try:
+            host, port = _parse_address(address)
+            _tls_join.trust(host, port, token)  # with TLS: the cluster CA, checked by the token
             client = Client(
                 address,
                 token=token,
@@ -246,3 +249,4 @@ def disconnect() -> None:
         client, _client = _client, None
     if client is not None:
         client.close()
+    _tls_join.forget()

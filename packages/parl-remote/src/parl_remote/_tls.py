@@ -8,36 +8,37 @@ the clients agree without flags (`xparl ... --tls` sets them for the processes i
   cluster's own ones in `$PARL_HOME/tls/` (`cert.pem`, `key.pem`, signed by the cluster CA
   `ca.pem`), made when first needed (`xparl start --tls`).
 - `PARL_TLS_CA`: a client trusts only certificates signed by this CA (chain verification).
+  Without it, a client trusts the cluster CA it fetched from the master and checked with the
+  token (`_tls_join`: also how a worker on another machine gets a certificate it signed).
 
-With or without `PARL_TLS_CA`, the client verifies the server's certificate with the cluster
-token: the token handshake runs under a key derived from the token and the SHA-256 of the
-server's certificate (RFC 5929's "tls-server-end-point" binding), so a peer that presents any
-other certificate -- a relay in the middle -- cannot complete it, and a client on another machine
-needs nothing but the token. The TLS records are handled here with `ssl.MemoryBIO` on both the
-blocking and the asyncio side (`TLSSocket`, `TLSProtocol`), so that a connection authenticated
-on one thread can move to an event loop with its TLS session, and so that a plaintext peer is
-recognised: it gets a plaintext `Refused` saying the cluster requires TLS, and the server logs
-it.
+Besides, the client verifies the server's certificate with the cluster token: the token
+handshake runs under a key derived from the token and the SHA-256 of the server's certificate
+(RFC 5929's "tls-server-end-point" binding), so a peer that presents any other certificate -- a
+relay in the middle -- cannot complete it. The TLS records are handled here with
+`ssl.MemoryBIO` on both the blocking and the asyncio side (`TLSSocket`, `TLSProtocol`), so that
+a connection authenticated on one thread can move to an event loop with its TLS session, and so
+that a plaintext peer is recognised: it gets a plaintext `Refused` saying the cluster requires
+TLS, and the server logs it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import hashlib
 import hmac
 import logging
 import os
 import socket
 import ssl
-import stat
 import struct
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, cast
 
+from parl_remote import _tls_join
 from parl_remote._exceptions import ClusterError
+from parl_remote._tls_certs import ensure_cluster_files, tls_dir
 from parl_remote.protocol import messages as m
 
 __all__ = [
@@ -71,30 +72,6 @@ def enabled() -> bool:
     return os.environ.get("PARL_TLS", "").lower() in ("1", "true", "yes", "on")
 
 
-def tls_dir() -> Path:
-    """Where the cluster's own CA, certificate and key live."""
-    from parl_remote._config import parl_home
-
-    return parl_home() / "tls"
-
-
-def ensure_cluster_files(hosts: Iterable[str] = ()) -> tuple[str, str]:
-    """Return (certificate, key) paths, making the cluster CA and a certificate if missing."""
-    d = tls_dir()
-    cert, key = d / "cert.pem", d / "key.pem"
-    if cert.exists() and key.exists() and (d / "ca.pem").exists() and not hosts:
-        return str(cert), str(key)  # made already: no lock needed to read them
-    d.mkdir(parents=True, exist_ok=True)
-    os.chmod(d, stat.S_IRWXU)
-    with open(d / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (cert.exists() and key.exists() and (d / "ca.pem").exists()):
-            from parl_remote._tls_certs import make_cluster_files
-
-            make_cluster_files(d, ["localhost", "127.0.0.1", *hosts])
-    return str(cert), str(key)
-
-
 _contexts: dict[tuple[Any, ...], tuple[ssl.SSLContext, bytes]] = {}
 
 
@@ -118,9 +95,10 @@ def server_context() -> tuple[ssl.SSLContext, bytes]:
 
 
 def client_context() -> ssl.SSLContext:
-    """The clients' TLS 1.3 context: chain verification with `PARL_TLS_CA`, else the token's."""
+    """The clients' TLS 1.3 context: chain verification with `PARL_TLS_CA` or the fetched CA."""
     ca = os.environ.get("PARL_TLS_CA") or None
-    cache = ("client", ca)
+    fetched = None if ca else _tls_join.trusted()  # the cluster CA, fetched from the master
+    cache = ("client", ca, fetched)
     if cache not in _contexts:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_3
@@ -130,6 +108,8 @@ def client_context() -> ssl.SSLContext:
                 ctx.load_verify_locations(ca)
             except (OSError, ssl.SSLError) as exc:
                 raise ClusterError(f"cannot load PARL_TLS_CA={ca}: {exc}") from exc
+        elif fetched:
+            ctx.load_verify_locations(cadata=fetched.decode())
         else:
             ctx.verify_mode = ssl.CERT_NONE  # verified by the token binding (`bind`)
         _contexts[cache] = (ctx, b"")
@@ -370,6 +350,7 @@ class TLSProtocol(asyncio.Protocol):
         self._timers: list[asyncio.TimerHandle] = []
         self._first = True
         self._error: Exception | None = None
+        self._join: bytearray | None = None  # a join request arriving (`_tls_join`)
         self.peer = "?"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -399,11 +380,18 @@ class TLSProtocol(asyncio.Protocol):
             self.raw.close()
 
     def data_received(self, data: bytes) -> None:
+        if self._join is not None:
+            self._joining(data)
+            return
         if self._first and self.tls.server_side and not self.secure:
             self._first = False
             self._timers.pop().cancel()  # the plaintext wait
             if data[:1] != bytes([_HANDSHAKE_RECORD]):
-                self._refuse_plaintext()
+                if self.app.proto.role == "master" and _tls_join.is_request(data):
+                    self._join = bytearray()
+                    self._joining(data)
+                else:
+                    self._refuse_plaintext()
                 return
         self.tls.incoming.write(data)
         if not self.secure:
@@ -411,6 +399,14 @@ class TLSProtocol(asyncio.Protocol):
             if not self.secure:
                 return
         self._decrypt()
+
+    def _joining(self, data: bytes) -> None:
+        """A join request to the master (`_tls_join`): answer it once whole, then close."""
+        self._join = cast(bytearray, self._join) + data
+        reply = _tls_join.answer(self._join, self.app.proto._token, self.peer)
+        if reply is not None and self.raw is not None:
+            self.raw.write(reply)
+            self.raw.close()
 
     def _handshake(self) -> None:
         try:

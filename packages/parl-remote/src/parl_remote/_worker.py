@@ -33,7 +33,7 @@ from typing import Any, ClassVar, cast
 
 import psutil
 
-from parl_remote import _shm
+from parl_remote import _shm, _tls_join
 from parl_remote._actor_process import ActorProcess, spawn_host, tree_rss
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ClusterError, ProtocolError
@@ -450,13 +450,22 @@ def main(argv: list[str] | None = None) -> None:
     host, _, port = args.address.rpartition(":")
     cpu_num = args.cpu_num or available_cpus()
     gpus = [g.strip() for g in args.gpu.split(",") if g.strip()]
+    token = load_token()
+    try:  # with TLS: the cluster CA and, on another machine, a certificate it signed
+        if token is not None:
+            _tls_join.join_as_worker(
+                host or "127.0.0.1", int(port), token, [args.host] if args.host else []
+            )
+    except (OSError, ClusterError) as exc:
+        logger.error("worker could not join the TLS cluster at %s: %s", args.address, exc)
+        sys.exit(1)
     worker = Worker(
         host or "127.0.0.1",
         int(port),
         cpu_num=cpu_num,
         gpus=gpus,
         host=args.host,
-        token=load_token(),
+        token=token,
         owner_pid=args.owner_pid,
         ready_file=args.ready_file,
     )
