@@ -118,6 +118,50 @@ async def _await_attribute(handle, name):
 
 
 @parl_remote.remote_class
+class ShadowsLater:
+    def arg1(self):
+        return "method"
+
+    def set_arg1(self, value):
+        self.arg1 = value
+
+    def other(self):
+        return "other"
+
+
+@parl_remote.remote_class
+class Peer:
+    def keep(self, handle):
+        self.handle = handle
+        return handle.arg1()  # not hidden yet
+
+    def read(self):
+        return self.handle.other(), self.handle.arg1  # learns it with the first reply
+
+    def call(self):
+        self.handle.arg1()
+
+
+def test_an_attribute_set_by_a_later_method_hides_the_method(connected):
+    s = ShadowsLater()
+    twin = s.aio
+    peer = Peer()
+    assert peer.keep(s) == "method"
+    assert s.arg1() == "method"
+    assert s.set_arg1(5) is None
+    assert s.arg1 == 5  # the reply told this process
+    assert asyncio.run(_await_attribute(twin, "arg1")) == 5
+    with pytest.raises(TypeError, match="not callable"):
+        s.arg1()
+    assert s.other() == "other"
+    with pytest.raises(TypeError, match="not callable"):
+        peer.call()  # a process not told yet: the actor finds the attribute and raises
+    assert peer.read() == ("other", 5)  # told with its next reply
+    later = ShadowsLater()
+    assert later.arg1() == "method"  # another actor of the class is untouched
+
+
+@parl_remote.remote_class
 class Lister:
     def tree(self, top):
         found = {}

@@ -39,6 +39,7 @@ from parl_remote import _tls
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ClusterError, ProtocolError
 from parl_remote._loop import run
+from parl_remote._shadow import ShadowWatch
 from parl_remote._transport import AsyncConnection, SyncConnection
 from parl_remote._util import method_entry
 from parl_remote.protocol import messages as m
@@ -51,6 +52,7 @@ logger = logging.getLogger(__name__)
 _STATS_EVERY_S = 1.0
 _MAX_HANDSHAKES = 64
 _QUICK_S = 200e-6  # methods quicker than this may have their replies batched
+_NONE: list[str] = []  # no news of hidden methods (shared, never changed)
 
 
 class ActorHost:
@@ -64,6 +66,7 @@ class ActorHost:
         self.class_name = "?"
         self.instance: Any = None
         self.methods: dict[str, tuple[Any, bool]] = {}
+        self.shadow = ShadowWatch()
         self.calls = 0
         self.errors = 0
         self.ctl: AsyncConnection | None = None
@@ -257,7 +260,9 @@ class ActorHost:
             self._send(conn, self._error(0, f"{self.class_name}.__init__", exc))
             self._report_init(ok=False)
             return
-        shadowed = [n for n in getattr(self.instance, "__dict__", ()) if hasattr(cls, n)]
+        self.shadow = ShadowWatch(self.instance, self.methods)
+        self.shadow.news(conn)  # told in `Ready`
+        shadowed = list(self.shadow.names)
         self._send(conn, m.Ready(actor_id=self.actor_id, pid=os.getpid(), shadowed=shadowed))
         self._report_init(ok=True)
 
@@ -379,7 +384,9 @@ class ActorHost:
             )
             self._send(conn, m.Error(call_id, "serialize", type(exc).__name__, text))
             return
-        self._send(conn, m.Result(call_id, data), buffers)
+        shadow = self.shadow  # methods hidden since: news only after a change (`_shadow.py`)
+        news = shadow.news(conn) if shadow.names or len(shadow.vars) != shadow.size else _NONE
+        self._send(conn, m.Result(call_id, data, news), buffers)
         if buffers and not conn.closed and conn.transport.get_write_buffer_size():  # type: ignore[union-attr]  # open
             if conn.proto.shm is not None and conn.proto.shm.took(buffers):
                 return  # into a segment, or copied when none was free: nothing points into them

@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import pickle
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from parl_remote import _serialize as ser
@@ -141,6 +141,10 @@ def _copied(buffers: Iterable[Any]) -> list[Any]:
     return [bytes(b) for b in buffers]
 
 
+def _ignore(names: tuple[str, ...]) -> None:
+    pass
+
+
 class ActorCore:
     """Call bookkeeping and fate of one actor (see the module docstring).
 
@@ -155,6 +159,7 @@ class ActorCore:
         self.host, self.port, self.pid = assigned.host, assigned.port, assigned.pid
         self.dead: str | None = None
         self._ids = itertools.count(1)
+        self.on_shadowed: Callable[[tuple[str, ...]], None] = _ignore  # set by the handles
 
     def __repr__(self) -> str:
         return f"{self.class_name} actor {self.actor_id} at {self.host}:{self.port}"
@@ -227,6 +232,8 @@ class ActorCore:
         """
         kind = type(reply)
         if kind is m.Result:
+            if reply.shadowed:  # attributes now hide these methods (`_shadow.py`)
+                self.on_shadowed(tuple(reply.shadowed))
             try:
                 return ser.loads(reply.payload, buffers)
             except Exception as exc:

@@ -180,7 +180,7 @@ class _SyncAccess:
 class ActorHandle:
     """Base of the blocking handles `@parl.remote_class` generates (one subclass per class)."""
 
-    __slots__ = ("_parl_aio", "_parl_ref")
+    __slots__ = ("__weakref__", "_parl_aio", "_parl_ref")
     _parl_spec: _ClassSpec
     _parl_async_cls: type[Any]  # the AsyncActorHandle subclass of the same class
     _parl_sync_cls: type[Any]  # the ActorHandle subclass
@@ -201,7 +201,7 @@ class ActorHandle:
         )
         object.__setattr__(handle, "_parl_aio", None)
         object.__setattr__(handle, "_parl_ref", ref)
-        return handle
+        return _track(handle, ref)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_parl_") or (name.startswith("__") and name.endswith("__")):
@@ -214,13 +214,7 @@ class ActorHandle:
         ref = self._parl_ref
         ref.blocking.call(SETATTR, name, (value,), {})
         if name in ref.spec.methods and name not in ref.shadowed:  # now hides the method
-            ref.shadowed = (*ref.shadowed, name)
-            object.__setattr__(
-                self, "__class__", _shadowing(cast(type, self._parl_sync_cls), ref.shadowed)
-            )
-            if self._parl_aio is not None:
-                twin = _shadowing(cast(type, self._parl_async_cls), ref.shadowed)
-                object.__setattr__(self._parl_aio, "__class__", twin)
+            _reshadow(weakref.ref(ref), (*ref.shadowed, name))
 
     def __repr__(self) -> str:
         return f"<{self._parl_ref!r}>"
@@ -232,7 +226,7 @@ class ActorHandle:
 class AsyncActorHandle:
     """Base of the awaitable handles: every method returns an awaitable of the result."""
 
-    __slots__ = ("_parl_ref",)
+    __slots__ = ("__weakref__", "_parl_ref")
     _parl_spec: _ClassSpec
     _parl_async_cls: type[Any]  # the AsyncActorHandle subclass of the same class
     _parl_sync_cls: type[Any]  # the ActorHandle subclass
@@ -251,7 +245,7 @@ class AsyncActorHandle:
             _shadowing(cast(type, cls), ref.shadowed) if ref.shadowed else cls
         )
         object.__setattr__(handle, "_parl_ref", ref)
-        return handle
+        return _track(handle, ref)
 
     @property
     def aio(self) -> AsyncActorHandle:
@@ -305,6 +299,37 @@ def _shadowing(proxy_cls: type[Any], names: tuple[str, ...]) -> type:
     shadowing.__qualname__ = proxy_cls.__qualname__
     shadowing.__module__ = proxy_cls.__module__
     return shadowing
+
+
+_handles: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
+_handles_lock = threading.Lock()
+
+
+def _track(handle: Any, ref: Any) -> Any:
+    """Note `handle` as one of `ref`'s, whose class changes when its actor hides a method."""
+    if isinstance(ref, _ActorRef):
+        with _handles_lock:
+            known = _handles.get(ref)
+            if known is None:
+                known = _handles[ref] = weakref.WeakSet()
+                ref.core.on_shadowed = functools.partial(_reshadow, weakref.ref(ref))
+            known.add(handle)
+    return handle
+
+
+def _reshadow(ref_alive: Any, names: tuple[str, ...]) -> None:
+    """The actor's attributes hide the methods `names` now: every handle of it reads them."""
+    ref = ref_alive()
+    if ref is None:
+        return
+    names = tuple(n for n in names if n in ref.spec.methods)
+    with _handles_lock:
+        ref.shadowed = names
+        handles = list(_handles.get(ref, ()))
+    for handle in handles:
+        sync = isinstance(handle, ActorHandle)
+        base = cast(type, handle._parl_sync_cls if sync else handle._parl_async_cls)
+        object.__setattr__(handle, "__class__", _shadowing(base, names) if names else base)
 
 
 def _create(spec: _ClassSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _ActorRef:

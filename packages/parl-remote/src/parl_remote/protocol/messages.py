@@ -173,6 +173,8 @@ class Result(_Msg, frozen=True):
 
     id: int
     payload: bytes
+    shadowed: list[str] = []
+    """When it changed since this connection was told: every method instance attributes hide."""
 
 
 class Error(_Msg, frozen=True):
