@@ -14,40 +14,48 @@ the clients agree without flags (`xparl ... --tls` sets them for the processes i
 Besides, the client verifies the server's certificate with the cluster token: the token
 handshake runs under a key derived from the token and the SHA-256 of the server's certificate
 (RFC 5929's "tls-server-end-point" binding), so a peer that presents any other certificate -- a
-relay in the middle -- cannot complete it. The TLS records are handled here with
-`ssl.MemoryBIO` on both the blocking and the asyncio side (`TLSSocket`, `TLSProtocol`), so that
-a connection authenticated on one thread can move to an event loop with its TLS session, and so
-that a plaintext peer is recognised: it gets a plaintext `Refused` saying the cluster requires
-TLS, and the server logs it.
+relay in the middle -- cannot complete it. A blocking client leaves its TLS records to the ssl
+module's socket (`_tls_context.client_socket`). Servers and asyncio clients handle them here
+with `ssl.MemoryBIO` (`TLSSocket`, `TLSProtocol`), so that a connection authenticated on one
+thread can move to an event loop with its TLS session, and so that a plaintext peer is
+recognised: it gets a plaintext `Refused` saying the cluster requires TLS, and the server logs
+it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import logging
-import os
 import socket
 import ssl
 import struct
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any, cast
 
 from parl_remote import _tls_join
 from parl_remote._exceptions import ClusterError
 from parl_remote._tls_certs import ensure_cluster_files, tls_dir
+from parl_remote._tls_context import (
+    NativeTLSSocket,
+    bind,
+    client_context,
+    client_socket,
+    enabled,
+    handshake_error,
+    server_context,
+)
 from parl_remote.protocol import messages as m
 
 __all__ = [
+    "NativeTLSSocket",
     "PLAINTEXT_WAIT_S",
     "TLSProtocol",
     "TLSSocket",
     "adopt",
     "bind",
     "client_context",
+    "client_socket",
     "enabled",
     "ensure_cluster_files",
     "refusal",
@@ -67,74 +75,10 @@ _REQUIRES = (
 )
 
 
-def enabled() -> bool:
-    """Whether this process speaks TLS (`PARL_TLS`)."""
-    return os.environ.get("PARL_TLS", "").lower() in ("1", "true", "yes", "on")
-
-
-_contexts: dict[tuple[Any, ...], tuple[ssl.SSLContext, bytes]] = {}
-
-
-def server_context() -> tuple[ssl.SSLContext, bytes]:
-    """The servers' TLS 1.3 context and the DER of the certificate they present."""
-    cert, key = os.environ.get("PARL_TLS_CERT"), os.environ.get("PARL_TLS_KEY")
-    if not cert or not key:
-        cert, key = ensure_cluster_files()
-    cache = ("server", cert, key, os.stat(cert).st_mtime_ns)
-    if cache not in _contexts:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
-        try:
-            ctx.load_cert_chain(cert, key)
-        except (OSError, ssl.SSLError) as exc:
-            raise ClusterError(f"cannot load the TLS certificate {cert}, key {key}: {exc}") from exc
-        end = "-----END CERTIFICATE-----"  # the first of a chain is the server's own
-        der = ssl.PEM_cert_to_DER_cert(Path(cert).read_text().split(end)[0] + end + "\n")
-        _contexts[cache] = (ctx, der)
-    return _contexts[cache]
-
-
-def client_context() -> ssl.SSLContext:
-    """The clients' TLS 1.3 context: chain verification with `PARL_TLS_CA` or the fetched CA."""
-    ca = os.environ.get("PARL_TLS_CA") or None
-    fetched = None if ca else _tls_join.trusted()  # the cluster CA, fetched from the master
-    cache = ("client", ca, fetched)
-    if cache not in _contexts:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
-        ctx.check_hostname = False  # addresses are often bare IPs; the token binds the peer
-        if ca:
-            try:
-                ctx.load_verify_locations(ca)
-            except (OSError, ssl.SSLError) as exc:
-                raise ClusterError(f"cannot load PARL_TLS_CA={ca}: {exc}") from exc
-        elif fetched:
-            ctx.load_verify_locations(cadata=fetched.decode())
-        else:
-            ctx.verify_mode = ssl.CERT_NONE  # verified by the token binding (`bind`)
-        _contexts[cache] = (ctx, b"")
-    return _contexts[cache][0]
-
-
-def bind(proto: Any, cert_der: bytes | None) -> None:
-    """Make the token handshake of `proto` prove the server's certificate too."""
-    token = proto._token  # the sans-I/O handshake reads its key from here
-    if token is not None and cert_der:
-        binding = b"parl-tls-server-end-point" + hashlib.sha256(cert_der).digest()
-        proto._token = hmac.new(token, binding, hashlib.sha256).hexdigest().encode()
-
-
 def refusal() -> bytes:
     """The plaintext frame a TLS server sends a plaintext client before closing."""
     envelope = m.encoder.encode(m.Refused(_REQUIRES))
     return struct.pack("<II", len(envelope), 0) + envelope
-
-
-def _failed(exc: Exception, where: str) -> ClusterError:
-    text = str(exc)
-    if "WRONG_VERSION_NUMBER" in text or "RECORD_LAYER" in text or "packet length" in text:
-        return ClusterError(f"{where} does not speak TLS (a plaintext cluster?): {text}")
-    return ClusterError(f"the TLS handshake with {where} failed: {text}")
 
 
 class TLSSocket:
@@ -167,7 +111,7 @@ class TLSSocket:
         except ssl.SSLError as exc:
             with contextlib.suppress(OSError):
                 self._flush()
-            raise _failed(exc, where) from None
+            raise handshake_error(exc, where) from None
         if self.server_side:
             return self.cert_der
         der = self.obj.getpeercert(binary_form=True)
@@ -416,7 +360,7 @@ class TLSProtocol(asyncio.Protocol):
             return
         except ssl.SSLError as exc:
             self._send_out()
-            self._fail(_failed(exc, self.peer))
+            self._fail(handshake_error(exc, self.peer))
             return
         self._send_out()
         self.secure = True
@@ -434,8 +378,8 @@ class TLSProtocol(asyncio.Protocol):
             self.raw.close()
 
     def _decrypt(self) -> None:
-        app, obj = self.app, self.tls.obj
-        while True:
+        app, obj, incoming = self.app, self.tls.obj, self.tls.incoming
+        while incoming.pending or obj.pending():  # else all is read: no exception to say so
             buf = app.get_buffer(-1)
             try:
                 n = obj.read(len(buf), buf)

@@ -91,7 +91,7 @@ class SyncConnection:
         try:
             _tune(sock)
             if _tls.enabled():  # TLS first; the token handshake then proves its certificate
-                sock = _tls.TLSSocket(sock, server_side=False)
+                sock = _tls.client_socket(sock)
                 _tls.bind(proto, sock.handshake(f"{host}:{port}"))
             conn = cls(sock, proto)
             while not proto.authenticated:
