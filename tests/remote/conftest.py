@@ -170,14 +170,18 @@ def run_client_script(
     code: str, cluster: Cluster, *, timeout: float = 60, cwd=None, env=None
 ) -> subprocess.CompletedProcess:
     """Run a user script (a real `__main__`) against the cluster."""
-    full_env = dict(cluster.env, **(env or {}))
+    return run_script(code, dict(cluster.env, **(env or {})), timeout=timeout, cwd=cwd)
+
+
+def run_script(code: str, env: dict, *, timeout: float = 60, cwd=None):
+    """Run a user script (a real `__main__`) with exactly the environment `env`."""
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=cwd,
-        env=full_env,
+        env=env,
         check=False,
     )
 

@@ -4,12 +4,10 @@ cluster with TLS: real processes, started as a user starts them."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 
 from parl_remote import _cluster
-from tests.remote.conftest import free_port, wait_until
+from tests.remote.conftest import free_port, run_script, wait_until
 from tests.remote.test_cluster import xparl
 
 NO_AFFINITY = """
@@ -32,17 +30,6 @@ CLIENT = """
     assert not hasattr(os, "sched_getaffinity")
     print("actor has sched_getaffinity:", Probe().affinity())
 """
-
-
-def _python(code: str, env: dict, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def _status(env: dict) -> str:
@@ -74,10 +61,12 @@ def test_every_entry_point_works_without_sched_getaffinity(tmp_path):
         slots = 3 * (os.cpu_count() or 1)  # each worker: os.cpu_count() without affinity
         wait_until(lambda: "workers: 3 " in _status(env), what="three workers")
         assert f"{slots} total" in _status(env)
-        used = _python(CLIENT.format(address=repr(address)), env)
+        used = run_script(CLIENT.format(address=repr(address)), env, timeout=90)
         assert used.returncode == 0, used.stderr
         assert "actor has sched_getaffinity: False" in used.stdout
-        local = _python(CLIENT.format(address=""), env)  # parl.connect(): a local cluster
+        local = run_script(
+            CLIENT.format(address=""), env, timeout=90
+        )  # parl.connect(): a local cluster
         assert local.returncode == 0, local.stderr
         assert "actor has sched_getaffinity: False" in local.stdout
     finally:
@@ -117,6 +106,6 @@ EMBEDDED_TLS = """
 def test_an_embedded_cluster_speaks_only_tls(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PARL_TLS", "PARL_CLUSTER"))}
     env["PARL_HOME"] = str(tmp_path / "home")
-    done = _python(EMBEDDED_TLS, env)
+    done = run_script(EMBEDDED_TLS, env, timeout=90)
     assert done.returncode == 0, done.stderr
     assert "plaintext refused: " in done.stdout and "requires TLS" in done.stdout
