@@ -25,6 +25,7 @@ that uses certificates of its own (`--tls-cert`) gives the CA named by its `PARL
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import logging
@@ -244,10 +245,13 @@ def join_as_worker(host: str, port: int, token: bytes, hosts: list[str]) -> None
         os.environ["PARL_TLS_CA"] = str(local / "ca.pem")
         return
     mine = local / "joined" / hashlib.sha256(ca).hexdigest()[:16]
-    if not ((mine / "cert.pem").exists() and (mine / "key.pem").exists()):
-        cert = request_certificate(host, port, token, make_request(mine, hosts))
-        (mine / "ca.pem").write_bytes(ca)
-        (mine / "cert.pem").write_bytes(cert)
+    mine.mkdir(parents=True, exist_ok=True)
+    with open(mine / ".lock", "w") as lock:  # workers of one machine joining at once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ((mine / "cert.pem").exists() and (mine / "key.pem").exists()):
+            cert = request_certificate(host, port, token, make_request(mine, hosts))
+            (mine / "ca.pem").write_bytes(ca)
+            (mine / "cert.pem").write_bytes(cert)
     os.environ.update(
         PARL_TLS_CERT=str(mine / "cert.pem"),
         PARL_TLS_KEY=str(mine / "key.pem"),
