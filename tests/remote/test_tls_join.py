@@ -184,3 +184,32 @@ def test_a_plaintext_cluster_is_named_as_such(tmp_path):
             _tls_join.fetch_ca(*_host_port(cluster), _token(cluster))
     finally:
         cluster.stop()
+
+
+def test_xparl_with_tls_from_another_machine(tmp_path):
+    """`xparl start --tls` here; `xparl connect --tls` and `xparl status/stop --tls` from a
+    home with nothing but the token."""
+    from tests.remote.conftest import free_port
+    from tests.remote.test_cluster import xparl
+
+    home, elsewhere = tmp_path / "master-machine", tmp_path / "worker-machine"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PARL_TLS", "PARL_CLUS"))}
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    here = dict(env, PARL_HOME=str(home))
+    started = xparl("start", "--tls", "--port", str(port), "--cpu_num", "1", env=here)
+    try:
+        assert started.returncode == 0, started.stderr
+        there = dict(env, PARL_HOME=str(elsewhere))
+        there["PARL_CLUSTER_TOKEN"] = (home / "token").read_text().strip()
+        joined = xparl("connect", "--address", address, "--tls", "--cpu_num", "1", env=there)
+        assert joined.returncode == 0, joined.stderr
+        assert list((elsewhere / "tls" / "joined").glob("*/cert.pem"))
+        shown = xparl("status", "--address", address, "--tls", env=there)
+        assert shown.returncode == 0, shown.stderr
+        assert "workers: 2 " in shown.stdout
+        stopped = xparl("stop", "--address", address, "--tls", env=there)
+        assert stopped.returncode == 0, stopped.stderr
+        assert f"asked the master at {address} to stop the cluster" in stopped.stdout
+    finally:
+        xparl("stop", "--port", str(port), env=here)
