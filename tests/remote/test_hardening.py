@@ -32,6 +32,25 @@ def test_available_cpus_without_sched_getaffinity(monkeypatch):
     assert _util.available_cpus() == 1
 
 
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.4.5.6", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.20", False),
+        ("fe80::1", False),
+        ("example.org", False),
+    ],
+)
+def test_is_loopback_decides_whether_xparl_start_warns_of_plaintext(host, loopback):
+    assert _util.is_loopback(host) is loopback
+
+
 def test_xparl_version_prints_the_package_version():
     result = xparl("--version", env=dict(os.environ))
     assert result.returncode == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import ipaddress
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import psutil
 __all__ = [
     "available_cpus",
     "describe_exit",
+    "is_loopback",
     "kill_pid",
     "method_entry",
     "outward_ip",
@@ -70,6 +72,16 @@ def outward_ip() -> str:
             return address
         except OSError:
             return "127.0.0.1"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listening address is reachable from this machine only (127.0.0.0/8, ``::1``)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def describe_exit(code: int | None) -> str:

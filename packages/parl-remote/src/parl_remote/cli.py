@@ -28,7 +28,13 @@ from parl_remote._config import ensure_token, load_token, parl_home, settings, t
 from parl_remote._drivers import request
 from parl_remote._exceptions import AuthenticationError, ClusterError, RemoteError
 from parl_remote._transport import SyncConnection
-from parl_remote._util import available_cpus, outward_ip, read_json, write_json_atomic
+from parl_remote._util import (
+    available_cpus,
+    is_loopback,
+    outward_ip,
+    read_json,
+    write_json_atomic,
+)
 from parl_remote.protocol import messages as m
 
 __all__ = ["console_main", "format_status", "main"]
@@ -204,7 +210,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
             f"PARL master started on {args.host}:{args.port} (pid {master.pid}) with a local "
             f"worker of {cpu_num} CPU slots."
         )
-    if args.host.startswith("127.") or args.host == "localhost":
+    if is_loopback(args.host):
         print(
             "It listens on loopback only; start it with --host 0.0.0.0 (or this machine's "
             "address) to add other machines."
