@@ -191,19 +191,21 @@ class ActorCore:
         for it are written into one of its segments now, their one copy.
         """
         buffers: list[Any]
-        if kind == _GETATTR:
-            data, buffers = _NONE, []
-        else:
-            # Arguments are not checked against the signature here (it would cost more than
-            # the call): a mismatch raises the method's own TypeError, from the actor.
-            value: Any = (args, kwargs) if kind == _METHOD else args[0]
-            try:
-                data, buffers = ser.dumps(value)
-            except Exception as exc:
-                raise self._unsendable(kind, name, args, kwargs) from exc
-            if stage is not None and buffers and _shared(buffers, stage.threshold):
+        # Arguments are not checked against the signature here (it would cost more than the
+        # call): a mismatch raises the method's own TypeError, from the actor.
+        try:
+            if kind == _METHOD:
+                data, buffers = ser.dumps_call(args, kwargs)
+            elif kind == _GETATTR:
+                data, buffers = _NONE, []
+            else:
+                data, buffers = ser.dumps(args[0])
+        except Exception as exc:
+            raise self._unsendable(kind, name, args, kwargs) from exc
+        if buffers:
+            if stage is not None and _shared(buffers, stage.threshold):
                 buffers = stage.stage(buffers) or _copied(buffers)
-            elif copy and buffers and not _shared(buffers, shared_from):
+            elif copy and not _shared(buffers, shared_from):
                 buffers = _copied(buffers)
         return m.Call(next(self._ids), name, data, kind), buffers
 
@@ -228,7 +230,7 @@ class ActorCore:
         kind = type(reply)
         if kind is m.Result:
             try:
-                return ser.loads(reply.payload, buffers)
+                return pickle.loads(reply.payload, buffers=buffers)
             except Exception as exc:
                 raise RemoteSerializeError(
                     f"the result of {self.class_name}.{name}() could not be unpickled here: "

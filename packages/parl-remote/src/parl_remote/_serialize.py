@@ -31,6 +31,7 @@ __all__ = [
     "OUT_OF_BAND_MIN",
     "describe",
     "dumps",
+    "dumps_call",
     "dumps_exception",
     "find_culprit",
     "format_remote_traceback",
@@ -77,12 +78,26 @@ def _plain_call(obj: tuple[Any, ...]) -> bool:
     if len(obj) != 2:
         return False
     args, kwargs = obj
-    if type(args) is not tuple or type(kwargs) is not dict or kwargs:
+    return type(args) is tuple and type(kwargs) is dict and _plain_args(args, kwargs)
+
+
+def _plain_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    if kwargs:
         return False
     for value in args:  # noqa: SIM110 - a loop costs less than all() over a generator
         if type(value) not in _PLAIN:
             return False
     return True
+
+
+def dumps_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bytes, list[Any]]:
+    """`dumps((args, kwargs))` of a method call, quicker for plain values (`add(1, 2)`)."""
+    if not kwargs:
+        for value in args:
+            if type(value) not in _PLAIN:
+                return dumps((args, kwargs))
+        return pickle.dumps((args, kwargs), protocol=5), []
+    return dumps((args, kwargs))
 
 
 def _dumps_with_tensors(obj: Any, keep: Any) -> bytes:
@@ -211,12 +226,15 @@ def format_remote_traceback(exc: BaseException) -> str:
     The actor process's own frames (the runtime that called the method) are left out.
     """
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == _ACTOR_HOST_FILE:
+    while tb is not None and tb.tb_frame.f_code.co_filename in _RUNTIME_FILES:
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-_ACTOR_HOST_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_actor_host.py")
+_RUNTIME_FILES = frozenset(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+    for name in ("_actor_host.py", "_actor_calls.py")
+)
 _REMOTE_TYPES: dict[type, type] = {}
 
 

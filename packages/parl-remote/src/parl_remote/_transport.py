@@ -170,13 +170,10 @@ class SyncConnection:
 
     def _read_event(self) -> Any:
         proto = self.proto
-        while True:
-            event = proto.next_event()
-            if event is not NEED_DATA:
-                return event
-            buf = proto.get_buffer()
+        event = proto.next_event()
+        while event is NEED_DATA:
             try:
-                n = self.sock.recv_into(buf)
+                n = self.sock.recv_into(proto.get_buffer())
             except TimeoutError:
                 self.close()
                 raise
@@ -187,10 +184,11 @@ class SyncConnection:
                 self.close()
                 raise ConnectionClosed("the peer closed the connection")
             try:
-                proto.buffer_updated(n)
+                event = proto.received(n)
             finally:
                 if proto.has_output:
                     self.sock.sendall(b"".join(proto.data_to_send()))
+        return event
 
     def close(self) -> None:
         """Close the socket (idempotent)."""
@@ -260,16 +258,22 @@ class AsyncConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         proto = self.proto
         try:
-            proto.buffer_updated(nbytes)
+            first = proto.received(nbytes)
         except (ProtocolError, AuthenticationError) as exc:
             self._flush_handshake()
             self.abort(exc)
             return
         if proto.has_output:
             self._flush_handshake()
+        if first is NEED_DATA:
+            return
         on_message = self.on_message
         events = proto.take_events()
         try:
+            if not events and first is not AUTHENTICATED:  # one message: a small call's path
+                on_message(self, first[0], first[1])
+                return
+            events.insert(0, first)
             for i, event in enumerate(events):
                 self._remaining = len(events) - i - 1
                 if event is AUTHENTICATED:
