@@ -29,6 +29,7 @@ __all__ = ["CallRunner", "unpickling_error"]
 
 _QUICK_S = 200e-6  # methods quicker than this may have their replies batched
 _METHOD = m.CallKind.METHOD
+_NO_KEYWORDS: dict[str, Any] = {}  # never changed: a callee's **kwargs is a new dict
 
 
 class CallRunner:
@@ -53,7 +54,7 @@ class CallRunner:
     def _queue_call(self, conn: AsyncConnection, msg: m.Call, buffers: tuple[Any, ...]) -> None:
         backlog = self._backlog
         idle = not (backlog or self._gated or self._async_starting or self._corked)
-        if idle and not conn.more_pending:
+        if idle and not conn.pending:
             # Nothing ahead of it, nothing behind it: what `_process` does, without the queue.
             self._call(conn, msg, buffers)
             return
@@ -80,7 +81,7 @@ class CallRunner:
                 if self._corked and self._durations.get(msg.name, 1.0) > _QUICK_S:
                     self._flush_corked()
                 # More calls already received behind this one: its reply may wait for theirs.
-                self._cork = len(backlog) > 1 or conn.more_pending
+                self._cork = len(backlog) > 1 or conn.pending
                 try:
                     self._call(conn, msg, buffers)
                 finally:
@@ -103,13 +104,16 @@ class CallRunner:
                 m.Error(msg.id, "error", "RuntimeError", f"actor {self.actor_id} is not built yet"),
             )
             return
-        try:
-            payload = pickle.loads(msg.payload, buffers=buffers)
-        except Exception as exc:
-            self.errors += 1
-            text = f"the actor could not unpickle the arguments of {self._where(msg.name)}()"
-            self._send(conn, unpickling_error(msg.id, text, exc))
-            return
+        if not msg.payload:  # plain arguments, sent as themselves
+            payload: Any = (msg.args, _NO_KEYWORDS)
+        else:
+            try:
+                payload = pickle.loads(msg.payload, buffers=buffers)
+            except Exception as exc:
+                self.errors += 1
+                text = f"the actor could not unpickle the arguments of {self._where(msg.name)}()"
+                self._send(conn, unpickling_error(msg.id, text, exc))
+                return
         if msg.kind == _METHOD:
             self._run_method(conn, msg, payload)
         else:
@@ -202,6 +206,9 @@ class CallRunner:
         self._send(conn, m.Error(msg.id, "attribute", "AttributeError", text))
 
     def _reply(self, conn: AsyncConnection, call_id: int, name: str, value: Any) -> None:
+        if ser.plain(value):  # sent as itself: nothing to pickle
+            self._send(conn, m.Result(call_id, b"", value))
+            return
         try:
             data, buffers = ser.dumps(value)
         except Exception as exc:

@@ -195,7 +195,9 @@ class ActorCore:
         # call): a mismatch raises the method's own TypeError, from the actor.
         try:
             if kind == _METHOD:
-                data, buffers = ser.dumps_call(args, kwargs)
+                if ser.plain_args(args, kwargs):  # sent as themselves: nothing to pickle
+                    return m.Call(next(self._ids), name, b"", kind, args), []
+                data, buffers = ser.dumps((args, kwargs))
             elif kind == _GETATTR:
                 data, buffers = _NONE, []
             else:
@@ -229,6 +231,8 @@ class ActorCore:
         """
         kind = type(reply)
         if kind is m.Result:
+            if not reply.payload:
+                return reply.value  # a plain value, sent as itself
             try:
                 return pickle.loads(reply.payload, buffers=buffers)
             except Exception as exc:

@@ -157,7 +157,7 @@ class RayHost:
         """Start a call: its reply, or the `_Pending` coroutine of an async method."""
         where = f"{self.class_name}.{msg.name}"
         try:
-            payload = ser.loads(msg.payload, writable(buffers))
+            payload = ser.loads(msg.payload, writable(buffers)) if msg.payload else (msg.args, {})
         except Exception as exc:
             text = f"the actor could not unpickle the arguments of {where}()"
             return unpickling_error(msg.id, text, exc)

@@ -31,12 +31,13 @@ __all__ = [
     "OUT_OF_BAND_MIN",
     "describe",
     "dumps",
-    "dumps_call",
     "dumps_exception",
     "find_culprit",
     "format_remote_traceback",
     "loads",
     "loads_exception",
+    "plain",
+    "plain_args",
 ]
 
 OUT_OF_BAND_MIN = 16 << 10
@@ -71,6 +72,9 @@ def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
 
 
 _PLAIN = frozenset((int, float, bool, str, bytes, type(None)))
+_PLAIN_OTHER = frozenset((float, bool, type(None)))
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1  # what msgpack holds
+_PLAIN_MAX = 64 << 10  # longer strings are pickled
 
 
 def _plain_call(obj: tuple[Any, ...]) -> bool:
@@ -90,14 +94,31 @@ def _plain_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return True
 
 
-def dumps_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bytes, list[Any]]:
-    """`dumps((args, kwargs))` of a method call, quicker for plain values (`add(1, 2)`)."""
-    if not kwargs:
-        for value in args:
-            if type(value) not in _PLAIN:
-                return dumps((args, kwargs))
-        return pickle.dumps((args, kwargs), protocol=5), []
-    return dumps((args, kwargs))
+def plain(value: Any) -> bool:
+    """Whether `value` travels as itself (a `messages.Plain`), not pickled."""
+    kind = type(value)
+    if kind is int:
+        return bool(_INT_MIN <= value <= _INT_MAX)
+    if kind is str:
+        return value.isascii() and len(value) <= _PLAIN_MAX  # never an unencodable surrogate
+    return kind in _PLAIN_OTHER
+
+
+def plain_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a call's arguments travel as themselves: all `plain`, and no keywords."""
+    if kwargs:
+        return False
+    for value in args:  # `plain`, inlined: this runs for every small call
+        kind = type(value)
+        if kind is int:
+            if not _INT_MIN <= value <= _INT_MAX:
+                return False
+        elif kind is str:
+            if not (value.isascii() and len(value) <= _PLAIN_MAX):
+                return False
+        elif kind not in _PLAIN_OTHER:
+            return False
+    return True
 
 
 def _dumps_with_tensors(obj: Any, keep: Any) -> bytes:

@@ -96,7 +96,7 @@ class SyncConnection:
             conn = cls(sock, proto)
             while not proto.authenticated:
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
-                event = conn._read_event()
+                event = conn.receive()
                 if event is not AUTHENTICATED:
                     raise ProtocolError(
                         f"an unexpected {type(event[0]).__name__} during the handshake"
@@ -126,7 +126,7 @@ class SyncConnection:
             conn.sock.sendall(b"".join(proto.initiate()))
             while not proto.authenticated:
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
-                event = conn._read_event()
+                event = conn.receive()
                 if event is not AUTHENTICATED:  # pragma: no cover - the protocol forbids it
                     raise ProtocolError("a message before the handshake completed")
             sock.settimeout(None)
@@ -162,15 +162,12 @@ class SyncConnection:
                     sent = 0
 
     def receive(self) -> tuple[Any, tuple[Any, ...]]:
-        """Block until the next message arrives; return `(message, buffers)`."""
-        event: tuple[Any, tuple[Any, ...]] = self._read_event()
-        if event is AUTHENTICATED:  # pragma: no cover - only during open()
-            raise ProtocolError("a second handshake")
-        return event
+        """Block until the next event: `(message, buffers)`, or, once, `AUTHENTICATED`.
 
-    def _read_event(self) -> Any:
+        `AUTHENTICATED` comes only during the handshake, which `open` and `accept` complete.
+        """
         proto = self.proto
-        event = proto.next_event()
+        event: Any = proto.next_event()
         while event is NEED_DATA:
             try:
                 n = self.sock.recv_into(proto.get_buffer())
@@ -188,7 +185,8 @@ class SyncConnection:
             finally:
                 if proto.has_output:
                     self.sock.sendall(b"".join(proto.data_to_send()))
-        return event
+        reply: tuple[Any, tuple[Any, ...]] = event
+        return reply
 
     def close(self) -> None:
         """Close the socket (idempotent)."""
@@ -232,7 +230,8 @@ class AsyncConnection(asyncio.BufferedProtocol):
         self._paused = False
         self._drain_waiters: list[asyncio.Future[Any]] = []
         self._batch: list[Any] = []
-        self._remaining = 0  # messages of the current read still to be handled
+        self.pending = 0
+        """Messages of the current read still to be handled after the one being handled."""
         self._exact_flow = exact_flow
 
     # protocol callbacks
@@ -275,7 +274,7 @@ class AsyncConnection(asyncio.BufferedProtocol):
                 return
             events.insert(0, first)
             for i, event in enumerate(events):
-                self._remaining = len(events) - i - 1
+                self.pending = len(events) - i - 1
                 if event is AUTHENTICATED:
                     if not self.authenticated.done():
                         self.authenticated.set_result(None)
@@ -291,7 +290,7 @@ class AsyncConnection(asyncio.BufferedProtocol):
             )
             self.close()
         finally:
-            self._remaining = 0
+            self.pending = 0
 
     def _flush_handshake(self) -> None:
         out = self.proto.data_to_send()
@@ -347,11 +346,6 @@ class AsyncConnection(asyncio.BufferedProtocol):
             self._flush_batch()
         else:
             self.transport.writelines(frames)
-
-    @property
-    def more_pending(self) -> bool:
-        """Whether more received messages wait to be handled right after the current one."""
-        return self._remaining > 0
 
     def flush(self) -> None:
         """Write batched messages now."""

@@ -114,10 +114,11 @@ class Connection(Handshake):
         if self._hs != _OPEN:
             raise ProtocolError(f"cannot send {type(msg).__name__} before the handshake completed")
         envelope = m.encoder.encode(msg)
-        pre = b"" if self.shm is None else self.shm.returns(RETURN_FLAG)  # segments handed back
+        shm = self.shm  # segments are handed back only once nothing can fail the frame
         if not buffers:
             if len(envelope) > self.max_message_bytes:
                 raise ProtocolError(self._too_large(len(envelope)))
+            pre = shm.returns(RETURN_FLAG) if shm is not None and shm.owed else b""
             return [pre + _HEADER.pack(len(envelope), 0) + envelope]
         raws: list[Any] = [
             b.raw() if isinstance(b, pickle.PickleBuffer) else memoryview(b).cast("B")
@@ -126,9 +127,12 @@ class Connection(Handshake):
         lengths = [r.nbytes for r in raws]
         total = len(envelope) + sum(lengths)
         if total > self.max_message_bytes:
+            if shm is not None:
+                shm.unstage(raws)  # never sent: a segment they were staged in is free again
             raise ProtocolError(self._too_large(total))
-        if self.shm is not None and total - len(envelope) >= self.shm.threshold:
-            name = self.shm.place(raws, lengths)
+        pre = shm.returns(RETURN_FLAG) if shm is not None and shm.owed else b""
+        if shm is not None and total - len(envelope) >= shm.threshold:
+            name = shm.place(raws, lengths)
             if name is not None:
                 ref = _shm.encode_ref(name, lengths)
                 head = _HEADER.pack(len(envelope), 1 | SHM_FLAG) + _LENGTH.pack(len(ref))

@@ -91,6 +91,8 @@ class Handshake:
         self._hs = _OPEN if trusted else (_AWAIT_HELLO if is_server else _AWAIT_CHALLENGE)
         self._error: Exception | None = None
         self._outgoing: list[bytes] = []
+        self.has_output = False
+        """True when receiving produced handshake frames that `data_to_send` will return."""
         self._events: deque[Any] = deque()
         self._store = store
         self._host = host if store is not None else ""
@@ -109,15 +111,15 @@ class Handshake:
             return [self._frame(challenge)]
         return []
 
-    @property
-    def has_output(self) -> bool:
-        """True when receiving produced handshake frames that `data_to_send` will return."""
-        return bool(self._outgoing)
-
     def data_to_send(self) -> list[bytes]:
         """Return (and forget) frames that processing received data produced."""
         out, self._outgoing = self._outgoing, []
+        self.has_output = False
         return out
+
+    def _emit(self, frame: bytes) -> None:
+        self._outgoing.append(frame)
+        self.has_output = True
 
     def _frame(self, msg: m.Message) -> bytes:
         envelope = m.encoder.encode(msg)
@@ -139,7 +141,7 @@ class Handshake:
             self.peer_role = msg.role
             self._peer_nonce = msg.nonce
             digest = _digest(self._token, b"hello", self.role, msg.nonce, self._nonce)
-            self._outgoing.append(
+            self._emit(
                 self._frame(m.Hello(m.PROTOCOL_VERSION, self.role, self._nonce, digest, self._host))
             )
             self._peer_host = msg.host
@@ -151,10 +153,10 @@ class Handshake:
                     f"protocol version {msg.version} is not {m.PROTOCOL_VERSION}; "
                     "install the same parl-remote version on both ends"
                 )
-                self._outgoing.append(self._frame(m.Refused(reason)))
+                self._emit(self._frame(m.Refused(reason)))
                 raise ProtocolError(f"refused a {msg.role!r} peer: {reason}")
             if not hmac.compare_digest(expected, msg.digest):
-                self._outgoing.append(self._frame(m.Refused("wrong cluster token")))
+                self._emit(self._frame(m.Refused("wrong cluster token")))
                 raise AuthenticationError(
                     f"refused a {msg.role!r} peer that does not know the cluster token"
                 )
@@ -162,7 +164,7 @@ class Handshake:
             self._peer_nonce = msg.nonce
             self._share_if_local(msg.host)
             proof = _digest(self._token, b"welcome", self.role, self._nonce, msg.nonce)
-            self._outgoing.append(self._frame(m.Welcome(proof)))
+            self._emit(self._frame(m.Welcome(proof)))
             self._hs = _OPEN
             self._events.append(AUTHENTICATED)
         elif self._hs == _AWAIT_WELCOME and isinstance(msg, m.Welcome):
