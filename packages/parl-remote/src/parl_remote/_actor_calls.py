@@ -98,14 +98,15 @@ class CallRunner:
         return method_entry(self.instance, self.methods, name)
 
     def _call(self, conn: AsyncConnection, msg: m.Call, buffers: tuple[Any, ...]) -> None:
+        """Run a call now: a method (inline here: every call's path), or an attribute's."""
         if self.instance is None:
             self._send(
                 conn,
                 m.Error(msg.id, "error", "RuntimeError", f"actor {self.actor_id} is not built yet"),
             )
             return
-        if not msg.payload:  # plain arguments, sent as themselves
-            payload: Any = (msg.args, _NO_KEYWORDS)
+        if not msg.payload and msg.kind == _METHOD:  # plain arguments, sent as themselves
+            args, kwargs = msg.args, _NO_KEYWORDS
         else:
             try:
                 payload = pickle.loads(msg.payload, buffers=buffers)
@@ -114,22 +115,16 @@ class CallRunner:
                 text = f"the actor could not unpickle the arguments of {self._where(msg.name)}()"
                 self._send(conn, unpickling_error(msg.id, text, exc))
                 return
-        if msg.kind == _METHOD:
-            self._run_method(conn, msg, payload)
-        else:
-            self._kinds[msg.kind](self, conn, msg, payload)
-
-    def _where(self, name: str) -> str:
-        return f"{self.class_name}.{name}"
-
-    def _run_method(self, conn: AsyncConnection, msg: m.Call, payload: Any) -> None:
+            if msg.kind != _METHOD:
+                self._kinds[msg.kind](self, conn, msg, payload)
+                return
+            args, kwargs = payload
         name = msg.name
         entry = self.methods.get(name) or self._method(name)
         if entry is None:
             self._missing(conn, msg)
             return
         fn, is_async = entry
-        args, kwargs = payload
         if is_async:
             self._start_async(conn, msg.id, name, fn, args, kwargs)
             return
@@ -151,6 +146,9 @@ class CallRunner:
         self.calls += 1
         self._reply(conn, msg.id, name, result)
 
+    def _where(self, name: str) -> str:
+        return f"{self.class_name}.{name}"
+
     def _get_attribute(self, conn: AsyncConnection, msg: m.Call, _: Any) -> None:
         try:
             value = getattr(self.instance, msg.name)
@@ -171,8 +169,7 @@ class CallRunner:
             return
         self._reply(conn, msg.id, msg.name, None)
 
-    _kinds: ClassVar[dict[m.CallKind, Any]] = {
-        m.CallKind.METHOD: _run_method,
+    _kinds: ClassVar[dict[m.CallKind, Any]] = {  # the other kinds: methods run in `_call`
         m.CallKind.GETATTR: _get_attribute,
         m.CallKind.SETATTR: _set_attribute,
     }

@@ -232,6 +232,8 @@ class AsyncConnection(asyncio.BufferedProtocol):
         self._batch: list[Any] = []
         self.pending = 0
         """Messages of the current read still to be handled after the one being handled."""
+        # The loop asks for a buffer before every read: the protocol's own method answers.
+        self.get_buffer = proto.get_buffer  # type: ignore[method-assign]  # same signature
         self._exact_flow = exact_flow
 
     # protocol callbacks
