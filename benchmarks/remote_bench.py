@@ -5,7 +5,9 @@ in its own process, driven the way each workload drives an actor. Ratios compare
 minutes apart on the same machine, so they survive a noisy, shared machine better than
 absolute times do.
 
-    W1  sync call latency, add(1, 2), serial: median and p99 us     target <= 2x raw echo
+    W1  sync call latency, add(1, 2), serial: median and p99 us     target <= 1.5x raw echo
+        (a blocking-socket client of the echo server), as the median ratio of 20 alternating
+        blocks of 200 calls each
     W2  4 actors, 1000 calls in flight (future and awaitable modes),  target >= 0.25x raw pipelined
         in calls/s, against two raw pipelines: one writing each wave of 1000 requests with
         one system call (the floor), one writing each request as it comes (a plain client)
@@ -181,6 +183,30 @@ def parl_latency(actor, n: int) -> list[float]:
     return times
 
 
+def w1_rows(actor, echo_port: int, blocks: int, n: int = 200) -> list[tuple[str, ...]]:
+    """W1: blocks of `n` calls, ours and the raw echo's in turn; the median of their ratios.
+
+    Alternating blocks in one process see the same machine: a ratio survives CPU steal that
+    swings within a run, where two long runs one after the other would not.
+    """
+    parl_latency(actor, 200)  # warm up both paths
+    raw_latency(echo_port, 200)
+    ratios, ours, raw = [], [], []
+    for _ in range(blocks):
+        o, r = parl_latency(actor, n), raw_latency(echo_port, n)
+        ratios.append(statistics.median(o) / statistics.median(r))
+        ours += o
+        raw += r
+    rows = []
+    for name, q in (("median", 0.5), ("p99", 0.99)):
+        o = sorted(ours)[int(q * (len(ours) - 1))]
+        r = sorted(raw)[int(q * (len(raw) - 1))]
+        ratio = statistics.median(ratios) if name == "median" else o / r
+        target = "<= 1.5x" if name == "median" else ""
+        rows.append((f"W1 sync call {name} (us)", us(o), us(r), f"{ratio:5.2f}x", target))
+    return rows
+
+
 def parl_future_throughput(actors, total: int, depth: int) -> float:
     t0 = time.perf_counter()
     done = 0
@@ -327,7 +353,7 @@ def main() -> None:
     parser.add_argument("--w3", action="store_true", help="only the shared-memory table (W3)")
     args = parser.parse_args()
     scale = 0.2 if args.quick else 1.0
-    n_lat = int(5000 * scale)
+    n_blocks = max(5, int(20 * scale))
     n_calls = int(40000 * scale)
     rows: list[tuple[str, str, str, str, str]] = []
     w3: list[tuple[str, ...]] = []
@@ -340,14 +366,7 @@ def main() -> None:
         if args.w3:
             w3 = shm_table(one, socket_only_actor(), raw_port, scale)
         else:
-            parl_latency(one, 200)  # warm up both paths
-            raw_latency(echo_port, 200)
-            ours, raw = parl_latency(one, n_lat), raw_latency(echo_port, n_lat)
-            for name, q in (("median", 0.5), ("p99", 0.99)):
-                o = sorted(ours)[int(q * (len(ours) - 1))]
-                r = sorted(raw)[int(q * (len(raw) - 1))]
-                target = "<= 2x" if name == "median" else ""
-                rows.append((f"W1 sync call {name} (us)", us(o), us(r), f"{o / r:5.2f}x", target))
+            rows += w1_rows(one, echo_port, n_blocks)
 
             raw_tp = raw_pipelined(echo_port, n_calls, 1000)
             raw_each = raw_pipelined(echo_port, n_calls, 1000, batched=False)

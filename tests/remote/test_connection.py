@@ -180,3 +180,56 @@ def test_send_does_not_copy_buffers():
     frames = client.send(m.Result(1, b""), [pickle.PickleBuffer(data)])
     data[0] = ord("y")
     assert bytes(frames[1][:1]) == b"y"  # a view of the caller's memory, not a copy
+
+
+def _read(conn: Connection, data: bytes) -> list:
+    """Read `data` the way the I/O shells do (into `get_buffer`, then `received`)."""
+    events = []
+    buf = conn.get_buffer()
+    buf[: len(data)] = data
+    event = conn.received(len(data))
+    while event is not NEED_DATA:
+        events.append(event)
+        event = conn.next_event()
+    return events
+
+
+def test_received_reads_one_small_frame_and_anything_else_as_buffer_updated_does():
+    server, client = _pair()
+    _handshake(server, client)
+    calls = [m.Call(id=i, name="add", payload=pickle.dumps(((i, 1), {}))) for i in range(4)]
+    wire = [b"".join(client.send(c)) for c in calls]
+    assert _read(server, wire[0]) == [(calls[0], ())]  # one whole frame: the quick case
+    assert _read(server, wire[1] + wire[2]) == [(calls[1], ()), (calls[2], ())]
+    assert _read(server, wire[3][:5]) == []  # a part: nothing yet
+    assert _read(server, wire[3][5:]) == [(calls[3], ())]
+    result = m.Result(id=9, payload=b"r")
+    frames = server.send(result, [b"buffer"])
+    assert _read(client, b"".join(bytes(f) for f in frames)) == [(result, (bytearray(b"buffer"),))]
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        struct.pack("<II", 3, 0) + b"\xc1\xc1\xc1",  # undecodable
+        struct.pack("<II", 4, 0) + b"\x91\xa4Ping",  # not a message
+        b"".join(Connection("x", is_server=True, token=TOKEN).initiate()),  # a second Challenge
+    ],
+    ids=["undecodable", "not-a-message", "handshake"],
+)
+def test_received_rejects_what_buffer_updated_rejects(frame):
+    server, client = _pair()
+    _handshake(server, client)
+    with pytest.raises(ProtocolError):
+        _read(server, frame)
+    with pytest.raises(ProtocolError):  # the connection stays failed
+        server.received(0)
+
+
+def test_received_honours_a_limit_below_the_read_size():
+    server, client = _pair(max_message_bytes=100)
+    _handshake(server, client)
+    big = m.Result(id=1, payload=b"x" * 200)
+    envelope = m.encoder.encode(big)
+    with pytest.raises(ProtocolError, match="200|bytes"):
+        _read(server, struct.pack("<II", len(envelope), 0) + envelope)

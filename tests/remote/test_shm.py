@@ -23,6 +23,7 @@ import pytest
 import parl
 import parl_remote
 from parl_remote import _shm
+from parl_remote._exceptions import ProtocolError
 from parl_remote.protocol import messages as m
 from parl_remote.protocol.connection import SHM_FLAG
 from tests.remote.conftest import client_env, make_cluster, wait_until
@@ -615,3 +616,43 @@ def test_a_segment_its_owner_removes_is_unmapped_by_the_peer(new_store):
     assert set(actor.shm._maps) == set(segments(store.tag))  # ...and the actor unmaps them
     actor.release_segments()
     client.release_segments()
+
+
+def test_a_hand_back_outlives_a_send_refused_for_its_size(new_store):
+    store = new_store()
+    client, actor = _pair("h", "h", store)
+    x = np.ones(1 << 17, dtype=np.uint8)
+    for frame in client.send(m.Call(1, "echo", b"p"), [pickle_buffer(x)]):
+        actor.receive_data(frame)
+    actor.next_event()  # the views are dropped at once: the segment is owed back
+    assert list(actor.shm.owed) and list(client.shm._lent)
+    limit, actor.max_message_bytes = actor.max_message_bytes, 100
+    with pytest.raises(ProtocolError, match="exceeds the limit"):
+        actor.send(m.Result(1, b"r" * 200))
+    with pytest.raises(ProtocolError, match="exceeds the limit"):
+        actor.send(m.Result(1, b"r"), [b"b" * 200])
+    actor.max_message_bytes = limit
+    for frame in actor.send(m.Result(1, b"r")):  # the hand-back rides on the next frame
+        client.receive_data(frame)
+    assert client.next_event()[0] == m.Result(1, b"r")
+    assert not client.shm._lent and len(client.shm._free) == 1
+    actor.release_segments()
+    client.release_segments()
+    assert not segments(store.tag) and store.held == 0
+
+
+def test_a_staged_message_that_is_never_sent_frees_its_segment(new_store):
+    store = new_store()
+    client, actor = _pair("h", "h", store)
+    views = client.shm.stage([pickle_buffer(np.ones(1 << 17, dtype=np.uint8))])
+    assert len(client.shm._lent) == 1
+    client.max_message_bytes = 1000
+    with pytest.raises(ProtocolError, match="exceeds the limit"):
+        client.send(m.Call(1, "echo", b"p"), views)
+    assert not client.shm._lent and len(client.shm._free) == 1  # free for the next message
+    views = client.shm.stage([pickle_buffer(np.ones(1 << 16, dtype=np.uint8))])
+    client.shm.unstage(views)  # its message went on another connection
+    assert not client.shm._lent and len(segments(store.tag)) == 1
+    actor.release_segments()
+    client.release_segments()
+    assert not segments(store.tag) and store.held == 0

@@ -155,11 +155,18 @@ class _ActorRef:
         conn = driver.conn if driver is not None and not driver.closed else None
         stage = conn.proto.shm if conn is not None else None  # open, to a peer of this host
         msg, buffers = self.core.call(kind, name, args, kwargs, copy=True, stage=stage)
-        self.client.run_soon(self._submit, msg, buffers, future)
+        self.client.run_soon(self._submit, msg, buffers, future, stage)
         return future
 
-    def _submit(self, msg: m.Call, buffers: list[Any], future: RemoteFuture) -> None:
-        self.pipelined(self.client.loop).submit(msg, buffers, future)
+    def _submit(self, msg: m.Call, buffers: list[Any], future: RemoteFuture, stage: Any) -> None:
+        driver = self.pipelined(self.client.loop)
+        conn = driver.conn
+        if stage is not None and buffers and (conn is None or conn.proto.shm is not stage):
+            # The connection it was staged for is gone: the arrays leave on another, copied
+            # out of that connection's segment, which is free again.
+            staged, buffers = buffers, [bytes(b) for b in buffers]
+            stage.unstage(staged)
+        driver.submit(msg, buffers, future)
 
 
 def _running_loop(class_name: str, name: str) -> asyncio.AbstractEventLoop:

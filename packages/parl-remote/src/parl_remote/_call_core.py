@@ -196,19 +196,23 @@ class ActorCore:
         for it are written into one of its segments now, their one copy.
         """
         buffers: list[Any]
-        if kind == _GETATTR:
-            data, buffers = _NONE, []
-        else:
-            # Arguments are not checked against the signature here (it would cost more than
-            # the call): a mismatch raises the method's own TypeError, from the actor.
-            value: Any = (args, kwargs) if kind == _METHOD else args[0]
-            try:
-                data, buffers = ser.dumps(value)
-            except Exception as exc:
-                raise self._unsendable(kind, name, args, kwargs) from exc
-            if stage is not None and buffers and _shared(buffers, stage.threshold):
+        # Arguments are not checked against the signature here (it would cost more than the
+        # call): a mismatch raises the method's own TypeError, from the actor.
+        try:
+            if kind == _METHOD:
+                if ser.plain_args(args, kwargs):  # sent as themselves: nothing to pickle
+                    return m.Call(next(self._ids), name, b"", kind, args), []
+                data, buffers = ser.dumps((args, kwargs))
+            elif kind == _GETATTR:
+                data, buffers = _NONE, []
+            else:
+                data, buffers = ser.dumps(args[0])
+        except Exception as exc:
+            raise self._unsendable(kind, name, args, kwargs) from exc
+        if buffers:
+            if stage is not None and _shared(buffers, stage.threshold):
                 buffers = stage.stage(buffers) or _copied(buffers)
-            elif copy and buffers and not _shared(buffers, shared_from):
+            elif copy and not _shared(buffers, shared_from):
                 buffers = _copied(buffers)
         return m.Call(next(self._ids), name, data, kind), buffers
 
@@ -234,8 +238,10 @@ class ActorCore:
         if kind is m.Result:
             if reply.shadowed:  # attributes now hide these methods (`_shadow.py`)
                 self.on_shadowed(tuple(reply.shadowed))
+            if not reply.payload:
+                return reply.value  # a plain value, sent as itself
             try:
-                return ser.loads(reply.payload, buffers)
+                return pickle.loads(reply.payload, buffers=buffers)
             except Exception as exc:
                 raise RemoteSerializeError(
                     f"the result of {self.class_name}.{name}() could not be unpickled here: "

@@ -26,7 +26,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, cast
 
 from parl_remote._call_core import INIT, ActorCore, Replies, message_id
-from parl_remote._exceptions import FutureGetRepeatedlyError
+from parl_remote._exceptions import FutureGetRepeatedlyError, ProtocolError
 from parl_remote._transport import AsyncConnection, SyncConnection, open_async
 
 if TYPE_CHECKING:
@@ -241,9 +241,17 @@ class PipelinedDriver:
             self.queue.append((msg, buffers))
             return
         try:  # noqa: SIM105 - contextlib.suppress would cost a tenth of the call
-            self.conn.send(msg, buffers, batch=True)
+            self._send(self.conn, msg, buffers)
         except ConnectionError:
             pass  # closing: the connection's task fails the waiter
+
+    def _send(self, conn: AsyncConnection, msg: Any, buffers: list[Any]) -> None:
+        try:
+            conn.send(msg, buffers, batch=True)
+        except ProtocolError as exc:  # too large to send: this call fails, the others go on
+            waiter = self.replies.match(msg)
+            if waiter is not None:
+                waiter.fail(exc)
 
     async def _run(self) -> None:
         core = self.core
@@ -265,7 +273,7 @@ class PipelinedDriver:
                 queued, self.queue = self.queue, []
                 with contextlib.suppress(ConnectionError):  # closed already: handled below
                     for msg, buffers in queued:
-                        conn.send(msg, buffers, batch=True)
+                        self._send(conn, msg, buffers)
                 await self._gone
             self._leave()
             waiters, reason = self.replies.take_all(), core.dead

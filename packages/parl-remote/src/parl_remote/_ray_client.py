@@ -275,7 +275,7 @@ class _RayCalls:
         if core.dead is not None:
             raise core.died_error()
         msg, buffers = core.call(kind, name, args, kwargs, copy=False)
-        request = (msg.id, msg.name, msg.payload, int(msg.kind))  # see RayHost.call
+        request = (msg.id, msg.name, msg.payload, int(msg.kind), msg.args)  # see RayHost.call
         return self.handle.call.remote(*self.caller, request, *buffers)
 
     def wait(self, object_ref: Any) -> Any:

@@ -35,7 +35,7 @@ import zipfile
 from typing import Any, NamedTuple
 
 from parl_remote import _serialize as ser
-from parl_remote._actor_host import _unpickling_error
+from parl_remote._actor_calls import unpickling_error
 from parl_remote._util import method_entry
 from parl_remote.protocol import messages as m
 
@@ -130,7 +130,7 @@ class RayHost:
             cls, args, kwargs = ser.loads(msg.payload, writable(buffers))
         except Exception as exc:
             text = f"the actor process could not load the class {self.class_name} or its arguments"
-            return _unpickling_error(0, text, exc)
+            return unpickling_error(0, text, exc)
         try:
             self.instance = cls(*args, **kwargs)
         except SystemExit as exc:
@@ -157,10 +157,10 @@ class RayHost:
         """Start a call: its reply, or the `_Pending` coroutine of an async method."""
         where = f"{self.class_name}.{msg.name}"
         try:
-            payload = ser.loads(msg.payload, writable(buffers))
+            payload = ser.loads(msg.payload, writable(buffers)) if msg.payload else (msg.args, {})
         except Exception as exc:
             text = f"the actor could not unpickle the arguments of {where}()"
-            return _unpickling_error(msg.id, text, exc)
+            return unpickling_error(msg.id, text, exc)
         try:
             if msg.kind == m.CallKind.METHOD:
                 entry = method_entry(self.instance, self.methods, msg.name)

@@ -36,6 +36,8 @@ __all__ = [
     "format_remote_traceback",
     "loads",
     "loads_exception",
+    "plain",
+    "plain_args",
 ]
 
 OUT_OF_BAND_MIN = 16 << 10
@@ -70,6 +72,9 @@ def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
 
 
 _PLAIN = frozenset((int, float, bool, str, bytes, type(None)))
+_PLAIN_OTHER = frozenset((float, bool, type(None)))
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1  # what msgpack holds
+_PLAIN_MAX = 64 << 10  # longer strings are pickled
 
 
 def _plain_call(obj: tuple[Any, ...]) -> bool:
@@ -77,10 +82,41 @@ def _plain_call(obj: tuple[Any, ...]) -> bool:
     if len(obj) != 2:
         return False
     args, kwargs = obj
-    if type(args) is not tuple or type(kwargs) is not dict or kwargs:
+    return type(args) is tuple and type(kwargs) is dict and _plain_args(args, kwargs)
+
+
+def _plain_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    if kwargs:
         return False
     for value in args:  # noqa: SIM110 - a loop costs less than all() over a generator
         if type(value) not in _PLAIN:
+            return False
+    return True
+
+
+def plain(value: Any) -> bool:
+    """Whether `value` travels as itself (a `messages.Plain`), not pickled."""
+    kind = type(value)
+    if kind is int:
+        return bool(_INT_MIN <= value <= _INT_MAX)
+    if kind is str:
+        return value.isascii() and len(value) <= _PLAIN_MAX  # never an unencodable surrogate
+    return kind in _PLAIN_OTHER
+
+
+def plain_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a call's arguments travel as themselves: all `plain`, and no keywords."""
+    if kwargs:
+        return False
+    for value in args:  # `plain`, inlined: this runs for every small call
+        kind = type(value)
+        if kind is int:
+            if not _INT_MIN <= value <= _INT_MAX:
+                return False
+        elif kind is str:
+            if not (value.isascii() and len(value) <= _PLAIN_MAX):
+                return False
+        elif kind not in _PLAIN_OTHER:
             return False
     return True
 
@@ -211,12 +247,15 @@ def format_remote_traceback(exc: BaseException) -> str:
     The actor process's own frames (the runtime that called the method) are left out.
     """
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == _ACTOR_HOST_FILE:
+    while tb is not None and tb.tb_frame.f_code.co_filename in _RUNTIME_FILES:
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-_ACTOR_HOST_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_actor_host.py")
+_RUNTIME_FILES = frozenset(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+    for name in ("_actor_host.py", "_actor_calls.py")
+)
 _REMOTE_TYPES: dict[type, type] = {}
 
 

@@ -74,7 +74,8 @@ class SharedLink:
         self._free: list[_Segment] = []  # lent and handed back, oldest first
         self._lent: dict[str, _Segment] = {}
         self._maps: dict[str, mmap.mmap] = {}  # the peer's, least recently used first
-        self._returns: deque[str] = deque()  # appended to by finalizers, so no lock
+        self.owed: deque[str] = deque()
+        """The peer's segments this end is done with, to hand back (finalizers append: no lock)."""
         self._staged: dict[int, str] = {}  # the id of a staged segment's mapping: its name
         self._own = segment_name(store.tag, os.getpid(), 0).rpartition("-")[0] + "-"  # ours
         self.closed = False
@@ -121,6 +122,18 @@ class SharedLink:
         with self._lock:
             self._staged[id(segment.map)] = segment.name
         return [view[o : o + n] for o, n in zip(offsets, lengths, strict=True)]
+
+    def unstage(self, views: list[Any]) -> None:
+        """Free the segment `stage` wrote these views into: their message is not sent here.
+
+        Nothing happens for views that `stage` did not return (or that went out already).
+        """
+        if not self._staged:
+            return
+        with self._lock:
+            name = self._staged.pop(id(views[0].obj), None)
+        if name is not None:
+            self.returned([name])
 
     def _borrow(self, size: int) -> _Segment | None:
         with self._lock:
@@ -175,7 +188,7 @@ class SharedLink:
             unlink(os.path.join(SHM_DIR, segment.name))
             self.store.unreserve(segment.size)
             if tell:  # the peer's mapping would keep its pages: it forgets it when told
-                self._returns.append(segment.name)
+                self.owed.append(segment.name)
 
     # -- receiving ---------------------------------------------------------------------------
     def take(self, ref: Any, max_total: int, max_buffers: int) -> tuple[Any, ...]:
@@ -204,10 +217,10 @@ class SharedLink:
             view = memoryview(mapping)
             out = tuple(bytearray(view[o : o + n]) for o, n in zip(offsets, lengths, strict=True))
             del view
-            self._returns.append(name)
+            self.owed.append(name)
             return out
         lease = np.frombuffer(mapping, dtype=np.uint8, count=size)
-        weakref.finalize(lease, self._returns.append, name).atexit = False
+        weakref.finalize(lease, self.owed.append, name).atexit = False
         return tuple(memoryview(lease[o : o + n]) for o, n in zip(offsets, lengths, strict=True))
 
     def returns(self, flag: int) -> bytes:
@@ -215,7 +228,7 @@ class SharedLink:
 
         Empty when there are none.
         """
-        returns = self._returns
+        returns = self.owed
         if not returns:
             return b""
         names: list[str] = []
@@ -232,7 +245,7 @@ class SharedLink:
             drop = self._free + list(self._lent.values())
             self._free, self._lent = [], {}
             self._maps, self._staged = {}, {}
-            self._returns.clear()
+            self.owed.clear()
         self._remove(drop, tell=False)
 
 

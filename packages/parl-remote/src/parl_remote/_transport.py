@@ -96,7 +96,7 @@ class SyncConnection:
             conn = cls(sock, proto)
             while not proto.authenticated:
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
-                event = conn._read_event()
+                event = conn.receive()
                 if event is not AUTHENTICATED:
                     raise ProtocolError(
                         f"an unexpected {type(event[0]).__name__} during the handshake"
@@ -126,7 +126,7 @@ class SyncConnection:
             conn.sock.sendall(b"".join(proto.initiate()))
             while not proto.authenticated:
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
-                event = conn._read_event()
+                event = conn.receive()
                 if event is not AUTHENTICATED:  # pragma: no cover - the protocol forbids it
                     raise ProtocolError("a message before the handshake completed")
             sock.settimeout(None)
@@ -162,21 +162,15 @@ class SyncConnection:
                     sent = 0
 
     def receive(self) -> tuple[Any, tuple[Any, ...]]:
-        """Block until the next message arrives; return `(message, buffers)`."""
-        event: tuple[Any, tuple[Any, ...]] = self._read_event()
-        if event is AUTHENTICATED:  # pragma: no cover - only during open()
-            raise ProtocolError("a second handshake")
-        return event
+        """Block until the next event: `(message, buffers)`, or, once, `AUTHENTICATED`.
 
-    def _read_event(self) -> Any:
+        `AUTHENTICATED` comes only during the handshake, which `open` and `accept` complete.
+        """
         proto = self.proto
-        while True:
-            event = proto.next_event()
-            if event is not NEED_DATA:
-                return event
-            buf = proto.get_buffer()
+        event: Any = proto.next_event()
+        while event is NEED_DATA:
             try:
-                n = self.sock.recv_into(buf)
+                n = self.sock.recv_into(proto.get_buffer())
             except TimeoutError:
                 self.close()
                 raise
@@ -187,10 +181,12 @@ class SyncConnection:
                 self.close()
                 raise ConnectionClosed("the peer closed the connection")
             try:
-                proto.buffer_updated(n)
+                event = proto.received(n)
             finally:
                 if proto.has_output:
                     self.sock.sendall(b"".join(proto.data_to_send()))
+        reply: tuple[Any, tuple[Any, ...]] = event
+        return reply
 
     def close(self) -> None:
         """Close the socket (idempotent)."""
@@ -234,7 +230,10 @@ class AsyncConnection(asyncio.BufferedProtocol):
         self._paused = False
         self._drain_waiters: list[asyncio.Future[Any]] = []
         self._batch: list[Any] = []
-        self._remaining = 0  # messages of the current read still to be handled
+        self.pending = 0
+        """Messages of the current read still to be handled after the one being handled."""
+        # The loop asks for a buffer before every read: the protocol's own method answers.
+        self.get_buffer = proto.get_buffer  # type: ignore[method-assign]  # same signature
         self._exact_flow = exact_flow
 
     # protocol callbacks
@@ -260,18 +259,24 @@ class AsyncConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         proto = self.proto
         try:
-            proto.buffer_updated(nbytes)
+            first = proto.received(nbytes)
         except (ProtocolError, AuthenticationError) as exc:
             self._flush_handshake()
             self.abort(exc)
             return
         if proto.has_output:
             self._flush_handshake()
+        if first is NEED_DATA:
+            return
         on_message = self.on_message
         events = proto.take_events()
         try:
+            if not events and first is not AUTHENTICATED:  # one message: a small call's path
+                on_message(self, first[0], first[1])
+                return
+            events.insert(0, first)
             for i, event in enumerate(events):
-                self._remaining = len(events) - i - 1
+                self.pending = len(events) - i - 1
                 if event is AUTHENTICATED:
                     if not self.authenticated.done():
                         self.authenticated.set_result(None)
@@ -287,7 +292,7 @@ class AsyncConnection(asyncio.BufferedProtocol):
             )
             self.close()
         finally:
-            self._remaining = 0
+            self.pending = 0
 
     def _flush_handshake(self) -> None:
         out = self.proto.data_to_send()
@@ -343,11 +348,6 @@ class AsyncConnection(asyncio.BufferedProtocol):
             self._flush_batch()
         else:
             self.transport.writelines(frames)
-
-    @property
-    def more_pending(self) -> bool:
-        """Whether more received messages wait to be handled right after the current one."""
-        return self._remaining > 0
 
     def flush(self) -> None:
         """Write batched messages now."""

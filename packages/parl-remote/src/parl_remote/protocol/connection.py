@@ -29,19 +29,23 @@ replies that receiving produced.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import os
 import pickle
 import struct
-from collections import deque
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 
 from parl_remote import _shm
 from parl_remote._exceptions import AuthenticationError, ProtocolError
 from parl_remote.protocol import messages as m
+from parl_remote.protocol.handshake import (
+    _HANDSHAKE_SET,
+    _OPEN,
+    AUTHENTICATED,
+    HANDSHAKE_LIMIT,
+    NEED_DATA,
+    Handshake,
+)
 
 __all__ = [
     "AUTHENTICATED",
@@ -55,56 +59,24 @@ __all__ = [
 
 _HEADER = struct.Struct("<II")
 _LENGTH = struct.Struct("<Q")
-HANDSHAKE_LIMIT = 1024
 DEFAULT_MAX_MESSAGE_BYTES = 8 << 30
 _MAX_BUFFERS = 1 << 16
 _DIRECT_READ_MIN = 64 << 10  # read a payload buffer in place when this much of it remains
 _SCRATCH = 256 << 10
-_HANDSHAKE_TYPES = (m.Challenge, m.Hello, m.Welcome, m.Refused)
-_HANDSHAKE_SET = frozenset(_HANDSHAKE_TYPES)
 SHM_FLAG = 1 << 31
 RETURN_FLAG = 1 << 30
-_SHM_ROLES = frozenset(("client", "actor"))
 
-
-class _Sentinel:
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __repr__(self) -> str:
-        return self._name
-
-
-NEED_DATA: Any = _Sentinel("NEED_DATA")
-"""`next_event()` has nothing more until more bytes arrive."""
-AUTHENTICATED: Any = _Sentinel("AUTHENTICATED")
-"""`next_event()` reports, once, that the handshake completed."""
 
 # receive states
 _HEAD, _LENGTHS, _ENVELOPE, _BUFFERS = range(4)
-# handshake states
-_AWAIT_CHALLENGE, _AWAIT_HELLO, _AWAIT_WELCOME, _OPEN, _FAILED = range(5)
 
 
-def _digest(
-    token: bytes, label: bytes, role: str, server_nonce: bytes, client_nonce: bytes
-) -> bytes:
-    data = b"|".join((b"parl", label, role.encode(), server_nonce, client_nonce))
-    return hmac.new(token, data, hashlib.sha256).digest()
-
-
-class Connection:
-    """One end of one connection: framing, size limits and the handshake state machine.
+class Connection(Handshake):
+    """One end of one connection: framing and size limits, over the handshake (`Handshake`).
 
     Args:
-        role: what this end is ("master", "worker", "actor", "client", ...); told to the peer.
-        is_server: the accepting end sends the challenge.
-        token: the cluster token; None with `trusted=True` only.
-        trusted: skip the handshake (a private socket pair between a worker and its child).
+        role: this end's role, told to the peer (the other arguments but one: `Handshake`'s).
         max_message_bytes: the largest frame accepted once authenticated, buffers included.
-        store: a `_shm.SegmentStore`: large buffers travel through shared memory when the peer
-            proves (in the handshake) to be a client or actor on this same host.
-        host: this host's id (`_shm.host_id()`), told to the peer with `store`.
     """
 
     def __init__(
@@ -118,23 +90,10 @@ class Connection:
         store: Any = None,
         host: str = "",
     ) -> None:
-        if token is None and not trusted:
-            raise AuthenticationError(
-                "no cluster token: set PARL_CLUSTER_TOKEN, or run on a machine where "
-                "`xparl start` created the token file"
-            )
-        self.role = role
-        self.peer_role: str | None = None
-        self.is_server = is_server
+        super().__init__(
+            role, is_server=is_server, token=token, trusted=trusted, store=store, host=host
+        )
         self.max_message_bytes = max_message_bytes
-        self._token = cast(bytes, token)  # None only when trusted: no handshake reads it
-        self._nonce = os.urandom(32)
-        self._peer_nonce = b""
-        self._peer_host = ""
-        self._hs = _OPEN if trusted else (_AWAIT_HELLO if is_server else _AWAIT_CHALLENGE)
-        self._error: Exception | None = None
-        self._outgoing: list[bytes] = []
-        self._events: deque[Any] = deque()
         # receive state
         self._state = _HEAD
         self._need = _HEADER.size
@@ -147,33 +106,7 @@ class Connection:
         self._filled = 0
         self._scratch = memoryview(bytearray(_SCRATCH))
         self._direct = False
-        self._store = store
-        self._host = host if store is not None else ""
-        self.shm: Any = None  # a `_shm.SharedLink`, once the peer is known to share this host
         self._flagged = self._returning = False
-
-    # -- state -----------------------------------------------------------------------------
-    @property
-    def authenticated(self) -> bool:
-        """True once the handshake completed (immediately for trusted connections)."""
-        return self._hs == _OPEN
-
-    def initiate(self) -> list[bytes]:
-        """Return the server's opening `Challenge` frame (nothing on the client side)."""
-        if self.is_server and self._hs == _AWAIT_HELLO:
-            challenge = m.Challenge(m.PROTOCOL_VERSION, self.role, self._nonce, self._host)
-            return [self._frame(challenge)]
-        return []
-
-    @property
-    def has_output(self) -> bool:
-        """True when receiving produced handshake frames that `data_to_send` will return."""
-        return bool(self._outgoing)
-
-    def data_to_send(self) -> list[bytes]:
-        """Return (and forget) frames that processing received data produced."""
-        out, self._outgoing = self._outgoing, []
-        return out
 
     # -- sending ---------------------------------------------------------------------------
     def send(self, msg: m.Message, buffers: list[Any] | tuple[Any, ...] = ()) -> list[Any]:
@@ -181,10 +114,11 @@ class Connection:
         if self._hs != _OPEN:
             raise ProtocolError(f"cannot send {type(msg).__name__} before the handshake completed")
         envelope = m.encoder.encode(msg)
-        pre = b"" if self.shm is None else self.shm.returns(RETURN_FLAG)  # segments handed back
+        shm = self.shm  # segments are handed back only once nothing can fail the frame
         if not buffers:
             if len(envelope) > self.max_message_bytes:
                 raise ProtocolError(self._too_large(len(envelope)))
+            pre = shm.returns(RETURN_FLAG) if shm is not None and shm.owed else b""
             return [pre + _HEADER.pack(len(envelope), 0) + envelope]
         raws: list[Any] = [
             b.raw() if isinstance(b, pickle.PickleBuffer) else memoryview(b).cast("B")
@@ -193,9 +127,12 @@ class Connection:
         lengths = [r.nbytes for r in raws]
         total = len(envelope) + sum(lengths)
         if total > self.max_message_bytes:
+            if shm is not None:
+                shm.unstage(raws)  # never sent: a segment they were staged in is free again
             raise ProtocolError(self._too_large(total))
-        if self.shm is not None and total - len(envelope) >= self.shm.threshold:
-            name = self.shm.place(raws, lengths)
+        pre = shm.returns(RETURN_FLAG) if shm is not None and shm.owed else b""
+        if shm is not None and total - len(envelope) >= shm.threshold:
+            name = shm.place(raws, lengths)
             if name is not None:
                 ref = _shm.encode_ref(name, lengths)
                 head = _HEADER.pack(len(envelope), 1 | SHM_FLAG) + _LENGTH.pack(len(ref))
@@ -205,10 +142,6 @@ class Connection:
             raws = [bytes(r) for r in raws]
         head = _HEADER.pack(len(envelope), len(raws)) + struct.pack(f"<{len(raws)}Q", *lengths)
         return [pre + head + envelope, *raws]
-
-    def _frame(self, msg: m.Message) -> bytes:
-        envelope = m.encoder.encode(msg)
-        return _HEADER.pack(len(envelope), 0) + envelope
 
     def _too_large(self, size: int) -> str:
         return (
@@ -239,6 +172,33 @@ class Connection:
         else:
             self.receive_data(self._scratch[:nbytes])
 
+    def received(self, nbytes: int) -> Any:
+        """`buffer_updated(nbytes)`, then `next_event()`: the first event now available.
+
+        The common case of a small call or its reply -- an authenticated connection, nothing
+        received before but not yet taken, and the bytes just read into the scratch area
+        exactly one whole frame without buffers -- is decoded there and returned at once.
+        """
+        if (
+            nbytes > _HEADER.size
+            and self._hs == _OPEN
+            and self._state == _HEAD
+            and not self._direct
+            and not self._in
+            and not self._events
+        ):
+            scratch = self._scratch
+            env_len, nbuf = _HEADER.unpack_from(scratch)
+            if nbuf == 0 and env_len + _HEADER.size == nbytes <= self.max_message_bytes:
+                try:
+                    msg = m.decoder.decode(scratch[_HEADER.size : nbytes])
+                except Exception:
+                    msg = None  # the general path below says what is wrong with it
+                if msg is not None and type(msg) not in _HANDSHAKE_SET:
+                    return (msg, ())
+        self.buffer_updated(nbytes)
+        return self.next_event()
+
     def receive_data(self, data: bytes | memoryview) -> None:
         """Feed received bytes; complete messages become available from `next_event()`."""
         if self._error is not None:
@@ -265,10 +225,6 @@ class Connection:
         if self._error is not None:
             raise self._error
         return NEED_DATA
-
-    def _fail(self, exc: Exception) -> None:
-        self._error = exc
-        self._hs = _FAILED
 
     def _receive(self, mv: memoryview) -> None:
         pos, end = 0, len(mv)
@@ -416,81 +372,3 @@ class Connection:
             raise ProtocolError(f"an undecodable frame: {exc}") from None
         except Exception as exc:  # msgspec may raise others on adversarial input
             raise ProtocolError(f"an undecodable frame: {type(exc).__name__}: {exc}") from None
-
-    # -- the handshake ---------------------------------------------------------------------
-    def _deliver(self, msg: m.Message, buffers: tuple[Any, ...]) -> None:
-        if self._hs == _OPEN:
-            if isinstance(msg, _HANDSHAKE_TYPES):
-                raise ProtocolError(f"an unexpected {type(msg).__name__} after the handshake")
-            self._events.append((msg, buffers))
-            return
-        if self._hs == _AWAIT_CHALLENGE and isinstance(msg, m.Challenge):
-            self._check_version(msg.version)
-            self.peer_role = msg.role
-            self._peer_nonce = msg.nonce
-            digest = _digest(self._token, b"hello", self.role, msg.nonce, self._nonce)
-            self._outgoing.append(
-                self._frame(m.Hello(m.PROTOCOL_VERSION, self.role, self._nonce, digest, self._host))
-            )
-            self._peer_host = msg.host
-            self._hs = _AWAIT_WELCOME
-        elif self._hs == _AWAIT_HELLO and isinstance(msg, m.Hello):
-            expected = _digest(self._token, b"hello", msg.role, self._nonce, msg.nonce)
-            if msg.version != m.PROTOCOL_VERSION:
-                reason = (
-                    f"protocol version {msg.version} is not {m.PROTOCOL_VERSION}; "
-                    "install the same parl-remote version on both ends"
-                )
-                self._outgoing.append(self._frame(m.Refused(reason)))
-                raise ProtocolError(f"refused a {msg.role!r} peer: {reason}")
-            if not hmac.compare_digest(expected, msg.digest):
-                self._outgoing.append(self._frame(m.Refused("wrong cluster token")))
-                raise AuthenticationError(
-                    f"refused a {msg.role!r} peer that does not know the cluster token"
-                )
-            self.peer_role = msg.role
-            self._peer_nonce = msg.nonce
-            self._share_if_local(msg.host)
-            proof = _digest(self._token, b"welcome", self.role, self._nonce, msg.nonce)
-            self._outgoing.append(self._frame(m.Welcome(proof)))
-            self._hs = _OPEN
-            self._events.append(AUTHENTICATED)
-        elif self._hs == _AWAIT_WELCOME and isinstance(msg, m.Welcome):
-            expected = _digest(
-                self._token, b"welcome", self.peer_role or "", self._peer_nonce, self._nonce
-            )
-            if not hmac.compare_digest(expected, msg.digest):
-                raise AuthenticationError(
-                    f"the {self.peer_role} did not prove it knows the cluster token; "
-                    "check PARL_CLUSTER_TOKEN on both machines"
-                )
-            self._share_if_local(self._peer_host)
-            self._hs = _OPEN
-            self._events.append(AUTHENTICATED)
-        elif isinstance(msg, m.Refused):
-            raise AuthenticationError(
-                f"the {self.peer_role or 'server'} refused this connection: {msg.reason}"
-                + (
-                    " (check PARL_CLUSTER_TOKEN / the token file on both machines)"
-                    if "token" in msg.reason
-                    else ""
-                )
-            )
-        else:
-            raise ProtocolError(f"an unexpected {type(msg).__name__} during the handshake")
-
-    def _share_if_local(self, peer_host: str) -> None:
-        if self._host and peer_host == self._host and {self.role, self.peer_role} == _SHM_ROLES:
-            self.shm = self._store.link()
-
-    def release_segments(self) -> None:
-        """Remove this end's segments and forget the peer's (on close)."""
-        if self.shm is not None:
-            self.shm.close()
-
-    def _check_version(self, version: int) -> None:
-        if version != m.PROTOCOL_VERSION:
-            raise ProtocolError(
-                f"the peer speaks protocol version {version}, this end {m.PROTOCOL_VERSION}; "
-                "install the same parl-remote version on both ends"
-            )

@@ -3,7 +3,8 @@
 Each message is a frozen `msgspec.Struct`, encoded as a compact msgpack array whose first item
 is the tag (the class name). `Message` is the union of all of them, decoded by one `Decoder`.
 Pickled payloads (arguments, results, classes) travel in `payload` fields, with their large
-buffers (numpy arrays) as separate raw frames beside the envelope (see `connection.py`).
+buffers (numpy arrays) as separate raw frames beside the envelope (see `connection.py`);
+`Plain` arguments and results travel as themselves instead (`Call.args`, `Result.value`).
 New fields go last, with defaults, so that older peers still decode newer messages; the
 protocol version rides in the handshake.
 
@@ -63,6 +64,7 @@ __all__ = [
     "LogLines",
     "Message",
     "Ping",
+    "Plain",
     "QueryActor",
     "Ready",
     "Refused",
@@ -82,7 +84,7 @@ __all__ = [
     "encoder",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 
 class _Msg(msgspec.Struct, frozen=True, tag=True, array_like=True, forbid_unknown_fields=False):
@@ -155,24 +157,29 @@ ErrorKind = Literal["raised", "attribute", "serialize", "error"]
 """Why an `Error` came back: the user's code raised (`payload` pickles the exception when it
 can), no such attribute, a value could not be pickled or unpickled, or the runtime refused."""
 
+Plain = int | float | str | bool | None
+"""An argument or result sent as itself, unpickled (only 64-bit ints and ASCII strings)."""
+
 CreateFailedKind = Literal["resource", "error"]
 """Why a `CreateFailed` came back: no slot within the wait, or anything else."""
 
 
 class Call(_Msg, frozen=True):
-    """Run `name` on the actor, as `kind` says."""
+    """Run `name` on the actor, as `kind` says; arguments pickled, or plain in `args`."""
 
     id: int
     name: str
     payload: bytes
     kind: CallKind = CallKind.METHOD
+    args: tuple[Plain, ...] = ()  # a method's arguments when `payload` is empty
 
 
 class Result(_Msg, frozen=True):
-    """The pickled value of call `id`."""
+    """The value of call `id`: pickled, or plain in `value` (then `payload` is empty)."""
 
     id: int
     payload: bytes
+    value: Plain = None
     shadowed: list[str] = []
     """When it changed since this connection was told: every method instance attributes hide."""
 

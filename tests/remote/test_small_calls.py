@@ -1,0 +1,255 @@
+"""Small calls on their quick path, against a real cluster: values, order, threads, failures.
+
+A blocking call with plain arguments (`add(1, 2)`) is sent with its arguments as themselves
+(not pickled), runs on the actor without a queue when nothing else is in flight, and its plain
+result comes back as itself. These tests hold that path to the semantics of every other call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import signal
+import threading
+
+import pytest
+
+import parl
+import parl_remote
+from parl_remote import RemoteActorDiedError
+from parl_remote._exceptions import ProtocolError
+from parl_remote._serialize import plain, plain_args
+from parl_remote.protocol import messages as m
+from tests.remote.conftest import client_env, wait_until
+
+
+@parl.remote_class
+class Recorder:
+    """Keeps the order in which calls reached it."""
+
+    def __init__(self):
+        self.seen = []
+
+    def echo(self, *args, **kwargs):
+        return (args, kwargs) if kwargs or len(args) != 1 else args[0]
+
+    def kinds(self, *args):
+        return [type(a).__name__ for a in args]
+
+    def record(self, source, i):
+        self.seen.append((source, i))
+        return i
+
+    def history(self):
+        return self.seen
+
+    def fail(self, message):
+        raise ValueError(message)
+
+    def sleep_then(self, seconds, value, started):
+        import pathlib
+        import time
+
+        pathlib.Path(started).touch()
+        time.sleep(seconds)
+        return value
+
+    def pid(self):
+        return os.getpid()
+
+    async def wait_for_flag(self):
+        self.flag = getattr(self, "flag", None) or asyncio.Event()
+        await asyncio.wait_for(self.flag.wait(), 10)
+        return "released"
+
+    def set_flag(self):
+        self.flag = getattr(self, "flag", None) or asyncio.Event()
+        self.flag.set()
+        return "set"
+
+
+EDGES = [
+    0,
+    -1,
+    2**63 - 1,
+    -(2**63),
+    2**64 - 1,
+    2**64,  # beyond msgpack: pickled
+    -(2**63) - 1,
+    2**100,
+    1.5,
+    -0.0,
+    float("inf"),
+    True,
+    False,
+    None,
+    "",
+    "ascii",
+    "é and 漢",  # not ASCII: pickled
+    "\ud800",  # a lone surrogate: pickled, never an encoding error
+    "x" * 70_000,  # long: pickled
+    b"bytes",
+    bytearray(b"ba"),
+    (1, 2),
+    [1, "a"],
+]
+
+
+def test_which_values_travel_as_themselves():
+    assert plain(1) and plain(2**64 - 1) and plain(-(2**63)) and plain("abc") and plain(None)
+    assert plain(True) and plain(1.0)
+    assert not plain(2**64) and not plain("é") and not plain(b"b") and not plain((1,))
+    assert not plain("x" * 70_000) and not plain(1 + 0j)
+    assert plain_args((1, "a", None, 2.5, False), {})
+    assert not plain_args((1,), {"b": 2}) and not plain_args(([1],), {})
+    for value in (1, -(2**63), 2**64 - 1, 0.1, "abc", True, None):  # what the wire keeps
+        back = m.decoder.decode(m.encoder.encode(m.Result(1, b"", value))).value
+        assert back == value and type(back) is type(value)
+
+
+def test_every_value_comes_back_as_it_went(connected):
+    a = Recorder()
+    for value in EDGES:
+        back = a.echo(value)
+        assert back == value and type(back) is type(value), value
+    nan = a.echo(float("nan"))
+    assert isinstance(nan, float) and math.isnan(nan)
+    assert a.kinds(1, 2.0, "s", None, True, 2**70) == [
+        "int",
+        "float",
+        "str",
+        "NoneType",
+        "bool",
+        "int",
+    ]
+    assert a.echo(1, b=2) == ((1,), {"b": 2})
+    assert a.echo() == ((), {})
+
+    async def awaited():
+        return [await a.aio.echo(v) for v in EDGES]
+
+    assert asyncio.run(awaited()) == EDGES
+
+
+def test_blocking_calls_from_many_threads_keep_each_threads_order(connected):
+    a = Recorder()
+    errors, threads = [], []
+
+    def caller(source):
+        try:
+            for i in range(150):
+                assert a.record(source, i) == i
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    for source in range(8):
+        threads.append(threading.Thread(target=caller, args=(source,)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and not any(t.is_alive() for t in threads)
+    seen = a.history()
+    assert len(seen) == 8 * 150
+    for source in range(8):
+        assert [i for s, i in seen if s == source] == list(range(150))
+
+
+def test_quick_blocking_calls_mixed_with_awaitable_ones_on_one_actor(connected):
+    a = Recorder()
+    done = threading.Event()
+
+    def blocking():
+        for i in range(200):
+            a.record("blocking", i)
+        done.set()
+
+    async def awaited():
+        thread = threading.Thread(target=blocking)
+        thread.start()
+        for start in range(0, 200, 20):  # bursts: these take the queued path
+            got = await asyncio.gather(*[a.aio.record("aio", i) for i in range(start, start + 20)])
+            assert got == list(range(start, start + 20))
+        await asyncio.to_thread(thread.join, 60)
+
+    asyncio.run(awaited())
+    assert done.is_set()
+    seen = a.history()
+    for source in ("blocking", "aio"):
+        assert [i for s, i in seen if s == source] == list(range(200))
+
+
+def test_exceptions_on_the_quick_path_and_calls_after_them(connected):
+    a = Recorder()
+    for _ in range(3):
+        with pytest.raises(ValueError, match="nope") as info:
+            a.fail("nope")
+        assert isinstance(info.value, parl.RemoteError)
+        assert a.record("after", 1) == 1
+    with pytest.raises(TypeError):
+        a.record(1)  # the method's own TypeError, from the actor
+
+
+def test_a_blocking_call_while_an_async_method_waits(connected):
+    a = Recorder()
+
+    async def main():
+        waiting = asyncio.ensure_future(a.aio.wait_for_flag())
+        await asyncio.sleep(0.2)  # the async method is running on the actor, and waits
+        assert await asyncio.to_thread(a.set_flag) == "set"  # a quick blocking call meanwhile
+        return await asyncio.wait_for(waiting, 15)
+
+    assert asyncio.run(main()) == "released"
+
+
+def test_the_actor_dies_during_a_quick_call(connected, tmp_path):
+    a = Recorder()
+    pid = a.pid()
+    outcome, started = [], tmp_path / "started"
+
+    def call():
+        try:
+            a.sleep_then(60, "never", str(started))
+        except BaseException as exc:  # reported below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    wait_until(started.exists, what="the call to start")
+    os.kill(pid, signal.SIGKILL)
+    thread.join(30)
+    assert not thread.is_alive(), "the call did not return after its actor died"
+    assert len(outcome) == 1 and isinstance(outcome[0], RemoteActorDiedError)
+    with pytest.raises(RemoteActorDiedError):
+        a.record("late", 1)
+
+
+@parl.remote_class(wait=False)
+class Later:
+    def echo(self, x):
+        return x
+
+
+def test_a_call_too_large_to_send_fails_alone_in_every_mode(module_cluster):
+    np = pytest.importorskip("numpy")
+    big = np.ones(2 << 20, dtype=np.uint8)
+    with client_env(module_cluster, PARL_MAX_MESSAGE_BYTES=1 << 20):
+        parl_remote.connect(module_cluster.address)
+        later, now = Later(), Recorder()
+        assert later.echo(1).get(timeout=30) == 1  # its connection is open: sent at once
+        futures = [later.echo(1), later.echo(big), later.echo(2)]
+        assert futures[0].get(timeout=30) == 1
+        with pytest.raises(ProtocolError, match="exceeds the limit"):
+            futures[1].get(timeout=30)
+        assert futures[2].get(timeout=30) == 2
+        with pytest.raises(ProtocolError, match="exceeds the limit"):
+            now.echo(big)
+        assert now.echo(3) == 3
+
+        async def awaited():
+            with pytest.raises(ProtocolError, match="exceeds the limit"):
+                await now.aio.echo(big)
+            return await now.aio.echo(4)
+
+        assert asyncio.run(awaited()) == 4
