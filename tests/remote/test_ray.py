@@ -1,9 +1,12 @@
 """The Ray engine: `@parl.remote_class` actors on a real local Ray (`parl.connect(backend="ray")`).
 
 One Ray for the whole module (2 CPUs, no dashboard, a private temp dir and HOME), started by a
-module fixture and shut down in its teardown. Only this module starts Ray: a file lock keeps a
-second pytest-xdist worker from starting another at the same time. Every actor a test makes is
-killed after it, and the next test starts once Ray has both CPUs free again.
+module fixture and shut down in its teardown. A file lock (shared with test_ray_cluster.py)
+keeps a second pytest-xdist worker from starting another Ray at the same time. Every actor a
+test makes is killed after it, and the next test starts once Ray has both CPUs free again.
+
+Besides its own tests, the module runs the shared suite (`_SHARED` below): the engine-neutral
+tests of the xparl modules, with this module's Ray versions of the engine fixtures.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from parl_remote._actor_ref import _ClassSpec, _running_loop
@@ -37,22 +36,26 @@ def _has_async_methods(spec: _ClassSpec) -> bool:
 _carried = threading.local()
 
 
-@contextlib.contextmanager
-def _carrying() -> Iterator[list[Any]]:
+class _carrying:  # used as a function: `with _carrying() as carried`
     """Collect the Ray handles of the actors whose parl handles are pickled meanwhile.
 
     A parl handle travels inside the call's own pickle, where Ray does not see the Ray handle
     it carries: Ray would count the receiver as no holder of that actor, and free it with the
     sender's last handle. So the Ray handles also go beside the pickle, as arguments of the Ray
     task, where Ray counts them: in flight, and in the receiver for as long as it keeps them.
+    (A class, not a generator: it is on every call's path.)
     """
-    outer = getattr(_carried, "handles", None)
-    handles: list[Any] = []
-    _carried.handles = handles
-    try:
-        yield handles
-    finally:
-        _carried.handles = outer
+
+    __slots__ = ("handles", "outer")
+
+    def __enter__(self) -> list[Any]:
+        self.outer = getattr(_carried, "handles", None)
+        self.handles: list[Any] = []
+        _carried.handles = self.handles
+        return self.handles
+
+    def __exit__(self, *exc_info: object) -> None:
+        _carried.handles = self.outer
 
 
 def _awaitable(object_ref: Any) -> asyncio.Future[Any]:
