@@ -6,13 +6,16 @@ and as a plain Ray actor (`ray.remote(cls)`), and each workload runs on both in 
     W1  sync call latency, add(1, 2), serial: median us            target <= 1.10x plain Ray
     W2  2 actors, 1000 calls in flight: calls/s                    target >= 0.9x plain Ray
         (parl: futures of @parl.remote_class(wait=False); Ray: ObjectRefs, one ray.get)
+
+W1 and W2 time parl and Ray in turns (W1: 100 calls of each, W2: one wave of each, the first
+side alternating), so that both see the same share of a busy machine's load.
     W3  numpy float32 argument + result round trip, 16 MB: MB/s
     W4  actor creation until its first answer: ms, median
 
     python benchmarks/parl_on_ray.py            # about a minute
     python benchmarks/parl_on_ray.py --quick    # fewer repetitions
 
-Ray's own options: a private temp directory, no dashboard, 2 CPUs, and no token file written
+Ray's own options: a private temp directory, no dashboard, 4 CPUs, and no token file written
 to `~/.ray` (`RAY_AUTH_MODE=disabled` unless set: the Ray is local and lives for the run).
 """
 
@@ -50,6 +53,23 @@ def _timed(fn, n):
     return times
 
 
+def _alternating(parl_fn, ray_fn, n, chunk=100):
+    """`n` timings of each, taken in turns of `chunk` (parl first, then Ray first, ...).
+
+    The machine's load drifts; taking turns gives both sides the same share of it.
+    """
+    parl_times: list[float] = []
+    ray_times: list[float] = []
+    turn = 0
+    while len(parl_times) < n:
+        size = min(chunk, n - len(parl_times))
+        pairs = [(parl_fn, parl_times), (ray_fn, ray_times)]
+        for fn, times in pairs if turn % 2 == 0 else pairs[::-1]:
+            times += _timed(fn, size)
+        turn += 1
+    return parl_times, ray_times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -58,7 +78,8 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="pb", dir="/tmp")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=f"{tmp}/ray")
+    # 4 CPUs: W2 keeps two parl and two Ray actors, to time them in turns.
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, _temp_dir=f"{tmp}/ray")
     try:
         parl_remote.connect(backend="ray")
         rows = run(n1, n2, n3, n4)
@@ -90,8 +111,10 @@ def latency_and_arrays(parl_cls, ray_cls, n1, n3):
     for _ in range(50):  # warm both
         parl_actor.add(1, 2)
         ray.get(ray_actor.add.remote(1, 2))
-    parl_us = statistics.median(_timed(lambda: parl_actor.add(1, 2), n1)) * 1e6
-    ray_us = statistics.median(_timed(lambda: ray.get(ray_actor.add.remote(1, 2)), n1)) * 1e6
+    parl_times, ray_times = _alternating(
+        lambda: parl_actor.add(1, 2), lambda: ray.get(ray_actor.add.remote(1, 2)), n1
+    )
+    parl_us, ray_us = statistics.median(parl_times) * 1e6, statistics.median(ray_times) * 1e6
     array = np.ones(4 << 20, dtype=np.float32)  # 16 MB
     parl_s = statistics.median(_timed(lambda: parl_actor.echo(array), n3))
     ray_s = statistics.median(_timed(lambda: ray.get(ray_actor.echo.remote(array)), n3))
@@ -103,27 +126,26 @@ def latency_and_arrays(parl_cls, ray_cls, n1, n3):
 
 def throughput(future_cls, ray_cls, n2):
     """W2: 1000 calls in flight over 2 actors, parl's futures against Ray's ObjectRefs."""
+    parl_actors = [future_cls(), future_cls()]
+    for actor in parl_actors:
+        actor.add(1, 2).get()
+    ray_actors = [ray_cls.remote(), ray_cls.remote()]
+    ray.get([a.add.remote(1, 2) for a in ray_actors])
 
-    def parl_seconds():
-        actors = [future_cls(), future_cls()]
-        for actor in actors:
-            actor.add(1, 2).get()
+    def parl_wave():
+        pending = [parl_actors[i % 2].add(i, 1) for i in range(1000)]
+        for future in pending:
+            future.get()
 
-        def wave():
-            pending = [actors[i % 2].add(i, 1) for i in range(1000)]
-            for future in pending:
-                future.get()
+    def ray_wave():
+        ray.get([ray_actors[i % 2].add.remote(i, 1) for i in range(1000)])
 
-        return statistics.median(_timed(wave, n2))
-
-    def ray_seconds():
-        actors = [ray_cls.remote(), ray_cls.remote()]
-        ray.get([a.add.remote(1, 2) for a in actors])
-        wave = lambda: ray.get([actors[i % 2].add.remote(i, 1) for i in range(1000)])  # noqa: E731
-        return statistics.median(_timed(wave, n2))
-
-    parl_s = parl_seconds()
-    ray_s = ray_seconds()
+    parl_times, ray_times = _alternating(parl_wave, ray_wave, n2, chunk=1)
+    parl_s, ray_s = statistics.median(parl_times), statistics.median(ray_times)
+    for actor in parl_actors:
+        parl_remote.kill(actor)
+    for actor in ray_actors:
+        ray.kill(actor)
     return ("W2 2 actors, 1000 in flight (calls/s)", 1000 / parl_s, 1000 / ray_s, ">= 0.9x")
 
 

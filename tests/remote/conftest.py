@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import socket
@@ -37,6 +38,15 @@ def wait_until(predicate, timeout: float = 15.0, interval: float = 0.02, what: s
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def one_ray_at_a_time(tmp_path_factory) -> Iterator[None]:
+    """Hold the lock that lets one test Ray at a time run here, whichever process asks."""
+    lock_path = tmp_path_factory.getbasetemp().parent / "parl-ray-tests.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @dataclass
@@ -164,6 +174,38 @@ def connected(module_cluster):
     with client_env(module_cluster):
         parl_remote.connect(module_cluster.address)
         yield module_cluster
+
+
+# The engine fixtures: what a test of the `@parl.remote_class` API asks of the engine its
+# actors run on. Here, xparl (`connected` is a `Cluster`); tests/remote/test_ray.py gives the
+# same names for Ray and runs every test that takes `connected` and is not marked
+# `xparl_only` there as well.
+@pytest.fixture
+def engine(connected) -> str:
+    """The engine this test's actors run on: "xparl" ("ray" in the Ray suite)."""
+    return "xparl"
+
+
+@pytest.fixture
+def actors_freed(connected):
+    """A function that waits until every actor the test made is freed (no slot in use)."""
+
+    def wait() -> None:
+        used = lambda: connected.status()["totals"]["cpu_used"]  # noqa: E731
+        wait_until(lambda: used() == 0, timeout=10, what="every slot to come back")
+
+    return wait
+
+
+@pytest.fixture
+def reconnect(connected):
+    """A function that connects this process again, with other `parl.connect` arguments."""
+
+    def again(**kwargs):
+        parl_remote.disconnect()
+        return parl_remote.connect(connected.address, **kwargs)
+
+    return again
 
 
 def run_client_script(

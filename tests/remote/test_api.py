@@ -275,6 +275,7 @@ def test_awaitable_calls_keep_their_order(connected):
     assert asyncio.run(ordered()) == list(range(100))
 
 
+@pytest.mark.xparl_only  # counts slots in `xparl status`
 def test_deleting_the_handle_frees_the_slot(connected):
     cluster = connected
     wait_until(lambda: used_slots(cluster) == 0, what="no slot in use")
@@ -297,6 +298,7 @@ def test_calling_before_connect_says_to_connect():
         Actor(1)
 
 
+@pytest.mark.xparl_only  # counts slots in `xparl status`
 def test_handles_are_freed_by_reference_counting_alone(connected):
     # Every path (blocking, awaitable, future) must leave no reference cycle behind: `del`
     # frees the actor at once, not whenever the garbage collector happens to run.
@@ -345,6 +347,7 @@ def test_a_second_thread_reaches_an_actor_busy_in_a_long_call(connected, tmp_pat
     assert waited > 4  # it waited its turn behind the 5 s call, in order
 
 
+@pytest.mark.xparl_only  # breaks an xparl socket
 def test_a_broken_connection_to_a_live_actor_is_not_a_death(connected):
     import socket
 

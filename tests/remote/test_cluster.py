@@ -17,6 +17,8 @@ import parl
 from parl_remote import _cluster
 from tests.remote.conftest import client_env, free_port, make_cluster, wait_until
 
+pytestmark = pytest.mark.xparl_only  # the xparl CLI, its master and workers
+
 
 def xparl(*args: str, env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
     exe = shutil.which("xparl", path=os.path.dirname(sys.executable)) or "xparl"

@@ -12,6 +12,8 @@ from parl_remote._exceptions import AuthenticationError, ProtocolError
 from parl_remote.protocol import messages as m
 from parl_remote.protocol.connection import AUTHENTICATED, HANDSHAKE_LIMIT, NEED_DATA, Connection
 
+pytestmark = pytest.mark.xparl_only  # xparl's wire protocol
+
 TOKEN = b"t" * 32
 
 

@@ -51,6 +51,7 @@ def test_is_loopback_decides_whether_xparl_start_warns_of_plaintext(host, loopba
     assert _util.is_loopback(host) is loopback
 
 
+@pytest.mark.xparl_only  # the xparl CLI
 def test_xparl_version_prints_the_package_version():
     result = xparl("--version", env=dict(os.environ))
     assert result.returncode == 0
@@ -69,6 +70,7 @@ def _stale_state(home, port: int) -> str:
     return path
 
 
+@pytest.mark.xparl_only  # the xparl CLI's cluster state
 def test_dead_clusters_state_does_not_count(tmp_path):
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if k != "PARL_CLUSTER_TOKEN"}
@@ -193,20 +195,17 @@ class Lister:
         return found
 
 
-def test_distributed_files_are_read_at_connect_with_empty_folders(
-    module_cluster, tmp_path, monkeypatch
-):
+def test_distributed_files_are_read_at_connect_with_empty_folders(reconnect, tmp_path, monkeypatch):
     data = tmp_path / "data"
     (data / "empty" / "deeper").mkdir(parents=True)
     (data / "sub").mkdir()
     (data / "sub" / "a.txt").write_text("first")
     (data / "b.txt").write_text("kept")
     monkeypatch.chdir(tmp_path)
-    with client_env(module_cluster):
-        parl_remote.connect(module_cluster.address, distributed_files=["data"])
-        (data / "sub" / "a.txt").write_text("changed after connect")
-        (data / "b.txt").unlink()
-        tree = Lister().tree("data")
+    reconnect(distributed_files=["data"])
+    (data / "sub" / "a.txt").write_text("changed after connect")
+    (data / "b.txt").unlink()
+    tree = Lister().tree("data")
     assert tree == {
         "empty/": None,
         "empty/deeper/": None,
@@ -216,13 +215,12 @@ def test_distributed_files_are_read_at_connect_with_empty_folders(
     }
 
 
-def test_a_missing_distributed_file_fails_at_connect(module_cluster, tmp_path, monkeypatch):
+def test_a_missing_distributed_file_fails_at_connect(reconnect, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with client_env(module_cluster):
-        with pytest.raises(ValueError, match="matches no file"):
-            parl_remote.connect(module_cluster.address, distributed_files=["nothing.txt"])
-        with pytest.raises(parl_remote.NotConnectedError):
-            Lister()
+    with pytest.raises(ValueError, match="matches no file"):
+        reconnect(distributed_files=["nothing.txt"])
+    with pytest.raises(parl_remote.NotConnectedError):
+        Lister()
 
 
 @parl_remote.remote_class
@@ -239,6 +237,7 @@ async def _await(method, *args):
     return await method(*args)
 
 
+@pytest.mark.xparl_only  # counts xparl's slots
 def test_kill_frees_the_actor_and_its_slot_now(tmp_path):
     cluster = make_cluster(tmp_path, workers=(1,))
     try:
@@ -300,6 +299,7 @@ def _run_children(executor_factory, address: str | None, parent_actor) -> None:
     assert parent_actor.nap(0) == 0
 
 
+@pytest.mark.xparl_only  # fork children: a Ray driver does not survive fork
 @pytest.mark.parametrize("explicit", [True, False], ids=["connect", "inherited"])
 def test_fork_children_get_clients_of_their_own(connected, explicit):
     address = parl_remote.connect(connected.address).address
@@ -317,6 +317,7 @@ def test_fork_children_get_clients_of_their_own(connected, explicit):
     assert parent_actor.nap(0) == 0
 
 
+@pytest.mark.xparl_only  # children join xparl's embedded cluster
 def test_spawn_children_join_the_embedded_cluster(monkeypatch):
     monkeypatch.delenv("PARL_CLUSTER_TOKEN", raising=False)
     client = parl_remote.connect(cpu_num=3)
@@ -371,6 +372,7 @@ class Relay:
         time.sleep(seconds)  # holds the actor's loop: calls sent meanwhile wait unread
 
 
+@pytest.mark.xparl_only  # three actors at once: the Ray suite's Ray has 2 CPUs
 def test_a_handle_passed_through_two_actors_still_works(connected):
     first, second = Relay(), Relay()
     target = Sleeper()
@@ -409,6 +411,7 @@ def _child_makes_an_actor() -> Sleeper:
     return actor
 
 
+@pytest.mark.xparl_only  # a fork child: a Ray driver does not survive fork
 def test_an_actor_ends_with_its_creator_and_other_holders_hear_it(connected):
     relay = Relay()
     ctx = multiprocessing.get_context("fork")
@@ -469,6 +472,7 @@ def test_a_handle_sent_without_waiting_and_dropped_lives_until_received(connecte
     wait_until(lambda: not psutil.pid_exists(pid), what="the actor no one holds to end")
 
 
+@pytest.mark.xparl_only  # restarts the xparl master
 def test_holds_come_back_after_a_master_restart(tmp_path):
     quick = {"PARL_HEARTBEAT_S": 0.5, "PARL_HEARTBEAT_TIMEOUT_S": 10}
     cluster = make_cluster(tmp_path, workers=(3,), **quick)

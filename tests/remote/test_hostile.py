@@ -19,6 +19,8 @@ from parl_remote._transport import SyncConnection
 from parl_remote.protocol import messages as m
 from tests.remote.conftest import client_env, make_cluster, wait_until
 
+pytestmark = pytest.mark.xparl_only  # hostile bytes to xparl's ports
+
 
 @parl.remote_class
 class Service:

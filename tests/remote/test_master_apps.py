@@ -9,9 +9,13 @@ import secrets
 import textwrap
 import urllib.request
 
+import pytest
+
 from parl_remote import Registry, _cluster
 from parl_remote._master_apps import serve_master_app
 from tests.remote.conftest import free_port
+
+pytestmark = pytest.mark.xparl_only  # apps the xparl master serves
 
 _APP = '''
 """A master app of a distribution other than parl-dashboard."""

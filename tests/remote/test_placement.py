@@ -8,6 +8,8 @@ from parl_remote._placement import Placement, Send, choose_worker
 from parl_remote._registry import ClientInfo, Registry, WorkerInfo
 from parl_remote.protocol import messages as m
 
+pytestmark = pytest.mark.xparl_only  # the xparl master's placement
+
 
 class Conn:
     """Stands for a peer's connection: placement only names it as a destination."""

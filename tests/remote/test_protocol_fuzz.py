@@ -12,12 +12,15 @@ import struct
 import tracemalloc
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from parl_remote._exceptions import AuthenticationError, ProtocolError
 from parl_remote.protocol import messages as m
 from parl_remote.protocol.connection import NEED_DATA, Connection
+
+pytestmark = pytest.mark.xparl_only  # xparl's wire protocol
 
 LIMIT = 1 << 20
 OURS = (ProtocolError, AuthenticationError)

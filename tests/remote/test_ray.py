@@ -1,15 +1,17 @@
 """The Ray engine: `@parl.remote_class` actors on a real local Ray (`parl.connect(backend="ray")`).
 
 One Ray for the whole module (2 CPUs, no dashboard, a private temp dir and HOME), started by a
-module fixture and shut down in its teardown. Only this module starts Ray: a file lock keeps a
-second pytest-xdist worker from starting another at the same time. Every actor a test makes is
-killed after it, and the next test starts once Ray has both CPUs free again.
+module fixture and shut down in its teardown. A file lock (shared with test_ray_cluster.py)
+keeps a second pytest-xdist worker from starting another Ray at the same time. Every actor a
+test makes is killed after it, and the next test starts once Ray has both CPUs free again.
+
+Besides its own tests, the module runs the shared suite (`_SHARED` below): the engine-neutral
+tests of the xparl modules, with this module's Ray versions of the engine fixtures.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import gc
 import inspect
 import os
@@ -27,8 +29,8 @@ import pytest
 import parl_remote
 from parl_remote import RemoteActorDiedError, RemoteError, RemoteSerializeError, ResourceError
 from parl_remote._config import settings
-from tests.remote import test_api
-from tests.remote.conftest import wait_until
+from tests.remote import test_api, test_failures, test_hardening, test_shipping_and_logs
+from tests.remote.conftest import one_ray_at_a_time, wait_until
 
 pytestmark = pytest.mark.xdist_group("ray")
 
@@ -37,9 +39,7 @@ pytestmark = pytest.mark.xdist_group("ray")
 def ray_client(tmp_path_factory):
     ray = pytest.importorskip("ray", reason='Ray is not installed: pip install "parl-remote[ray]"')
     # One Ray at a time on this machine, whichever xdist worker runs this module.
-    lock_path = tmp_path_factory.getbasetemp().parent / "parl-ray-tests.lock"
-    with open(lock_path, "w") as lock, pytest.MonkeyPatch.context() as mp:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with one_ray_at_a_time(tmp_path_factory), pytest.MonkeyPatch.context() as mp:
         # Short paths: Ray's unix sockets live under its temp dir.
         tmp = tempfile.mkdtemp(prefix="pr", dir="/tmp")
         os.makedirs(f"{tmp}/home")
@@ -77,25 +77,62 @@ def client(ray_client):
 
 @pytest.fixture
 def connected(client):
-    """What the API suite's tests take: here, the Ray client (see `_API_ON_RAY` below)."""
+    """What the shared suite's tests take: here, the Ray client (see `_SHARED` below)."""
     return client
 
 
-# The user-API suite of the xparl engine, run against Ray as it is. Left out, xparl-only: the
-# slot counts of `xparl status` and the xparl transport's sockets.
-_XPARL_ONLY = {
-    "test_deleting_the_handle_frees_the_slot",
-    "test_handles_are_freed_by_reference_counting_alone",
-    "test_a_broken_connection_to_a_live_actor_is_not_a_death",
-}
-_API_ON_RAY = {
-    f"{name}_on_ray": test
-    for name, test in vars(test_api).items()
-    if name.startswith("test_")
-    and "connected" in inspect.signature(test).parameters  # the rest need no cluster
-    and name not in _XPARL_ONLY
-}
-globals().update(_API_ON_RAY)
+@pytest.fixture
+def engine(client) -> str:
+    """The engine this test's actors run on."""
+    return "ray"
+
+
+@pytest.fixture
+def actors_freed(client):
+    """A function that waits until every actor the test made is freed (both CPUs back)."""
+    ray = client.ray
+
+    def wait() -> None:
+        wait_until(lambda: ray.available_resources().get("CPU") == 2, 30, 0.05, "CPUs freed")
+
+    return wait
+
+
+@pytest.fixture
+def reconnect(client):
+    """A function that connects this process again, with other `parl.connect` arguments."""
+
+    def again(**kwargs):
+        parl_remote.disconnect()  # the module's Ray stays: this process had joined it itself
+        return parl_remote.connect(backend="ray", **kwargs)
+
+    yield again
+    parl_remote.disconnect()
+    parl_remote.connect(backend="ray")
+
+
+# The shared suite: every test of these modules that takes an engine fixture (`connected`,
+# `engine`, `actors_freed`, `reconnect`), run here against Ray as it is, with these fixtures
+# of this module. Those marked `xparl_only` stay out (each mark says why).
+_ENGINE_FIXTURES = {"connected", "engine", "actors_freed", "reconnect"}
+_SHARED_MODULES = (test_api, test_failures, test_hardening, test_shipping_and_logs)
+
+
+def _shared(module) -> dict:
+    tests = {}
+    for name, test in vars(module).items():
+        if not name.startswith("test_") or not inspect.isfunction(test):
+            continue
+        marks = {mark.name for mark in getattr(test, "pytestmark", ())}
+        if "xparl_only" in marks:
+            continue
+        if _ENGINE_FIXTURES & set(inspect.signature(test).parameters):
+            tests[f"{name}_on_ray"] = test
+    return tests
+
+
+_SHARED = {name: test for module in _SHARED_MODULES for name, test in _shared(module).items()}
+globals().update(_SHARED)
 
 
 @parl_remote.remote_class
@@ -118,8 +155,8 @@ class Counter:
     def echo(self, value):
         return value
 
-    def say(self, text):
-        print(text, flush=True)
+    def shout(self, text):
+        print(text, file=sys.stderr, flush=True)
 
     def crash(self):
         os._exit(7)
@@ -201,57 +238,6 @@ def test_awaitable_calls_raise_the_same_errors(client):
     asyncio.run(main())
 
 
-def test_future_mode_on_a_dead_actor(client):
-    FutureCounter = parl_remote.remote_class(Counter._original, wait=False)
-    counter = FutureCounter()
-    crash, after = counter.crash(), counter.add(1)
-    with pytest.raises(RemoteActorDiedError, match="died"):
-        crash.get(timeout=30)
-    with pytest.raises(RemoteActorDiedError):
-        after.get(timeout=30)
-    with pytest.raises(RemoteActorDiedError):
-        counter.add(2).get(timeout=30)
-
-
-def test_actor_output_is_echoed_with_its_id(client, capfd):
-    counter = Counter()
-    counter.say("hello from the actor")
-    prefix = f"(Counter {counter._parl_ref.actor_id} pid="
-    seen = []
-
-    def echoed():
-        out, err = capfd.readouterr()
-        seen.append(out + err)
-        return any(
-            prefix in line and "hello from the actor" in line for line in "".join(seen).splitlines()
-        )
-
-    wait_until(echoed, 30, 0.1, "the actor's output echoed here")
-
-
-def test_a_dead_actor_raises_died_errors_never_hangs(client):
-    counter = Counter()
-    with pytest.raises(RemoteActorDiedError, match="died"):
-        counter.crash()
-    with pytest.raises(RemoteActorDiedError):
-        counter.add(1)  # and every later call
-
-
-def test_sys_exit_in_a_method_is_the_reason(client):
-    counter = Counter()
-    with pytest.raises(RemoteActorDiedError, match=r"sys.exit\(3\)"):
-        counter.leave(3)
-
-
-def test_max_memory_is_enforced(client):
-    Small = parl_remote.remote_class(Counter._original, max_memory=300)
-    small = Small()
-    with pytest.raises(RemoteActorDiedError, match="memory limit of 300 MB"):
-        for _ in range(8):
-            small.hog(100)
-            small.echo(None)
-
-
 def test_kill_fails_waiting_and_later_calls(client):
     counter = Counter()
 
@@ -284,10 +270,22 @@ def test_del_frees_the_actor(client):
     wait_until(lambda: not psutil.pid_exists(pid), 30, 0.05, "the actor's process to exit")
 
 
-def test_a_handle_passed_to_another_actor(client):
+def test_a_handle_passed_to_another_actor(client, capfd):
+    # `Counter` has an `async def` method: its host is an async Ray actor, where a blocking
+    # `ray.get` makes Ray warn; a blocking parl call there waits without it.
     first, second = Counter(), Counter(100)
     assert first.call_other(second, 5) == 105
     assert second.count == 105
+    first.shout("after the call")  # to stderr, where Ray's warning would be before it
+    seen = []
+
+    def echoed():
+        out, err = capfd.readouterr()
+        seen.append(out + err)
+        return "after the call" in "".join(seen)
+
+    wait_until(echoed, 30, 0.1, "the actor's stderr echoed here")
+    assert "blocking ray.get" not in "".join(seen)
 
 
 def test_distributed_files_and_user_modules_are_shipped(client, tmp_path, monkeypatch):

@@ -10,6 +10,8 @@ import pytest
 from parl_remote._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
 from parl_remote.protocol import messages as m
 
+pytestmark = pytest.mark.xparl_only  # the xparl master's registry
+
 
 def test_every_change_notifies_the_listeners():
     registry = Registry("cluster")

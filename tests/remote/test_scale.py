@@ -6,8 +6,12 @@ import asyncio
 import os
 import threading
 
+import pytest
+
 import parl
 from tests.remote.conftest import client_env, make_cluster
+
+pytestmark = pytest.mark.xparl_only  # xparl workers (8 actors on a 2-CPU Ray would wait forever)
 
 
 @parl.remote_class

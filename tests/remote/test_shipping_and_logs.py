@@ -12,6 +12,7 @@ import numpy as np
 import psutil
 import pytest
 
+import parl_remote
 from tests.remote.conftest import make_cluster, run_client_script, wait_until
 
 
@@ -20,6 +21,36 @@ def cluster(tmp_path_factory):
     cluster = make_cluster(tmp_path_factory.mktemp("shipping"), workers=(2,))
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def module_cluster(cluster):
+    """The cluster that `connected` joins: this module's."""
+    return cluster
+
+
+@parl_remote.remote_class
+class Talker:
+    def talk(self, text):
+        print(text, flush=True)
+        print("a warning line", file=sys.stderr, flush=True)
+        return "ok"
+
+
+def test_actor_output_is_echoed_here_with_its_id(connected, capfd):
+    talker = Talker()
+    assert talker.talk("hello from the actor") == "ok"
+    prefix = f"(Talker {talker._parl_ref.actor_id}"  # Ray's prefix goes on: " pid=N)"
+    seen = []
+
+    def echoed():
+        out, err = capfd.readouterr()
+        seen.append(out + err)
+        lines = "".join(seen).splitlines()
+        texts = ("hello from the actor", "a warning line")
+        return all(any(prefix in line and text in line for line in lines) for text in texts)
+
+    wait_until(echoed, 30, 0.1, "the actor's output echoed here")
 
 
 def _project(root):
@@ -39,6 +70,7 @@ def _project(root):
     (root / "configs" / "sub" / "d.txt").write_text("nested")
 
 
+@pytest.mark.xparl_only  # a script joins the xparl cluster (test_ray.py ships modules on Ray)
 def test_main_classes_user_modules_and_distributed_files_reach_the_actor(cluster, tmp_path):
     _project(tmp_path)
     result = run_client_script(
@@ -71,6 +103,7 @@ def test_main_classes_user_modules_and_distributed_files_reach_the_actor(cluster
     assert "RESULT (31, [0, 1, 2], ['a.npy', 'b.npy'], 'nested', True) 21" in result.stdout
 
 
+@pytest.mark.xparl_only  # a script joins the xparl cluster
 def test_a_pattern_that_matches_nothing_fails_at_connect(cluster, tmp_path):
     result = run_client_script(
         f"""
@@ -86,6 +119,7 @@ def test_a_pattern_that_matches_nothing_fails_at_connect(cluster, tmp_path):
     assert "ValueError: distributed_files: 'missing/*.bin' matches no file" in result.stdout
 
 
+@pytest.mark.xparl_only  # the echo's path through xparl's master to a script
 def test_actor_output_is_echoed_with_its_id(cluster, tmp_path):
     result = run_client_script(
         f"""
@@ -113,6 +147,7 @@ def test_actor_output_is_echoed_with_its_id(cluster, tmp_path):
     assert f"(Talker {actor_id}) a warning line" in result.stderr
 
 
+@pytest.mark.xparl_only  # a script joins the xparl cluster
 def test_log_to_driver_false_keeps_the_terminal_quiet(cluster, tmp_path):
     result = run_client_script(
         f"""
@@ -154,6 +189,7 @@ if sys.argv[1] == "hang":
 """
 
 
+@pytest.mark.xparl_only  # xparl's local cluster
 @pytest.mark.parametrize("ending", ["exit", "kill"])
 def test_connect_without_address_starts_a_local_cluster_owned_by_the_process(tmp_path, ending):
     script = tmp_path / "local.py"
@@ -190,6 +226,7 @@ def test_connect_without_address_starts_a_local_cluster_owned_by_the_process(tmp
         proc.stderr.close()
 
 
+@pytest.mark.xparl_only  # xparl's local cluster
 def test_a_second_connect_with_other_arguments_is_an_error(tmp_path):
     result = subprocess.run(
         [

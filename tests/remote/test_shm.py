@@ -28,6 +28,8 @@ from parl_remote.protocol import messages as m
 from parl_remote.protocol.connection import SHM_FLAG
 from tests.remote.conftest import client_env, make_cluster, wait_until
 
+pytestmark = pytest.mark.xparl_only  # xparl's shared-memory segments
+
 MIN = 65536
 
 

@@ -25,6 +25,8 @@ from parl_remote.protocol import messages as m
 from tests.remote.conftest import CuttableProxy, client_env, make_cluster, wait_until
 from tests.remote.test_cluster import xparl
 
+pytestmark = pytest.mark.xparl_only  # xparl's TLS
+
 MARKER = "QuokkaPayloadMarker7c1f"
 
 

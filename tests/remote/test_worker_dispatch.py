@@ -12,6 +12,8 @@ from parl_remote._master import Master
 from parl_remote._worker import Worker
 from parl_remote.protocol import messages as m
 
+pytestmark = pytest.mark.xparl_only  # the xparl worker
+
 
 @pytest.fixture
 def worker():

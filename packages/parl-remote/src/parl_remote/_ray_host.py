@@ -39,11 +39,27 @@ from parl_remote._actor_calls import unpickling_error
 from parl_remote._util import method_entry
 from parl_remote.protocol import messages as m
 
-__all__ = ["AsyncRayHost", "FATE_NAMESPACE", "RayHost", "internal_kv", "put_fate", "writable"]
+__all__ = [
+    "AsyncRayHost",
+    "FATE_NAMESPACE",
+    "RayHost",
+    "in_async_actor",
+    "internal_kv",
+    "put_fate",
+    "writable",
+]
 
 FATE_NAMESPACE = "parl_actor_fates"
 _TURN_WAIT_S = 10.0  # a call id never sent (its caller was interrupted) stops holding up others
 _MEMORY_EVERY_S = 0.1
+
+
+_in_async_actor = False
+
+
+def in_async_actor() -> bool:
+    """Whether this process hosts an `AsyncRayHost` (where Ray warns of a blocking `ray.get`)."""
+    return _in_async_actor
 
 
 def internal_kv() -> Any:
@@ -118,8 +134,14 @@ class RayHost:
         """The process id and host name, once Ray placed the actor."""
         return os.getpid(), socket.gethostname()
 
-    def init(self, msg: m.Init, buffers: list[Any]) -> m.Ready | m.Error:
-        """Unpack the code bundle in a private directory, then build the instance."""
+    def init(
+        self, msg: m.Init, buffers: list[Any], carried: tuple[Any, ...] = ()
+    ) -> m.Ready | m.Error:
+        """Unpack the code bundle in a private directory, then build the instance.
+
+        `carried`: the Ray handles of the actors whose parl handles the arguments carry (Ray
+        counts this process as their holder through them); a call's request ends with them.
+        """
         try:
             workdir = tempfile.mkdtemp(prefix=f"parl-{self.actor_id}-")
             os.chdir(workdir)
@@ -143,12 +165,12 @@ class RayHost:
     def call(self, request: tuple[Any, ...], *buffers: Any) -> Any:
         """Run a method, or read or write an attribute (see `_result` for the reply).
 
-        `request` is a `Call`'s fields: a tuple travels through Ray several times faster
-        than the Struct would.
+        `request` is a `Call`'s fields (then the carried handles, if any: see `init`): a
+        tuple travels through Ray several times faster than the Struct would.
 
         Ray runs the calls of a synchronous actor one at a time, in each caller's order.
         """
-        reply = self._begin(m.Call(*request), buffers)
+        reply = self._begin(m.Call(*request[:5]), buffers)
         if isinstance(reply, _Pending):  # a coroutine method of an instance attribute
             return asyncio.new_event_loop().run_until_complete(_finish(self, reply))
         return reply
@@ -226,17 +248,24 @@ class AsyncRayHost(RayHost):
     concurrent tasks on the same loop, each started before the caller's next call.
     """
 
+    def __init__(self, actor_id: str, class_name: str, max_memory_mb: float) -> None:
+        global _in_async_actor
+        _in_async_actor = True
+        super().__init__(actor_id, class_name, max_memory_mb)
+
     async def ready(self) -> tuple[int, str]:  # type: ignore[override]  # Ray awaits it
         """The process id and host name, once Ray placed the actor."""
         return super().ready()
 
-    async def init(self, msg: m.Init, buffers: list[Any]) -> m.Ready | m.Error:  # type: ignore[override]
+    async def init(  # type: ignore[override]  # Ray awaits it
+        self, msg: m.Init, buffers: list[Any], carried: tuple[Any, ...] = ()
+    ) -> m.Ready | m.Error:
         """Unpack the code bundle in a private directory, then build the instance."""
-        return super().init(msg, buffers)
+        return super().init(msg, buffers, carried)
 
     async def call(self, caller: str, request: tuple[Any, ...], *buffers: Any) -> Any:  # type: ignore[override]
         """Run a call once the caller's earlier calls have started; its reply."""
-        msg = m.Call(*request)
+        msg = m.Call(*request[:5])
         turns = self.turns.get(caller)
         if turns is None:
             turns = self.turns[caller] = _Turns()

@@ -44,7 +44,8 @@ from parl_remote._call_core import init_payload
 from parl_remote._config import settings
 from parl_remote._connect import connect, current_client
 from parl_remote._exceptions import NotConnectedError
-from parl_remote._ray_client import RayClient, _RayActorRef
+from parl_remote._ray_client import RayClient
+from parl_remote._ray_refs import _RayActorRef
 from parl_remote.protocol import messages as m
 
 __all__ = ["ActorHandle", "AsyncActorHandle", "kill", "remote_class"]
