@@ -1,16 +1,14 @@
 """The wire envelopes of every connection in a cluster: the only place they are defined.
 
-Each message is a frozen `msgspec.Struct`, encoded as a compact msgpack array whose first item
-is the tag (the class name). `Message` is the union of all of them, decoded by one `Decoder`.
-Pickled payloads (arguments, results, classes) travel in `payload` fields, with their large
-buffers (numpy arrays) as separate raw frames beside the envelope (see `connection.py`).
-New fields go last, with defaults, so that older peers still decode newer messages; the
-protocol version rides in the handshake.
+Each message is a frozen `msgspec.Struct`, encoded as a compact msgpack array tagged with its class
+name. `Message` is the union of all of them, decoded by one `Decoder`. Pickled payloads (arguments,
+results, classes) travel in `payload` fields, with their large buffers (numpy arrays) as separate
+raw frames beside the envelope (see `connection.py`). New fields go last, with defaults, so that
+older peers still decode newer messages; the protocol version rides in the handshake.
 
 Who sends what:
 
-- handshake, every TCP connection: server `Challenge`, client `Hello`, server `Welcome` or
-  `Refused`;
+- handshake, every TCP connection: `Challenge`, `Hello`, then `Welcome` or `Refused`;
 - client -> actor process (data plane): `Init`, `Call`; replies `Ready`, `Result`, `Error`;
 - client -> master: `RegisterClient`, `Ping`, `CreateActor`, `ReleaseActor`, `KillActor`,
   `HoldActor`, `QueryActor`, `StatusRequest`, `ShutdownCluster`; master -> client: `Accepted`,
@@ -19,8 +17,8 @@ Who sends what:
 - worker -> master: `RegisterWorker`, `WorkerHeartbeat`, `ActorStarted`, `ActorStartFailed`,
   `ActorExited`, `LogLines`; master -> worker: `Accepted`, `StartActor`, `StopActor`,
   `ShutdownWorker`, `Ping`;
-- worker <-> its actor processes (a private socket pair): `HostReady`, `Assign`, `Assigned`,
-  `ActorInitialized`, `ActorStats`, `ActorExited` (the actor called sys.exit).
+- worker <-> its actor processes (a private socket pair): `HostReady`, `Preload`, `Assign`,
+  `Assigned`, `ActorInitialized`, `ActorStats`, `ActorExited` (the actor called sys.exit).
 """
 
 from __future__ import annotations
@@ -63,6 +61,7 @@ __all__ = [
     "LogLines",
     "Message",
     "Ping",
+    "Preload",
     "QueryActor",
     "Ready",
     "Refused",
@@ -417,6 +416,12 @@ class HostReady(_Msg, frozen=True):
     pid: int
 
 
+class Preload(_Msg, frozen=True):
+    """Import these modules in the background while no actor is assigned (`_preload`)."""
+
+    modules: list[str]
+
+
 class Assign(_Msg, frozen=True):
     """This process now belongs to actor `actor_id`: set `env`, expect the client's `Init`."""
 
@@ -434,10 +439,11 @@ class Assigned(_Msg, frozen=True):
 
 
 class ActorInitialized(_Msg, frozen=True):
-    """The actor's constructor returned; `ok` False when it raised."""
+    """The actor's constructor returned; `ok` False when it raised; what it `imports`."""
 
     actor_id: str
     ok: bool
+    imports: list[str] = []
 
 
 Message = (
@@ -476,6 +482,7 @@ Message = (
     | ActorExited
     | ShutdownWorker
     | HostReady
+    | Preload
     | Assign
     | Assigned
     | ActorInitialized
