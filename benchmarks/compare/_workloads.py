@@ -125,6 +125,7 @@ def run_user_creation(
             actor = new()
             get(call(actor, "add", 1, 2))
             created.append(time.perf_counter() - t0)
+            print(f"  W4 {name} actor {len(created)}: {created[-1] * 1e3:.1f} ms", flush=True)
             release(actor)
             del actor
             time.sleep(settle)
