@@ -17,12 +17,16 @@ absolute times do.
         same bytes (the ceiling: a round trip is at best two of them)
     W4  actor creation until its first answer, ms                   target <= 20 ms
         (a class of plain Python; a second row times one whose methods use numpy, which its
-        process imports before it answers)
+        process imports before it answers); then classes in user modules shipped as code
+        (`w4_classes/`) that import numpy and torch: the first actor of each, and the later
+        ones after `--settle` s, once warm processes have imported what the first one did
+        (target <= 10 ms, and <= 0.5x PARL 2.2.1's time for the same class in the same run)
     W5  2 actors x a pure-Python loop vs the same work serially     target >= 1.8x on 2 cores
 
     python benchmarks/remote_bench.py            # about two minutes
     python benchmarks/remote_bench.py --quick    # fewer repetitions
     python benchmarks/remote_bench.py --w3       # the shared-memory table alone
+    python benchmarks/remote_bench.py --w4       # the creation rows alone
 
 Reference figures measured on this kind of machine with the same workloads (see README.md in
 this directory for how to reproduce them): PARL 2.2.1 W1 202 us, W2 6.0k calls/s, W3 159 MB/s,
@@ -311,6 +315,38 @@ def parl_creation(client, n: int, cls=None) -> list[float]:
     return times
 
 
+def user_class_creation(client, cls, n: int, settle: float) -> tuple[float, list[float]]:
+    """The first actor of a user's class, then `n` more, each `settle` s after the last."""
+    remote = parl.remote_class(cls)
+    first = parl_creation(client, 1, remote)[0]
+    later = []
+    for _ in range(n):
+        time.sleep(settle)  # the freed slot's fresh process imports what the last one did
+        later += parl_creation(client, 1, remote)
+    return first, later
+
+
+def user_class_rows(client, n: int, settle: float) -> list[tuple[str, str, str, str, str]]:
+    """W4 for classes whose modules import numpy and torch, shipped as the user's code."""
+    sys.path.insert(0, os.path.join(HERE, "w4_classes"))  # as a user's own modules
+    from numpy_actor import NumpyBench
+
+    classes = [("numpy", NumpyBench)]
+    try:
+        from torch_actor import TorchBench
+    except ImportError:
+        print("torch is not installed: no torch rows")
+    else:
+        classes.append(("torch", TorchBench))
+    rows = []
+    for name, cls in classes:
+        first, later = user_class_creation(client, cls, n, settle)
+        ms = statistics.median(later) * 1e3
+        rows.append((f"W4 {name} module, 1st actor (ms)", f"{first * 1e3:8.1f}", "", "", ""))
+        rows.append((f"W4 {name} module, later (ms)", f"{ms:8.1f}", "", "", "<= 10 ms"))
+    return rows
+
+
 def wait_for_vacant(client, slots: int) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -351,6 +387,11 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--w3", action="store_true", help="only the shared-memory table (W3)")
+    parser.add_argument("--w4", action="store_true", help="only the actor-creation rows (W4)")
+    parser.add_argument(
+        "--settle", type=float, default=3.0, help="seconds between W4's user-module actors"
+    )
+    parser.add_argument("--n", type=int, default=0, help="W4's later user-module actors")
     args = parser.parse_args()
     scale = 0.2 if args.quick else 1.0
     n_blocks = max(5, int(20 * scale))
@@ -362,10 +403,15 @@ def main() -> None:
     client = parl.connect(cpu_num=6, log_to_driver=False)
     try:
         wait_for_vacant(client, 6)
-        one = Actor()
-        if args.w3:
-            w3 = shm_table(one, socket_only_actor(), raw_port, scale)
+        w4_user = []
+        if not args.w3:  # first, while no actor has imported numpy or torch yet
+            w4_user = user_class_rows(client, args.n or max(3, int(10 * scale)), args.settle)
+        if args.w4:
+            rows += w4_user
+        elif args.w3:
+            w3 = shm_table(Actor(), socket_only_actor(), raw_port, scale)
         else:
+            one = Actor()
             rows += w1_rows(one, echo_port, n_blocks)
 
             raw_tp = raw_pipelined(echo_port, n_calls, 1000)
@@ -435,6 +481,7 @@ def main() -> None:
                     "",
                 )
             )
+            rows += w4_user
 
             wait_for_vacant(client, 2)
             spinners = [Actor(), Actor()]
@@ -453,7 +500,8 @@ def main() -> None:
             f"{sys.version.split()[0]}, {load})"
         )
         print_table(("workload", "parl-remote", "raw baseline", "ratio", "target"), rows)
-    print_w3(w3, load)
+    if w3:
+        print_w3(w3, load)
 
 
 def socket_only_actor() -> Actor:

@@ -4,11 +4,14 @@
 on PARL 2.x and Ray in their own virtual environments (see ../README.md), so the numbers can
 be put side by side. An adapter supplies: `make(cls, wait=True)` -> a factory of actors,
 `call(actor, name, *args)` -> a pending result, and `get(pending)` -> its value.
+`run_user_creation` times W4's classes of user modules (numpy, torch) on their own.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
+import sys
 import threading
 import time
 
@@ -90,6 +93,44 @@ def run_all(
     for t in threads:
         t.join()
     results["W5 speedup"] = serial / (time.perf_counter() - t0)
+    return results
+
+
+def user_classes() -> list[tuple[str, type]]:
+    """W4's classes in user modules (`../w4_classes/`): one imports numpy, one torch."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(os.path.dirname(here), "w4_classes"))  # a user's modules
+    from numpy_actor import NumpyBench
+
+    classes: list[tuple[str, type]] = [("numpy", NumpyBench)]
+    try:
+        from torch_actor import TorchBench
+    except ImportError:
+        print("torch is not installed: no torch rows")
+    else:
+        classes.append(("torch", TorchBench))
+    return classes
+
+
+def run_user_creation(
+    make, call, get, *, n: int = 10, settle: float = 3.0, release=lambda a: None
+) -> dict:
+    """W4 for the user-module classes: the first actor of each, then `n` more `settle` s apart."""
+    results = {}
+    for name, cls in user_classes():
+        new = make(cls)
+        created = []
+        for _ in range(n + 1):
+            t0 = time.perf_counter()
+            actor = new()
+            get(call(actor, "add", 1, 2))
+            created.append(time.perf_counter() - t0)
+            print(f"  W4 {name} actor {len(created)}: {created[-1] * 1e3:.1f} ms", flush=True)
+            release(actor)
+            del actor
+            time.sleep(settle)
+        results[f"W4 {name} 1st ms"] = created[0] * 1e3
+        results[f"W4 {name} later ms"] = statistics.median(created[1:]) * 1e3
     return results
 
 

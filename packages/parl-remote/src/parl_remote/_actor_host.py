@@ -37,6 +37,7 @@ from parl_remote._actor_calls import CallRunner, unpickling_error
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ClusterError, ProtocolError
 from parl_remote._loop import run
+from parl_remote._preload import Preloader, drop_shadowed, imported_since
 from parl_remote._shadow import ShadowWatch
 from parl_remote._transport import AsyncConnection, SyncConnection
 from parl_remote.protocol import messages as m
@@ -59,6 +60,7 @@ class ActorHost(CallRunner):
         self.host = host
         self.token = token
         self._connections = 0
+        self.preloader = Preloader()
 
     async def serve(self) -> None:
         """Listen, announce readiness to the worker, and serve until the process is ended."""
@@ -143,6 +145,7 @@ class ActorHost(CallRunner):
             raise ProtocolError(
                 f"an actor process of actor {self.actor_id} does not take a second Assign"
             )
+        self.preloader.stop()
         os.environ.update(msg.env)
         self.actor_id, self.class_name = msg.actor_id, msg.class_name
         if msg.workdir:
@@ -151,7 +154,11 @@ class ActorHost(CallRunner):
             sys.path.insert(0, msg.workdir)
         conn.send(m.Assigned(msg.actor_id))
 
-    _ctl_handlers: ClassVar[dict[type, Any]] = {m.Assign: _assign}
+    def _preload(self, conn: AsyncConnection, msg: m.Preload) -> None:
+        if settings.preload and self.actor_id is None:
+            self.preloader.add(msg.modules)
+
+    _ctl_handlers: ClassVar[dict[type, Any]] = {m.Assign: _assign, m.Preload: _preload}
 
     def _on_ctl_closed(self, conn: AsyncConnection, exc: Exception | None) -> None:
         os._exit(1)  # the worker is gone: so is every actor it ran
@@ -186,10 +193,13 @@ class ActorHost(CallRunner):
                 conn, m.Error(0, "error", "RuntimeError", f"actor {msg.actor_id} is already built")
             )
             return
+        self.preloader.finish(settings.connect_timeout_s)  # no import races the actor's own
+        before = set(sys.modules)
         try:
             if msg.bundle:
                 with zipfile.ZipFile(io.BytesIO(msg.bundle)) as bundle:
                     bundle.extractall(os.getcwd())
+                    drop_shadowed(bundle.namelist(), ".")
             cls, args, kwargs = ser.loads(msg.payload, buffers)
         except Exception as exc:
             text = f"the actor process could not load the class {self.class_name} or its arguments"
@@ -208,13 +218,14 @@ class ActorHost(CallRunner):
         self.shadow.news(conn)  # told in `Ready`
         shadowed = list(self.shadow.names)
         self._send(conn, m.Ready(actor_id=self.actor_id, pid=os.getpid(), shadowed=shadowed))
-        self._report_init(ok=True)
+        limit = settings.preload_max_modules if settings.preload else 0
+        self._report_init(ok=True, imports=imported_since(before, ".", limit=limit))
 
     _handlers: ClassVar[dict[type, Any]] = {m.Call: CallRunner._queue_call, m.Init: _init}
 
-    def _report_init(self, ok: bool) -> None:
+    def _report_init(self, ok: bool, imports: list[str] | None = None) -> None:
         if self.ctl is not None and self.actor_id is not None:
-            self.ctl.send(m.ActorInitialized(self.actor_id, ok))
+            self.ctl.send(m.ActorInitialized(self.actor_id, ok, imports or []))
 
 
 def _watch_worker(death_fd: int) -> None:

@@ -45,6 +45,12 @@ class Settings:
     """PARL_MAX_CONNECTIONS: connections a server holds at once; more are closed at once."""
     log_lines_per_actor: int = 10_000
     """PARL_LOG_LINES_PER_ACTOR: lines of output the master keeps for each actor."""
+    preload: int = 1
+    """PARL_PRELOAD: 1: warm processes import ahead what earlier actors imported; 0: off."""
+    preload_max_modules: int = 4096
+    """PARL_PRELOAD_MAX_MODULES: module names a worker keeps to preload (and a report carries)."""
+    preload_max_mb: float = 1024.0
+    """PARL_PRELOAD_MAX_MB: a warm process stops preloading once its memory passes this."""
 
     @classmethod
     def from_env(cls) -> Settings:

@@ -39,6 +39,7 @@ from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ClusterError, ProtocolError
 from parl_remote._link import MasterLink
 from parl_remote._loop import run
+from parl_remote._preload import check_report
 from parl_remote._transport import AsyncConnection
 from parl_remote._util import available_cpus, describe_exit, owner_alive, write_json_atomic
 from parl_remote.protocol import messages as m
@@ -96,6 +97,7 @@ class Worker:
         self._stopping = False
         self._done: asyncio.Future[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.preload: dict[str, None] = {}  # modules its actors imported, in order (a set)
 
     # -- life ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -274,6 +276,9 @@ class Worker:
             host.ps.cpu_percent(None)
         if not host.ready.done():
             host.ready.set_result(None)
+        if self.preload and host.ctl is not None:  # set long before a process can say this
+            with contextlib.suppress(ConnectionError):
+                host.ctl.send(m.Preload(list(self.preload)))
         self._spawn(self._notify_warm())
 
     def _host_assigned(self, host: ActorProcess, msg: m.Assigned) -> None:
@@ -281,7 +286,26 @@ class Worker:
             host.assigned.set_result(None)
 
     def _host_initialized(self, host: ActorProcess, msg: m.ActorInitialized) -> None:
-        self._to_master(msg)  # a failed constructor: the client releases the actor
+        self._to_master(m.ActorInitialized(msg.actor_id, msg.ok))  # failed: the client releases it
+        if msg.imports and settings.preload:
+            self._learn_imports(host, msg.imports)
+
+    def _learn_imports(self, host: ActorProcess, imports: list[str]) -> None:
+        """Add what an actor imported to the preload set; warm processes import the news."""
+        limit = settings.preload_max_modules
+        try:
+            names = check_report(imports, limit=limit)
+        except ValueError as exc:
+            logger.warning("ignored the imports reported by actor %s: %s", host.actor_id, exc)
+            return
+        news = [n for n in names if n not in self.preload][: max(0, limit - len(self.preload))]
+        if not news:
+            return
+        self.preload.update(dict.fromkeys(news))
+        for warm in self.hosts:
+            if warm.warm and warm.ctl is not None:
+                with contextlib.suppress(ConnectionError):
+                    warm.ctl.send(m.Preload(news))
 
     def _host_stats(self, host: ActorProcess, msg: m.ActorStats) -> None:
         host.calls, host.errors, host.busy = msg.calls, msg.errors, msg.busy

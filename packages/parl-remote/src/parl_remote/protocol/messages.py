@@ -10,8 +10,7 @@ protocol version rides in the handshake.
 
 Who sends what:
 
-- handshake, every TCP connection: server `Challenge`, client `Hello`, server `Welcome` or
-  `Refused`;
+- handshake, every TCP connection: `Challenge`, `Hello`, then `Welcome` or `Refused`;
 - client -> actor process (data plane): `Init`, `Call`; replies `Ready`, `Result`, `Error`;
 - client -> master: `RegisterClient`, `Ping`, `CreateActor`, `ReleaseActor`, `KillActor`,
   `HoldActor`, `QueryActor`, `StatusRequest`, `ShutdownCluster`; master -> client: `Accepted`,
@@ -20,8 +19,8 @@ Who sends what:
 - worker -> master: `RegisterWorker`, `WorkerHeartbeat`, `ActorStarted`, `ActorStartFailed`,
   `ActorExited`, `LogLines`; master -> worker: `Accepted`, `StartActor`, `StopActor`,
   `ShutdownWorker`, `Ping`;
-- worker <-> its actor processes (a private socket pair): `HostReady`, `Assign`, `Assigned`,
-  `ActorInitialized`, `ActorStats`, `ActorExited` (the actor called sys.exit).
+- worker <-> its actor processes (a private socket pair): `HostReady`, `Preload`, `Assign`,
+  `Assigned`, `ActorInitialized`, `ActorStats`, `ActorExited` (the actor called sys.exit).
 """
 
 from __future__ import annotations
@@ -30,6 +29,15 @@ import enum
 from typing import Any, Literal
 
 import msgspec
+
+from parl_remote.protocol.host_messages import (
+    ActorInitialized,
+    ActorStats,
+    Assign,
+    Assigned,
+    HostReady,
+    Preload,
+)
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -65,6 +73,7 @@ __all__ = [
     "Message",
     "Ping",
     "Plain",
+    "Preload",
     "QueryActor",
     "Ready",
     "Refused",
@@ -338,17 +347,6 @@ class ActorRecord(msgspec.Struct, frozen=True, array_like=True):
     started_at: float = 0.0
 
 
-class ActorStats(_Msg, frozen=True):
-    """How one actor process is doing, sampled by its worker."""
-
-    actor_id: str
-    cpu_percent: float
-    rss_bytes: int
-    calls: int = 0
-    errors: int = 0
-    busy: bool = False
-
-
 class RegisterWorker(_Msg, frozen=True):
     """A worker joins with its slots; after a master restart it lists the actors it kept."""
 
@@ -418,37 +416,6 @@ class ShutdownWorker(_Msg, frozen=True):
     reason: str
 
 
-# -- worker <-> its actor processes ------------------------------------------------------------
-class HostReady(_Msg, frozen=True):
-    """A warm process is listening on `port` and waits for an actor."""
-
-    port: int
-    pid: int
-
-
-class Assign(_Msg, frozen=True):
-    """This process now belongs to actor `actor_id`: set `env`, expect the client's `Init`."""
-
-    actor_id: str
-    client_id: str
-    class_name: str
-    env: dict[str, str] = {}
-    workdir: str = ""
-
-
-class Assigned(_Msg, frozen=True):
-    """The process took the assignment."""
-
-    actor_id: str
-
-
-class ActorInitialized(_Msg, frozen=True):
-    """The actor's constructor returned; `ok` False when it raised."""
-
-    actor_id: str
-    ok: bool
-
-
 Message = (
     Challenge
     | Hello
@@ -485,6 +452,7 @@ Message = (
     | ActorExited
     | ShutdownWorker
     | HostReady
+    | Preload
     | Assign
     | Assigned
     | ActorInitialized

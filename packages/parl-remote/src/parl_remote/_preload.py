@@ -1,0 +1,215 @@
+"""Warm processes that arrive with the imports their actors need.
+
+Once an actor's constructor has returned, its process reports to its worker the modules it
+imported since it was assigned (`imported_since`): names only, of installed and standard-library
+modules, never the user's shipped code (the bundle unpacked into the actor's directory). The
+worker keeps them, validated (`check_report`) and bounded, as its preload set, and sends it to
+each warm process, which imports the names in the background on a thread of its own
+(`Preloader`): the next actor of the same class finds numpy or torch already imported. Only
+modules an earlier actor of this worker imported are preloaded, so no user code runs unasked;
+a module that fails or is missing is logged and skipped; the process stops preloading once its
+memory passes `PARL_PRELOAD_MAX_MB`. When the process is assigned an actor it starts no further
+import, and the actor's code first waits for the one in flight (`Preloader.finish`), so user
+code and a preload never import at the same time. A shipped module always wins over a preloaded
+one of the same name (`drop_shadowed`). `PARL_PRELOAD=0` turns all of it off.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import re
+import sys
+import threading
+import warnings
+from collections import deque
+from collections.abc import Iterable, Sequence
+
+from parl_remote._config import settings
+
+__all__ = [
+    "MAX_NAME_CHARS",
+    "Preloader",
+    "check_report",
+    "drop_shadowed",
+    "imported_since",
+    "is_module_name",
+]
+
+logger = logging.getLogger(__name__)
+
+MAX_NAME_CHARS = 200
+"""The longest module name a report may carry."""
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_NEVER = frozenset({"__main__", "__mp_main__", "__parents_main__"})
+
+
+def is_module_name(name: object) -> bool:
+    """Whether `name` is a dotted identifier (`numpy`, `torch.nn`) of a sane length."""
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= MAX_NAME_CHARS
+        and _NAME.fullmatch(name) is not None
+        and name.partition(".")[0] not in _NEVER
+    )
+
+
+def check_report(names: Sequence[object], *, limit: int) -> list[str]:
+    """Validate the module names an actor process reported; raise ValueError on any bad one.
+
+    A process only reports names it checked itself, so one bad entry means the report is not
+    to be trusted at all: the whole of it is rejected.
+    """
+    if len(names) > limit:
+        raise ValueError(f"a report of {len(names)} modules is over the limit of {limit}")
+    for name in names:
+        if not is_module_name(name):
+            raise ValueError(
+                f"{name!r:.80} is not a module name (dotted identifiers of at most "
+                f"{MAX_NAME_CHARS} characters)"
+            )
+    return [str(name) for name in names]
+
+
+def _origin(module: object) -> str | None:
+    spec = getattr(module, "__spec__", None)
+    if spec is None:
+        return None  # made at run time (no finder can import it again)
+    return getattr(spec, "origin", None) or ""
+
+
+def imported_since(baseline: Iterable[str], shipped_dir: str, *, limit: int) -> list[str]:
+    """Modules imported since `baseline` that a warm process could import again by name.
+
+    Left out: modules of the shipped code (found under `shipped_dir`), modules made at run
+    time (no spec), `__main__`, and names that are not plain dotted identifiers. In the order
+    they were first imported (a package before its submodules), at most `limit`.
+    """
+    if limit <= 0:
+        return []
+    before = set(baseline)
+    shipped = os.path.join(os.path.realpath(shipped_dir), "")
+    names = []
+    for name, module in list(sys.modules.items()):
+        if name in before or not is_module_name(name):
+            continue
+        origin = _origin(module)
+        if origin is None or os.path.realpath(origin).startswith(shipped):
+            continue
+        names.append(name)
+        if len(names) >= limit:
+            break
+    return names
+
+
+def drop_shadowed(paths: Iterable[str], shipped_dir: str) -> list[str]:
+    """Forget imported modules named like shipped ones, so that the shipped code is imported.
+
+    `paths` are the shipped files, relative to `shipped_dir`. Return the names dropped.
+    """
+    shipped = os.path.join(os.path.realpath(shipped_dir), "")
+    dropped = []
+    for top in {p.split("/")[0].removesuffix(".py") for p in paths if p.endswith(".py")}:
+        for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+            origin = _origin(sys.modules[name]) or ""
+            if not os.path.realpath(origin).startswith(shipped):
+                del sys.modules[name]
+                dropped.append(name)
+    return dropped
+
+
+def _rss_mb() -> float:
+    """This process's resident memory, MB (its peak where the current figure is unknown)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return float(peak) / (1e6 if sys.platform == "darwin" else 1e3)
+
+
+class Preloader:
+    """Imports module names in the background of a warm process, until it is told to stop."""
+
+    def __init__(self, *, max_mb: float | None = None) -> None:
+        self.max_mb = settings.preload_max_mb if max_mb is None else max_mb
+        self.imported: list[str] = []
+        """Names this process imported ahead of its actor, in order."""
+        self.failed: list[str] = []
+        """Names whose import raised (each logged once)."""
+        self._queue: deque[str] = deque()
+        self._seen: set[str] = set()
+        self._failed_tops: set[str] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def add(self, names: Iterable[str]) -> None:
+        """Queue names not seen before; start the background thread if it is not running."""
+        with self._lock:
+            if self._stopped:
+                return
+            for name in names:
+                if name not in self._seen and is_module_name(name):
+                    self._seen.add(name)
+                    self._queue.append(name)
+            if self._queue and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(target=self._run, name="parl-preload", daemon=True)
+                self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        """Whether its thread is importing (or about to)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Start no further import (the one in flight, if any, goes on)."""
+        with self._lock:
+            self._stopped = True
+            self._queue.clear()
+
+    def finish(self, timeout: float) -> bool:
+        """Stop, and wait up to `timeout` s for the import in flight; return whether it ended."""
+        self.stop()
+        thread = self._thread
+        if thread is None:
+            return True
+        thread.join(timeout)
+        if thread.is_alive():
+            logger.warning("a preloaded import still runs after %.0f s; going on", timeout)
+            return False
+        return True
+
+    def _next(self) -> str | None:
+        with self._lock:
+            while self._queue and not self._stopped:
+                name = self._queue.popleft()
+                if name not in sys.modules and name.partition(".")[0] not in self._failed_tops:
+                    return name
+            return None
+
+    def _run(self) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a deprecated alias warns; nobody asked for it yet
+            while (name := self._next()) is not None:
+                if _rss_mb() > self.max_mb:
+                    logger.info("preloading stopped at %.0f MB (PARL_PRELOAD_MAX_MB)", self.max_mb)
+                    self.stop()
+                    return
+                try:
+                    importlib.import_module(name)
+                except BaseException as exc:
+                    self.failed.append(name)
+                    self._failed_tops.add(name.partition(".")[0])  # and its submodules
+                    level = (
+                        logging.INFO if isinstance(exc, ModuleNotFoundError) else logging.WARNING
+                    )
+                    logger.log(
+                        level, "preloading %s skipped: %s: %s", name, type(exc).__name__, exc
+                    )
+                else:
+                    self.imported.append(name)
