@@ -33,14 +33,22 @@ class SignalClosed(ConnectionError):
 class Signal:
     """One end of a connected Unix-domain socket carrying single bytes.
 
+    Each byte is one system call: the socket blocks, and the kernel bounds its waits
+    (`SO_RCVTIMEO`, `SO_SNDTIMEO`), where a socket timeout would `poll` before every call.
+
     Args:
         sock: the connected socket (this object owns it).
         timeout: the longest `recv` waits, in seconds.
     """
 
     def __init__(self, sock: socket.socket, timeout: float) -> None:
-        sock.settimeout(timeout)
+        sock.setblocking(True)
+        seconds = max(timeout, 0.001)
+        bound = struct.pack("ll", int(seconds), int(seconds % 1 * 1_000_000))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, bound)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, bound)
         self._sock = sock
+        self._fd = sock.fileno()
         self.timeout = timeout
 
     def send(self, byte: bytes) -> None:
@@ -50,7 +58,7 @@ class Signal:
             SignalClosed: the other end is gone.
         """
         try:
-            self._sock.sendall(byte)
+            os.write(self._fd, byte)
         except OSError as exc:
             raise SignalClosed(f"the signal's other end is gone ({exc})") from None
 
@@ -61,8 +69,8 @@ class Signal:
             SignalClosed: the other end is gone, or sent nothing within `timeout`.
         """
         try:
-            byte = self._sock.recv(1)
-        except TimeoutError:
+            byte = os.read(self._fd, 1)
+        except BlockingIOError:  # the kernel's bound passed
             raise SignalClosed(f"no signal within {self.timeout:g} s") from None
         except OSError as exc:
             raise SignalClosed(f"the signal's other end is gone ({exc})") from None
@@ -72,6 +80,7 @@ class Signal:
 
     def close(self) -> None:
         """Close this end (the other side's `recv` then reads end-of-file)."""
+        self._fd = -1  # a closed end reads and writes nothing (never a reused descriptor)
         with contextlib.suppress(OSError):
             self._sock.close()
 
