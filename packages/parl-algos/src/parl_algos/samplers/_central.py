@@ -16,6 +16,7 @@ worker that dies reads as end-of-file on its signal: `collect()` raises
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,7 @@ import numpy as np
 from parl_algos.samplers._core import Batch, Rollout, act, stack_extras
 from parl_algos.samplers._group import WorkerGroup, offset_records
 from parl_algos.samplers._parallel import _ClusterSampler
-from parl_algos.samplers._signal import SignalClosed
+from parl_algos.samplers._signal import SignalClosed, short_slice
 from parl_algos.samplers._worker import ABORT, ERROR, READY, STEP
 from parl_remote import RemoteActorDiedError
 
@@ -82,34 +83,14 @@ class CentralSampler(_ClusterSampler):
     def collect(self) -> Batch:
         """`horizon` steps of every worker, actions chosen here; one `Batch`."""
         self._check_open()
-        group = self._group
-        out = Rollout.allocate(group.batch_layout)
+        out = Rollout.allocate(self._group.batch_layout)
         steps: list[list[dict[str, np.ndarray]]] = []
         final_obs: dict[tuple[int, int], np.ndarray] = {}
         ended: list = []
-        run = _Collect(group, self.horizon, out)
-        agent, groups = self.agent, self._groups
-        _, act_shape, act_dtype = group.batch_layout[1]
-        act_shape = act_shape[2:]
-        columns = [
-            slice(group.columns(members[0]).start, group.columns(members[-1]).stop)
-            for members in groups
-        ]
-        try:
-            run.begin()
-            for t in range(self.horizon):
-                parts = []
-                for members, cols in zip(groups, columns, strict=True):
-                    if t:
-                        run.finish_step(t - 1, members, final_obs, ended)
-                    actions, extras = act(agent, out.obs[t, cols], act_shape, act_dtype)
-                    out.actions[t, cols] = actions
-                    parts.append(extras)
-                    run.start_step(t, members)
-                steps.append(parts)
-            for members in groups:
-                run.finish_step(self.horizon - 1, members, final_obs, ended)
-            run.end(final_obs, ended)
+        run = _Collect(self._group, self.horizon, out)
+        try:  # signalled workers wait on this thread's wake-ups: short slices meanwhile
+            with short_slice() if run.signals else contextlib.nullcontext():
+                self._steps(run, steps, final_obs, ended)
         except BaseException:
             run.abort()
             raise
@@ -123,6 +104,29 @@ class CentralSampler(_ClusterSampler):
         )
         arrays = out.arrays()
         return self._make_batch(arrays.pop("obs"), arrays, extras, final_obs, ended)
+
+    def _steps(self, run: _Collect, steps: list, final_obs: dict, ended: list) -> None:
+        """The collect's steps: each group's actions chosen while the other group steps."""
+        group, agent, groups, out = self._group, self.agent, self._groups, run.out
+        _, act_shape, act_dtype = group.batch_layout[1]
+        columns = [
+            slice(group.columns(members[0]).start, group.columns(members[-1]).stop)
+            for members in groups
+        ]
+        run.begin()
+        for t in range(self.horizon):
+            parts = []
+            for members, cols in zip(groups, columns, strict=True):
+                if t:
+                    run.finish_step(t - 1, members, final_obs, ended)
+                actions, extras = act(agent, out.obs[t, cols], act_shape[2:], act_dtype)
+                out.actions[t, cols] = actions
+                parts.append(extras)
+                run.start_step(t, members)
+            steps.append(parts)
+        for members in groups:
+            run.finish_step(self.horizon - 1, members, final_obs, ended)
+        run.end(final_obs, ended)
 
 
 class _Collect:
