@@ -6,8 +6,12 @@ MLP (two hidden layers of 64); when `ale-py` is installed, ALE Pong-v5 (RGB fram
 small CNN; when `mujoco` is installed, HalfCheetah-v5 with a Gaussian MLP. Baselines measured
 in the same run, driven by the same agent: gymnasium's `SyncVectorEnv` (one process) and
 `AsyncVectorEnv` (a process per env), and, when `stable-baselines3` is installed, its
-`SubprocVecEnv` (a process per env). `CentralSampler` against `ParallelSampler` on the same
-workers and environments is printed apart. Scaling: `ParallelSampler` with 1 and with 2
+`SubprocVecEnv` (a process per env), and envpool (C++ threads, random actions only) where it is
+importable or `--envpool-python` names a Python that has it (a virtual environment of its own:
+envpool is never a dependency; `benchmarks/envpool_rate.py` runs there). `CentralSampler`
+against `ParallelSampler` on the same workers and environments is printed apart, the median of
+`--repeat` alternating repetitions (each measures the two in turn: a shared machine's load
+moves under a single pair). Scaling: `ParallelSampler` with 1 and with 2
 workers of 8 environments, against 1 and 2 plain processes stepping 8 environments each with
 no framework (the machine's own ceiling). Prints the tables and the load average before and
 after (a shared machine's figures mean little without it). `mujoco` and `stable-baselines3`
@@ -16,6 +20,7 @@ have them, `pip install -c constraints.txt "gymnasium[mujoco]" stable-baselines3
 
     python benchmarks/samplers.py                 # about ten minutes
     python benchmarks/samplers.py --seconds 2 --tasks CartPole-v1   # a quicker look
+    python benchmarks/samplers.py --envpool-python ../envpool-venv/bin/python
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ import argparse
 import functools
 import multiprocessing as mp
 import os
+import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -183,6 +191,27 @@ def sampler_rate(cls, env_fn, agent, seconds: float, **kwargs) -> float:
         return timed(step, seconds)
 
 
+def envpool_cell(python: str | None, task: str, seconds: float) -> float | None:
+    """envpool's rate on `task` (16 envs, 2 threads, random actions); None where it cannot run."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from envpool_rate import TASKS, envpool_rate
+
+    if task not in TASKS:
+        return None
+    if installed("envpool"):
+        return envpool_rate(task, seconds, N_ALL, WORKERS, HORIZON)
+    if python is None:
+        return None
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "envpool_rate.py")
+    command = [python, "-W", "ignore", script, task, "--seconds", str(seconds)]
+    command += ["--num-envs", str(N_ALL), "--threads", str(WORKERS), "--horizon", str(HORIZON)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 300)
+    if done.returncode != 0:
+        print(f"envpool row failed: {done.stderr.strip()[-300:]}")
+        return None
+    return float(done.stdout.split()[-1])
+
+
 def _plain_process(env_fn, n: int, seconds: float, out) -> None:
     envs = [env_fn() for _ in range(n)]
     for i, env in enumerate(envs):
@@ -234,6 +263,10 @@ def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def spread(values: list[float]) -> str:
+    return ", ".join(f"{value:.2f}" for value in values)
+
+
 def installed(module: str) -> bool:
     try:
         __import__(module)
@@ -256,6 +289,12 @@ def main() -> None:
     parser.add_argument(
         "--tasks", nargs="*", default=[t[0] for t in TASKS], help="which tasks (default: all)"
     )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="repetitions of CentralSampler vs ParallelSampler"
+    )
+    parser.add_argument(
+        "--envpool-python", help="a Python with envpool installed (for the envpool rows)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"load average before: {load()}  ({os.cpu_count()} cores)", flush=True)
@@ -272,29 +311,48 @@ def main() -> None:
             continue
         tasks.append(task)
     rows, ratios = [], []
+    compared = {
+        label: measure for label, measure in cells if label.startswith(("Parallel", "Central"))
+    }
     for name, env_fn, network, network_label, _ in tasks:
         probe = env_fn()
         space, obs_shape = probe.action_space, probe.observation_space.shape
         probe.close()
         for agent_name in ("random", network_label):
+            random = agent_name == "random"
+
+            def make_agent(random=random, space=space, obs_shape=obs_shape, network=network):
+                return RandomAgent(space) if random else network(space, obs_shape)
+
             rates = {}
             for label, measure in cells:
-                random = agent_name == "random"
-                agent = RandomAgent(space) if random else network(space, obs_shape)
-                rate = rates[label] = measure(env_fn, agent, args.seconds)
+                rate = rates[label] = measure(env_fn, make_agent(), args.seconds)
                 base = rates[cells[0][0]]
                 rows.append((name, agent_name, label, rate, rate / base))
                 line = f"{name:14} {agent_name:9} {label:34} {rate:10.0f} steps/s"
                 print(f"{line}  {rate / base:5.2f}x", flush=True)
-            parallel = rates["ParallelSampler 2x8"]
-            central = rates["CentralSampler 2x8"] / parallel
-            alternating = rates["CentralSampler 2x8 alternating"] / parallel
+            if random:
+                rate = envpool_cell(args.envpool_python, name, args.seconds)
+                if rate is not None:
+                    label = "envpool (2 threads; Pong: 84x84 gray)"
+                    base = rates[cells[0][0]]
+                    rows.append((name, agent_name, label, rate, rate / base))
+                    line = f"{name:14} {agent_name:9} {label:34} {rate:10.0f} steps/s"
+                    print(f"{line}  {rate / base:5.2f}x", flush=True)
+            central, alternating = [], []
+            for repetition in range(args.repeat):
+                if repetition:  # the first repetition is the table's
+                    for label, measure in compared.items():
+                        rates[label] = measure(env_fn, make_agent(), args.seconds)
+                parallel = rates["ParallelSampler 2x8"]
+                central.append(rates["CentralSampler 2x8"] / parallel)
+                alternating.append(rates["CentralSampler 2x8 alternating"] / parallel)
+                print(
+                    f"{'':14} CentralSampler / ParallelSampler: {central[-1]:.2f}x "
+                    f"(alternating {alternating[-1]:.2f}x)  load {load()}",
+                    flush=True,
+                )
             ratios.append((name, agent_name, central, alternating))
-            print(
-                f"{'':14} CentralSampler / ParallelSampler: {central:.2f}x "
-                f"(alternating {alternating:.2f}x)  load {load()}",
-                flush=True,
-            )
     # Scaling: 1 vs 2 workers against 1 vs 2 plain processes (random actions, CartPole).
     env_fn = TASKS[0][1]
     space = gym.spaces.Discrete(2)
@@ -308,10 +366,17 @@ def main() -> None:
     for name, agent_name, label, rate, ratio in rows:
         print(f"| {name} | {agent_name} | {label} | {rate:,.0f} | {ratio:.2f}x |")
     print()
+    print(
+        f"CentralSampler / ParallelSampler, median of {args.repeat} alternating repetitions "
+        "(each repetition's ratio in brackets):"
+    )
     print("| task | agent | CentralSampler / ParallelSampler | alternating / ParallelSampler |")
     print("|---|---|---:|---:|")
     for name, agent_name, central, alternating in ratios:
-        print(f"| {name} | {agent_name} | {central:.2f}x | {alternating:.2f}x |")
+        print(
+            f"| {name} | {agent_name} | {statistics.median(central):.2f}x ({spread(central)}) "
+            f"| {statistics.median(alternating):.2f}x ({spread(alternating)}) |"
+        )
     print()
     print("| scaling, CartPole-v1, random actions | 1 x 8 envs | 2 x 8 envs | 2 vs 1 |")
     print("|---|---:|---:|---:|")

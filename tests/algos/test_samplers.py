@@ -224,3 +224,26 @@ def test_a_step_signal_checks_its_token_and_reads_a_gone_peer_as_closed():
     finally:
         listener.close()
     assert not os.path.exists(os.path.dirname(listener.path))
+
+
+def test_short_slice_asks_for_short_slices_inside_and_restores_the_threads_own():
+    from parl_algos.samplers._signal import (
+        _SCHED_ATTR,
+        _SCHED_CALLS,
+        SHORT_SLICE_NS,
+        _sched_attr,
+        short_slice,
+    )
+
+    call = _SCHED_CALLS.get(__import__("platform").machine())
+    before = _sched_attr(call) if sys.platform == "linux" else None
+    if before is None:  # elsewhere the block just runs
+        with short_slice():
+            pass
+        pytest.skip("no sched_getattr here")
+    with short_slice():
+        inside = _sched_attr(call)
+    slices = _SCHED_ATTR.unpack(before)[5] != 0  # sched_runtime: Linux 6.12+ reports the slice
+    assert _SCHED_ATTR.unpack(inside)[5] == (SHORT_SLICE_NS if slices else 0)
+    assert _SCHED_ATTR.unpack(inside)[3] == _SCHED_ATTR.unpack(before)[3]  # the nice value kept
+    assert _sched_attr(call) == before

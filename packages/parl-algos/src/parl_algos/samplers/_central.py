@@ -16,6 +16,7 @@ worker that dies reads as end-of-file on its signal: `collect()` raises
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,7 @@ import numpy as np
 from parl_algos.samplers._core import Batch, Rollout, act, stack_extras
 from parl_algos.samplers._group import WorkerGroup, offset_records
 from parl_algos.samplers._parallel import _ClusterSampler
-from parl_algos.samplers._signal import SignalClosed
+from parl_algos.samplers._signal import SignalClosed, short_slice
 from parl_algos.samplers._worker import ABORT, ERROR, READY, STEP
 from parl_remote import RemoteActorDiedError
 
@@ -82,41 +83,50 @@ class CentralSampler(_ClusterSampler):
     def collect(self) -> Batch:
         """`horizon` steps of every worker, actions chosen here; one `Batch`."""
         self._check_open()
-        group = self._group
-        out = Rollout.allocate(group.batch_layout)
+        out = Rollout.allocate(self._group.batch_layout)
         steps: list[list[dict[str, np.ndarray]]] = []
         final_obs: dict[tuple[int, int], np.ndarray] = {}
         ended: list = []
-        run = _Collect(group, self.horizon)
-        try:
-            run.begin(out)
-            _, act_shape, act_dtype = group.batch_layout[1]
-            started = [False] * len(self._groups)
-            for t in range(self.horizon):
-                steps.append([])
-                for g, members in enumerate(self._groups):
-                    if started[g]:
-                        run.finish_step(t - 1, members, out, final_obs, ended)
-                    cols = slice(group.columns(members[0]).start, group.columns(members[-1]).stop)
-                    actions, extras = act(self.agent, out.obs[t, cols], act_shape[2:], act_dtype)
-                    out.actions[t, cols] = actions
-                    steps[t].append(extras)
-                    run.start_step(t, members, out)
-                    started[g] = True
-            for members in self._groups:
-                run.finish_step(self.horizon - 1, members, out, final_obs, ended)
-            run.end(final_obs, ended)
+        run = _Collect(self._group, self.horizon, out)
+        try:  # signalled workers wait on this thread's wake-ups: short slices meanwhile
+            with short_slice() if run.signals else contextlib.nullcontext():
+                self._steps(run, steps, final_obs, ended)
         except BaseException:
             run.abort()
             raise
         extras = stack_extras(
             [
-                {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+                parts[0]
+                if len(parts) == 1
+                else {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
                 for parts in steps
             ]
         )
         arrays = out.arrays()
         return self._make_batch(arrays.pop("obs"), arrays, extras, final_obs, ended)
+
+    def _steps(self, run: _Collect, steps: list, final_obs: dict, ended: list) -> None:
+        """The collect's steps: each group's actions chosen while the other group steps."""
+        group, agent, groups, out = self._group, self.agent, self._groups, run.out
+        _, act_shape, act_dtype = group.batch_layout[1]
+        columns = [
+            slice(group.columns(members[0]).start, group.columns(members[-1]).stop)
+            for members in groups
+        ]
+        run.begin()
+        for t in range(self.horizon):
+            parts = []
+            for members, cols in zip(groups, columns, strict=True):
+                if t:
+                    run.finish_step(t - 1, members, final_obs, ended)
+                actions, extras = act(agent, out.obs[t, cols], act_shape[2:], act_dtype)
+                out.actions[t, cols] = actions
+                parts.append(extras)
+                run.start_step(t, members)
+            steps.append(parts)
+        for members in groups:
+            run.finish_step(self.horizon - 1, members, final_obs, ended)
+        run.end(final_obs, ended)
 
 
 class _Collect:
@@ -124,59 +134,61 @@ class _Collect:
 
     Keeps what each signalled worker is owed, so that a collect given up halfway (an error
     here, in the agent, or in another worker) leaves every signal in step for the next one.
+    A step of a worker with shared memory copies its observations here (what the agent reads
+    next); its rewards and flags are copied once, at the end.
     """
 
-    def __init__(self, group: WorkerGroup, horizon: int) -> None:
+    def __init__(self, group: WorkerGroup, horizon: int, out: Rollout) -> None:
         self.group = group
         self.horizon = horizon
-        self.fast = [w for w, signal in enumerate(group.signals) if signal is not None]
+        self.out = out
+        workers = range(len(group.workers))
+        self.shared = {w: r for w in workers if (r := group.shared_rollout(w, 0)) is not None}
+        self.cols = [group.columns(w) for w in workers]
+        self.signals = {w: s for w, s in enumerate(group.signals) if s is not None}
         self.drives: dict[int, Any] = {}
         self.pending: dict[int, Any] = {}  # a step call of a called worker
         self.awaiting: set[int] = set()  # signalled workers whose READY is still to come
-        self.sent = dict.fromkeys(self.fast, 0)  # STEP bytes sent to each
+        self.sent = dict.fromkeys(self.signals, 0)  # STEP bytes sent to each
 
-    def begin(self, out: Rollout) -> None:
+    def begin(self) -> None:
         """Start every worker's rollout; write the first observations into `out.obs[0]`."""
-        group = self.group
-        for w in self.fast:
+        group, out = self.group, self.out
+        for w in self.signals:
             self.drives[w] = group.workers[w].drive(0)
             self.awaiting.add(w)
         slow = [w for w in range(len(group.workers)) if w not in self.drives]
         starts = group.gather([group.workers[w].begin(0) for w in slow], slow)
         for w, start in zip(slow, starts, strict=True):
-            shared = group.shared_rollout(w, 0)
-            out.obs[0, group.columns(w)] = start if shared is None else shared.obs[0]
-        for w in self.fast:
+            out.obs[0, self.cols[w]] = start if w not in self.shared else self.shared[w].obs[0]
+        for w in self.signals:
             self._wait_ready(w)
-            out.obs[0, group.columns(w)] = group.shared_rollout(w, 0).obs[0]
+            out.obs[0, self.cols[w]] = self.shared[w].obs[0]
 
-    def start_step(self, t: int, members: list[int], out: Rollout) -> None:
+    def start_step(self, t: int, members: list[int]) -> None:
         """Hand the members their actions of step `t` (written in `out.actions[t]`)."""
-        group = self.group
+        group, actions = self.group, self.out.actions[t]
         for w in members:
-            actions = out.actions[t, group.columns(w)]
-            shared = group.shared_rollout(w, 0)
+            shared = self.shared.get(w)
             if shared is None:
-                self.pending[w] = group.workers[w].step(t, actions)
+                self.pending[w] = group.workers[w].step(t, actions[self.cols[w]])
                 continue
-            shared.actions[t] = actions
-            if w in self.drives:
-                group.signals[w].send(STEP)
+            shared.actions[t] = actions[self.cols[w]]
+            signal = self.signals.get(w)
+            if signal is not None:
+                signal.send(STEP)
                 self.sent[w] += 1
                 self.awaiting.add(w)
             else:
                 self.pending[w] = group.workers[w].step(t)
 
-    def finish_step(
-        self, t: int, members: list[int], out: Rollout, final_obs: dict, ended: list
-    ) -> None:
-        """Wait for the members' step `t`; write its rows into `out`."""
-        group = self.group
+    def finish_step(self, t: int, members: list[int], final_obs: dict, ended: list) -> None:
+        """Wait for the members' step `t`; write its observations (called: all its rows)."""
+        group, out = self.group, self.out
         for w in members:
-            shared = group.shared_rollout(w, 0)
+            cols = self.cols[w]
             if w in self.drives:
                 self._wait_ready(w)
-                rows = None
             else:
                 rows, worker_final, worker_ended = group.result(w, self.pending.pop(w))
                 more_final, more_ended = offset_records(
@@ -184,22 +196,22 @@ class _Collect:
                 )
                 final_obs.update(more_final)
                 ended += more_ended
-            if shared is not None:
-                rows = {
-                    "obs": shared.obs[t + 1],
-                    "rewards": shared.rewards[t],
-                    "terminated": shared.terminated[t],
-                    "truncated": shared.truncated[t],
-                }
-            cols = group.columns(w)
-            out.obs[t + 1, cols] = rows["obs"]
-            out.rewards[t, cols] = rows["rewards"]
-            out.terminated[t, cols] = rows["terminated"]
-            out.truncated[t, cols] = rows["truncated"]
+                if rows is not None:
+                    out.obs[t + 1, cols] = rows["obs"]
+                    out.rewards[t, cols] = rows["rewards"]
+                    out.terminated[t, cols] = rows["terminated"]
+                    out.truncated[t, cols] = rows["truncated"]
+                    continue
+            out.obs[t + 1, cols] = self.shared[w].obs[t + 1]
 
     def end(self, final_obs: dict, ended: list) -> None:
-        """Take the signalled workers' episode records (their `drive` calls' results)."""
-        group = self.group
+        """Copy the shared workers' rewards and flags; take the signalled ones' episode records."""
+        group, out = self.group, self.out
+        for w, shared in self.shared.items():
+            cols = self.cols[w]
+            out.rewards[:, cols] = shared.rewards
+            out.terminated[:, cols] = shared.terminated
+            out.truncated[:, cols] = shared.truncated
         for w in list(self.drives):
             worker_final, worker_ended = group.result(w, self.drives.pop(w))
             more_final, more_ended = offset_records(

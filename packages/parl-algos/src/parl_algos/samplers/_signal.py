@@ -8,19 +8,36 @@ the socket 0600), each worker connects with `connect_signal` and proves it got t
 the sampler by sending the listener's random token and its worker number; the directory is
 removed as soon as every worker is in. A `Signal` waits with a bound (`timeout`), never by
 spinning, and a peer that died reads as end-of-file at once: `SignalClosed`.
+
+A lock-step exchange waits on the scheduler twice a step: on a busy machine, a woken process
+queues behind others' time slices. `short_slice()` asks Linux's scheduler (EEVDF, 6.12 and
+later) for short slices for the calling thread while it exchanges signals: the same share of
+CPU time, handed out in smaller pieces, so that its wake-ups run sooner. Elsewhere it does
+nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import os
+import platform
 import secrets
 import shutil
 import socket
 import struct
 import tempfile
+from collections.abc import Iterator
 
-__all__ = ["Signal", "SignalClosed", "SignalListener", "connect_signal"]
+__all__ = [
+    "SHORT_SLICE_NS",
+    "Signal",
+    "SignalClosed",
+    "SignalListener",
+    "connect_signal",
+    "short_slice",
+]
 
 _TOKEN_BYTES = 16
 _HELLO = struct.Struct("!16sI")
@@ -33,14 +50,22 @@ class SignalClosed(ConnectionError):
 class Signal:
     """One end of a connected Unix-domain socket carrying single bytes.
 
+    Each byte is one system call: the socket blocks, and the kernel bounds its waits
+    (`SO_RCVTIMEO`, `SO_SNDTIMEO`), where a socket timeout would `poll` before every call.
+
     Args:
         sock: the connected socket (this object owns it).
         timeout: the longest `recv` waits, in seconds.
     """
 
     def __init__(self, sock: socket.socket, timeout: float) -> None:
-        sock.settimeout(timeout)
+        sock.setblocking(True)
+        seconds = max(timeout, 0.001)
+        bound = struct.pack("ll", int(seconds), int(seconds % 1 * 1_000_000))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, bound)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, bound)
         self._sock = sock
+        self._fd = sock.fileno()
         self.timeout = timeout
 
     def send(self, byte: bytes) -> None:
@@ -50,7 +75,7 @@ class Signal:
             SignalClosed: the other end is gone.
         """
         try:
-            self._sock.sendall(byte)
+            os.write(self._fd, byte)
         except OSError as exc:
             raise SignalClosed(f"the signal's other end is gone ({exc})") from None
 
@@ -61,8 +86,8 @@ class Signal:
             SignalClosed: the other end is gone, or sent nothing within `timeout`.
         """
         try:
-            byte = self._sock.recv(1)
-        except TimeoutError:
+            byte = os.read(self._fd, 1)
+        except BlockingIOError:  # the kernel's bound passed
             raise SignalClosed(f"no signal within {self.timeout:g} s") from None
         except OSError as exc:
             raise SignalClosed(f"the signal's other end is gone ({exc})") from None
@@ -72,6 +97,7 @@ class Signal:
 
     def close(self) -> None:
         """Close this end (the other side's `recv` then reads end-of-file)."""
+        self._fd = -1  # a closed end reads and writes nothing (never a reused descriptor)
         with contextlib.suppress(OSError):
             self._sock.close()
 
@@ -162,3 +188,52 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
             raise ConnectionError("closed before its greeting")
         data += chunk
     return data
+
+
+SHORT_SLICE_NS = 100_000
+"""The scheduler slice `short_slice()` asks for: 0.1 ms, the shortest Linux grants."""
+
+# sched_setattr / sched_getattr by architecture; struct sched_attr, its first version.
+_SCHED_CALLS = {"x86_64": (314, 315), "aarch64": (274, 275)}
+_SCHED_ATTR = struct.Struct("IIQiIQQQII")
+
+
+def _sched_attr(call: tuple[int, int] | None) -> bytes | None:
+    if call is None:
+        return None
+    buf = ctypes.create_string_buffer(_SCHED_ATTR.size)
+    if _libc().syscall(call[1], 0, buf, _SCHED_ATTR.size, 0) != 0:
+        return None
+    return buf.raw
+
+
+def _set_sched_attr(call: tuple[int, int], attr: bytes) -> None:
+    _libc().syscall(call[0], 0, ctypes.create_string_buffer(attr, len(attr)), 0)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+@contextlib.contextmanager
+def short_slice(slice_ns: int = SHORT_SLICE_NS) -> Iterator[None]:
+    """Short scheduler slices for the calling thread inside the block (Linux; else nothing).
+
+    Only a thread of the normal policy is changed (its nice value kept); the slice it had is
+    restored on the way out.
+    """
+    call = _SCHED_CALLS.get(platform.machine()) if os.name == "posix" else None
+    before = _sched_attr(call) if platform.system() == "Linux" else None
+    if before is None or call is None:
+        yield
+        return
+    size, policy, _, nice, *_ = _SCHED_ATTR.unpack(before)
+    if policy != 0:  # not SCHED_OTHER: leave it alone
+        yield
+        return
+    _set_sched_attr(call, _SCHED_ATTR.pack(size, 0, 0, nice, 0, slice_ns, 0, 0, 0, 0))
+    try:
+        yield
+    finally:
+        _set_sched_attr(call, before)

@@ -19,7 +19,7 @@ import numpy as np
 import parl
 from parl_algos.samplers._core import EnvColumns, Rollout, rollout_layout, seed_process
 from parl_algos.samplers._shm import SharedArrays, host_id
-from parl_algos.samplers._signal import Signal, SignalClosed, connect_signal
+from parl_algos.samplers._signal import Signal, SignalClosed, connect_signal, short_slice
 
 __all__ = [
     "ABORT",
@@ -142,7 +142,8 @@ class EnvWorker:
         """Step a rollout in shared-memory `slot` as the signal says, one byte a step each way.
 
         Writes the first observations and signals `READY`; then, `horizon` times, waits for
-        `STEP` (the sampler wrote the actions), steps and signals `READY`. Returns the rollout's
+        `STEP` (the sampler wrote the actions), steps and signals `READY`, on short scheduler slices
+        (`short_slice`). Returns the rollout's
         `(final_obs, ended)`, or None where the sampler sent `ABORT`.
         """
         signal = self.signal
@@ -151,13 +152,14 @@ class EnvWorker:
         rollout = self.rollouts[slot]
         columns = self.columns
         try:
-            columns.begin(rollout)
-            signal.send(READY)
-            for t in range(self.horizon):
-                if signal.recv() != STEP:
-                    return None
-                columns.step(t, rollout.actions[t])
+            with short_slice():
+                columns.begin(rollout)
                 signal.send(READY)
+                for t in range(self.horizon):
+                    if signal.recv() != STEP:
+                        return None
+                    columns.step(t, rollout.actions[t])
+                    signal.send(READY)
         except SignalClosed:
             raise
         except BaseException:
