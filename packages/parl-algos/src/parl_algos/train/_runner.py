@@ -636,7 +636,8 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
         logger.info("resumed %s from %s (env step %d)", logdir, checkpoint, run.env_steps)
 
     if learner.acting is not None and "writer" in objects:  # priorities from the actors' Q
-        objects["writer"].bootstrap_q = functools.partial(_q_values, learner.agent)
+        objects["writer"].bootstrap_q = functools.partial(_outputs, learner.agent)
+        objects["writer"].priority = functools.partial(_priority, learner.agent)
     if train.mode != "single" and not train.capture_video:  # videos are written here
         from parl_algos.train._evaluator import RemoteEvaluator
 
@@ -742,6 +743,12 @@ def _train_loop(
 
 
 @torch.no_grad()
-def _q_values(agent: Any, obs: np.ndarray) -> np.ndarray:
-    """The Q-values `(B, n_actions)` of the learner's network for a batch of observations."""
-    return agent.alg.predict(to_tensor(obs, agent.device)).cpu().numpy()
+def _outputs(agent: Any, obs: np.ndarray) -> np.ndarray:
+    """The learner's network outputs for a batch of observations (a distribution's too)."""
+    return agent.alg.model(to_tensor(obs, agent.device)).cpu().numpy()
+
+
+def _priority(agent: Any, *arrays: np.ndarray) -> np.ndarray:
+    """`DQN.priority` on numpy arrays (see `ReplayWriter`)."""
+    tensors = [to_tensor(np.asarray(a, np.float32), agent.device) for a in arrays]
+    return agent.alg.priority(*tensors).cpu().numpy()
