@@ -232,6 +232,11 @@ class ReplayWriter:
         # The learner's network is the agent's: the runner sets these again.
         return {**self.__dict__, "bootstrap_q": None, "priority": None}
 
+    def drop_pending(self) -> None:
+        """Forget the steps of the episodes under way (a resumed run's workers start afresh)."""
+        self._adders.clear()
+        self._firsts.clear()
+
     def store(self, t: Trajectory) -> None:
         """Write every step of `t` into the memory.
 

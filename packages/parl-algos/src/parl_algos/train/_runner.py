@@ -614,7 +614,9 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
                 memory, n_step=learner.n_step, gamma=config.agent.gamma
             )
             env.action_space.seed(train.seed)
-            random_steps = config.agent.learning_starts // train.actors
+            # The warm-up's random actions, each worker its share of what is left of them.
+            warm_up = max(config.agent.learning_starts - (resume_step or 0), 0)
+            random_steps = warm_up // train.actors
             acting = learner.acting or BatchActing(learner.agent, env.action_space, random_steps)
             env.close()
             objects["collector"] = make_collector(config, acting)
@@ -625,6 +627,8 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
         objects.update(state["objects"])
         if "collector" in objects and "collector" not in state["objects"]:  # workers' envs
             objects["collector"].offset = state["env_steps"]
+            if "writer" in objects:  # the episodes under way ended with their workers
+                objects["writer"].drop_pending()
         elif "collector" in objects:
             objects["collector"].sampler.agent = learner.agent  # not the pickled copy
         learner.memory = objects.get("memory", learner.memory)
