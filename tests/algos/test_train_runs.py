@@ -53,8 +53,11 @@ def parl_train(
 
 
 def small_args(name: str) -> list[str]:
-    off_policy = get_spec(load_config(name).algorithm).family == "off_policy"
-    return SMALL + (OFF_POLICY_SMALL if off_policy else [])
+    config = load_config(name)
+    if get_spec(config.algorithm).family == "off_policy":
+        return SMALL + OFF_POLICY_SMALL
+    # Short rollouts (ppo/hopper's are 1024 steps of each environment).
+    return [*SMALL, "--agent.n_steps", str(min(config.agent.n_steps, 64))]
 
 
 def rows(logdir: Path) -> list[dict[str, str]]:

@@ -409,12 +409,24 @@ def _run_args(config: Config, spec: AlgorithmSpec, logdir: str) -> OnPolicyArgs 
 
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
-    """One environment; Box actions are rescaled to `[-1, 1]` (the range of a tanh policy)."""
+    """One environment; Box actions are rescaled to `[-1, 1]` (the range of a tanh policy).
+
+    Actions outside `[-1, 1]` (a Gaussian policy's draws) are clipped to it, and float64
+    observations (MuJoCo's) become float32, the models' dtype.
+    """
     env = gym.make(env_id, **kwargs)
     if isinstance(env.action_space, gym.spaces.Box):
         env.close()
-        return make_rescaled_env(env_id, **kwargs)
+        env = gym.wrappers.ClipAction(make_rescaled_env(env_id, **kwargs))
+    space = env.observation_space
+    if isinstance(space, gym.spaces.Box) and space.dtype == np.float64:
+        low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+        env = gym.wrappers.TransformObservation(env, _float32, gym.spaces.Box(low, high))
     return env
+
+
+def _float32(obs: np.ndarray) -> np.ndarray:
+    return obs.astype(np.float32)
 
 
 def make_eval_env(config: Config, logdir: str) -> gym.Env:
@@ -682,7 +694,7 @@ def make_collector(config: Config, agent: Any) -> SamplerCollector:
 
     train = config.train
     if get_spec(config.algorithm).family == "on_policy":
-        env_fn = functools.partial(gym.make, config.env.id)
+        env_fn = functools.partial(make_env, config.env.id)
         horizon, num_envs = config.agent.n_steps, config.env.num_envs
     else:
         env_fn = functools.partial(make_env, config.env.id)
