@@ -31,6 +31,7 @@ repository.
     python benchmarks/learning.py                                  # every task, seeds 1 2 3
     python benchmarks/learning.py --tasks ppo,sac --seeds 1
     python benchmarks/learning.py --baseline sb3 --json results.json
+    python benchmarks/learning.py --tasks ppo,dqn --via parl-train  # the shipped configs
     python benchmarks/learning.py --tasks a2c_parallel,impala       # remote actors vs one process
     python benchmarks/learning.py --tasks a3c,ga3c,r2d2,r2d2_memoryless
     python benchmarks/learning.py --tasks qrdqn,rainbow --baseline sb3
@@ -96,6 +97,7 @@ class Task:
         return os.path.join(REPO, "examples", self.example or self.algo, "train.py")
 
 
+CONFIG_TASKS = {"a2c", "ddpg", "dqn", "ppo", "sac", "td3"}  # the shipped configs' six rows
 SB3_ALGOS = {"a2c", "ddpg", "dqn", "ppo", "qrdqn", "sac", "td3"}  # sb3-contrib's QR-DQN too
 # The DQN family's rows: smaller networks and updates than examples/dqn's defaults, so that a
 # run takes about a minute on 2 cores (the slow tests in tests/algos/test_dqn_family.py too).
@@ -194,6 +196,18 @@ def run_ours(
         "env_steps": result["env_steps"],
         "command_seconds": round(command_seconds, 1),
     }
+
+
+def run_config(task: Task, seed: int, timeout: float) -> dict:
+    """`run_ours` through `parl-train`: the shipped config `<algo>/<env>` (`--via parl-train`)."""
+    flags = [
+        "--train.seed", str(seed), "--train.total_steps", str(task.cap),
+        "--train.target_return", str(task.threshold), "--train.stop_at_target", "true",
+        "--train.eval_every", "0",
+    ]  # fmt: skip
+    run = run_parl_train(f"{task.algo}/{task.env_id.split('-')[0].lower()}", flags, timeout)
+    run["seconds"] = run.pop("reached_seconds") or run["seconds"]
+    return run
 
 
 def run_single(task: Task, seed: int, timeout: float) -> dict:
@@ -410,7 +424,6 @@ def run_mujoco(seeds: Sequence[int], timeout: float, json_path: str | None = Non
     the threshold come from one run. SB3's PPO gets the config's hyperparameters and a
     `SubprocVecEnv` of as many processes as the config has environments.
     """
-    sys.path.insert(0, os.path.join(REPO, "packages", "parl-algos", "src"))
     from parl_algos.train import load_config
 
     config = load_config(MUJOCO_CONFIG)
@@ -474,6 +487,12 @@ def main() -> None:
     )
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
     parser.add_argument("--baseline", choices=["sb3"], help="also run Stable-Baselines3")
+    parser.add_argument(
+        "--via",
+        choices=["example", "parl-train"],
+        default="example",
+        help=f"run {', '.join(sorted(CONFIG_TASKS))} by their example scripts or shipped configs",
+    )
     parser.add_argument("--json", help="write every run's numbers to this file")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     args = parser.parse_args()
@@ -487,7 +506,8 @@ def main() -> None:
 
     results: dict[str, dict] = {}
     for task in tasks:
-        runners = [("parl", run_ours)]
+        via_config = args.via == "parl-train" and task.algo in CONFIG_TASKS
+        runners = [("parl", run_config if via_config else run_ours)]
         if task.single is not None:
             runners.append(("single", run_single))
         elif args.baseline and task.algo in SB3_ALGOS:
