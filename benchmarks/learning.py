@@ -31,10 +31,12 @@ repository.
     python benchmarks/learning.py                                  # every task, seeds 1 2 3
     python benchmarks/learning.py --tasks ppo,sac --seeds 1
     python benchmarks/learning.py --baseline sb3 --json results.json
+    python benchmarks/learning.py --tasks ppo,dqn --via parl-train  # the shipped configs
     python benchmarks/learning.py --tasks a2c_parallel,impala       # remote actors vs one process
     python benchmarks/learning.py --tasks a3c,ga3c,r2d2,r2d2_memoryless
     python benchmarks/learning.py --tasks qrdqn,rainbow --baseline sb3
     nice python benchmarks/learning.py --tasks offline,marl --seeds 1,2
+    nice python benchmarks/learning.py --tasks mujoco --seeds 1       # needs parl-algos[mujoco]
 
 Two sections measure returns rather than steps to a threshold. `offline` makes one Pendulum
 dataset (`examples/offline_pendulum`: SAC trains online, a medium snapshot collects it), then
@@ -43,6 +45,14 @@ evaluation return (and the score, 0 for a random policy, 1 for the SAC that made
 `marl` trains MADDPG, independent DDPG, MAPPO and independent PPO (`examples/mpe`, MPE
 `simple_spread`, the same env steps each) with each seed, and reports the greedy policy's mean
 return after training and the mean of the last 50 training episodes.
+
+`mujoco` runs `parl-train ppo/hopper` (PPO on Hopper-v5, whose step is costly enough for
+parallel sampling to pay) in `single`, `sync` and `async` modes, 2 actors each, for the same
+budget of env steps (`PARL_BENCH_MUJOCO_STEPS`, default 40k), then Stable-Baselines3's PPO with
+the config's hyperparameters on a `SubprocVecEnv` of as many processes as the config has
+environments (2). It reports env steps per second of training (and the ratio to `single`),
+the seconds until the mean return of the last 10 episodes first reaches 200 (the runs go on
+past it), the final mean return and the whole command's seconds.
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import runpy
 import statistics
 import subprocess
@@ -64,7 +75,7 @@ from collections.abc import Sequence
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SB3_VERSION = "2.9.2"
 SB3_VENV = os.path.join(REPO, ".benchmarks", f"sb3-{SB3_VERSION}")
-SB3_MARKER = f"stable-baselines3 {SB3_VERSION}, sb3-contrib {SB3_VERSION}\n"
+SB3_MARKER = f"stable-baselines3 {SB3_VERSION}, sb3-contrib {SB3_VERSION}, mujoco\n"
 SB3_RUNNER = os.path.join(REPO, "benchmarks", "sb3_runner.py")
 
 
@@ -86,6 +97,7 @@ class Task:
         return os.path.join(REPO, "examples", self.example or self.algo, "train.py")
 
 
+CONFIG_TASKS = {"a2c", "ddpg", "dqn", "ppo", "sac", "td3"}  # the shipped configs' six rows
 SB3_ALGOS = {"a2c", "ddpg", "dqn", "ppo", "qrdqn", "sac", "td3"}  # sb3-contrib's QR-DQN too
 # The DQN family's rows: smaller networks and updates than examples/dqn's defaults, so that a
 # run takes about a minute on 2 cores (the slow tests in tests/algos/test_dqn_family.py too).
@@ -186,6 +198,18 @@ def run_ours(
     }
 
 
+def run_config(task: Task, seed: int, timeout: float) -> dict:
+    """`run_ours` through `parl-train`: the shipped config `<algo>/<env>` (`--via parl-train`)."""
+    flags = [
+        "--train.seed", str(seed), "--train.total_steps", str(task.cap),
+        "--train.target_return", str(task.threshold), "--train.stop_at_target", "true",
+        "--train.eval_every", "0",
+    ]  # fmt: skip
+    run = run_parl_train(f"{task.algo}/{task.env_id.split('-')[0].lower()}", flags, timeout)
+    run["seconds"] = run.pop("reached_seconds") or run["seconds"]
+    return run
+
+
 def run_single(task: Task, seed: int, timeout: float) -> dict:
     """The single-process A2C run that an example on remote actors is compared with."""
     return run_ours(task, seed, timeout, "a2c", task.single)
@@ -203,7 +227,7 @@ def ensure_sb3() -> str:
                 python, "-m", "pip", "install", "--quiet",
                 "-c", os.path.join(REPO, "constraints.txt"),
                 f"stable-baselines3=={SB3_VERSION}", f"sb3-contrib=={SB3_VERSION}", "torch",
-                "gymnasium",
+                "gymnasium[mujoco]",
             ],
             check=True,
         )  # fmt: skip
@@ -358,7 +382,100 @@ def run_marl(seeds: Sequence[int], timeout: float, json_path: str | None = None)
     return "\n".join(lines)
 
 
-SECTIONS = {"offline": run_offline, "marl": run_marl}
+MUJOCO_CONFIG = "ppo/hopper"
+MUJOCO_STEPS = int(os.environ.get("PARL_BENCH_MUJOCO_STEPS", "40000"))
+MUJOCO_THRESHOLD = 200.0
+PARL_TRAIN = os.path.join(os.path.dirname(sys.executable), "parl-train")
+
+
+def run_parl_train(config: str, flags: Sequence[str], timeout: float) -> dict:
+    """One `parl-train` run in its own process; its `RunResult`, from the run's log."""
+    with tempfile.TemporaryDirectory() as logdir:
+        start = time.perf_counter()
+        subprocess.run(
+            [PARL_TRAIN, config, *flags, "--no-progress", "--logdir", logdir],
+            capture_output=True, text=True, timeout=timeout, check=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )  # fmt: skip
+        command_seconds = time.perf_counter() - start
+        log = pathlib.Path(logdir, "log.log").read_text()
+    done = log[log.rindex("done: RunResult(") :]
+    fields = dict(re.findall(r"(\w+)=([-\w.]+)", done[: done.index(")")]))
+    reached = fields["reached_at"]
+    return {
+        "reached_at": None if reached == "None" else int(reached),
+        "reached_seconds": None if reached == "None" else float(fields["reached_seconds"]),
+        "env_steps": int(fields["env_steps"]),
+        "seconds": float(fields["seconds"]),
+        "final_mean_return": _number(fields["final_mean_return"]),
+        "command_seconds": round(command_seconds, 1),
+    }
+
+
+def _number(text: str) -> float | None:
+    return None if text == "None" else float(text)
+
+
+def run_mujoco(seeds: Sequence[int], timeout: float, json_path: str | None = None) -> str:
+    """PPO on Hopper-v5 through parl-train in each mode (2 actors), beside SB3's SubprocVecEnv.
+
+    Every run takes the same budget of env steps (`PARL_BENCH_MUJOCO_STEPS`, default 40k)
+    and goes on past the threshold, so that env steps per second of training and seconds to
+    the threshold come from one run. SB3's PPO gets the config's hyperparameters and a
+    `SubprocVecEnv` of as many processes as the config has environments.
+    """
+    from parl_algos.train import load_config
+
+    config = load_config(MUJOCO_CONFIG)
+    a, env = dataclasses.asdict(config.agent), config.env
+    sb3_args = {**a, "env_id": env.id, "num_envs": env.num_envs, "torch_threads": 1}
+    sb3_args["subproc"] = True
+    common = ["--train.total_steps", str(MUJOCO_STEPS), "--train.eval_every", "0"]
+    common += ["--train.target_return", str(MUJOCO_THRESHOLD), "--actors", "2"]
+    runs: dict[str, list[dict]] = {"single": [], "sync": [], "async": [], "sb3": []}
+    for seed in seeds:  # seed by seed, so that every mode sees the same load
+        for mode in ("single", "sync", "async"):
+            flags = [*common, "--mode", mode, "--train.seed", str(seed)]
+            runs[mode].append(run_parl_train(MUJOCO_CONFIG, flags, timeout))
+            print(f"mujoco {mode} seed {seed}: {runs[mode][-1]}", flush=True)
+        spec = {"algo": "ppo", "threshold": MUJOCO_THRESHOLD, "cap": MUJOCO_STEPS, "seed": seed}
+        spec.update(args=sb3_args, stop_at_threshold=False)
+        out = subprocess.run(
+            [ensure_sb3(), SB3_RUNNER, json.dumps(spec)],
+            capture_output=True, text=True, timeout=timeout, check=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )  # fmt: skip
+        run = json.loads(
+            next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:]
+        )
+        run["reached_seconds"], run["seconds"] = run["seconds"], run["total_seconds"]
+        runs["sb3"].append(run)
+        print(f"mujoco sb3 seed {seed}: {run}", flush=True)
+    _dump(json_path, "mujoco", runs)
+    single = statistics.median(r["env_steps"] / r["seconds"] for r in runs["single"])
+    lines = [
+        f"\nPPO on {env.id} ({MUJOCO_CONFIG}, {env.num_envs} environments), "
+        f"{MUJOCO_STEPS // 1000}k env steps, seeds {','.join(map(str, seeds))} (medians)\n",
+        f"| run | env steps / s of training (x single) | seconds to {MUJOCO_THRESHOLD:g} "
+        "| final mean return | whole command, s |",
+        "|---|---|---|---|---|",
+    ]
+    for who, results in runs.items():
+        rate = statistics.median(r["env_steps"] / r["seconds"] for r in results)
+        reached = [r["reached_seconds"] for r in results if r["reached_at"] is not None]
+        to_threshold = f"{statistics.median(reached):.1f}" if reached else "missed"
+        if len(reached) not in (0, len(results)):
+            to_threshold += f" ({len(results) - len(reached)} missed)"
+        final = [r["final_mean_return"] for r in results if r["final_mean_return"] is not None]
+        command = [r["command_seconds"] for r in results if "command_seconds" in r]
+        name = "SB3 2.9.2, SubprocVecEnv" if who == "sb3" else f"parl-train --mode {who}"
+        row = f"| {name} | {rate:.0f} ({rate / single:.2f}x) | {to_threshold} |"
+        row += f" {statistics.median(final):.1f} |" if final else " - |"
+        lines.append(row + (f" {statistics.median(command):.1f} |" if command else " - |"))
+    return "\n".join(lines)
+
+
+SECTIONS = {"offline": run_offline, "marl": run_marl, "mujoco": run_mujoco}
 
 
 def main() -> None:
@@ -370,6 +487,12 @@ def main() -> None:
     )
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
     parser.add_argument("--baseline", choices=["sb3"], help="also run Stable-Baselines3")
+    parser.add_argument(
+        "--via",
+        choices=["example", "parl-train"],
+        default="example",
+        help=f"run {', '.join(sorted(CONFIG_TASKS))} by their example scripts or shipped configs",
+    )
     parser.add_argument("--json", help="write every run's numbers to this file")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     args = parser.parse_args()
@@ -383,7 +506,8 @@ def main() -> None:
 
     results: dict[str, dict] = {}
     for task in tasks:
-        runners = [("parl", run_ours)]
+        via_config = args.via == "parl-train" and task.algo in CONFIG_TASKS
+        runners = [("parl", run_config if via_config else run_ours)]
         if task.single is not None:
             runners.append(("single", run_single))
         elif args.baseline and task.algo in SB3_ALGOS:

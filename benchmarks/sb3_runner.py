@@ -1,7 +1,8 @@
 """One Stable-Baselines3 run for benchmarks/learning.py, inside the baseline's own venv.
 
-Reads a JSON spec (algorithm, threshold, cap, seed, and the PARL example's `Args` as a dict)
-from argv, maps the example's hyperparameters onto the SB3 algorithm of the same name (QR-DQN:
+Reads a JSON spec (algorithm, threshold, cap, seed, and the PARL example's `Args` as a dict,
+with `subproc` for a `SubprocVecEnv`; `stop_at_threshold` false runs on to the cap) from argv,
+maps the example's hyperparameters onto the SB3 algorithm of the same name (QR-DQN:
 sb3-contrib's), trains until the mean return of the last 10 training episodes reaches the
 threshold or the cap, and prints `RESULT {json}`. Imports nothing of PARL: only SB3 (and
 sb3-contrib), gymnasium, numpy and torch.
@@ -21,14 +22,16 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.noise import NormalActionNoise
+from stable_baselines3.common.vec_env import SubprocVecEnv
 
 
 class StopAtThreshold(BaseCallback):
     """Track finished episodes (Monitor infos); stop once the last 10 average the threshold."""
 
-    def __init__(self, threshold: float) -> None:
+    def __init__(self, threshold: float, stop: bool = True) -> None:
         super().__init__()
         self.threshold = threshold
+        self.stop = stop
         self.returns: list[float] = []
         self.reached_at: int | None = None
         self.reached_seconds: float | None = None
@@ -38,10 +41,14 @@ class StopAtThreshold(BaseCallback):
         for info in self.locals["infos"]:
             if "episode" in info:
                 self.returns.append(float(info["episode"]["r"]))
-                if len(self.returns) >= 10 and np.mean(self.returns[-10:]) >= self.threshold:
+                if (
+                    self.reached_at is None
+                    and len(self.returns) >= 10
+                    and np.mean(self.returns[-10:]) >= self.threshold
+                ):
                     self.reached_at = self.num_timesteps
                     self.reached_seconds = time.perf_counter() - self.start
-                    return False
+                    return not self.stop
         return True
 
 
@@ -52,7 +59,8 @@ def linear(initial: float):
 def build(algo: str, a: dict, seed: int, cap: int):
     hidden = [a["hidden_size"], a["hidden_size"]]
     if algo in ("ppo", "a2c"):
-        env = make_vec_env(a["env_id"], n_envs=a["num_envs"], seed=seed)
+        vec_env_cls = SubprocVecEnv if a.get("subproc") else None  # a process per environment
+        env = make_vec_env(a["env_id"], n_envs=a["num_envs"], seed=seed, vec_env_cls=vec_env_cls)
         common = dict(
             n_steps=a["n_steps"],
             gamma=a["gamma"],
@@ -128,7 +136,7 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     torch.set_num_threads(spec["args"]["torch_threads"])
     model = build(spec["algo"], spec["args"], spec["seed"], spec["cap"])
-    callback = StopAtThreshold(spec["threshold"])
+    callback = StopAtThreshold(spec["threshold"], stop=spec.get("stop_at_threshold", True))
     start = callback.start = time.perf_counter()  # like PARL's TrainingRun: after building
     model.learn(total_timesteps=spec["cap"], callback=callback)
     print(
@@ -137,6 +145,10 @@ def main() -> None:
             {
                 "reached_at": callback.reached_at,
                 "seconds": round(callback.reached_seconds or time.perf_counter() - start, 2),
+                "total_seconds": round(time.perf_counter() - start, 2),
+                "final_mean_return": (
+                    float(np.mean(callback.returns[-10:])) if callback.returns else None
+                ),
                 "env_steps": model.num_timesteps,
             }
         ),

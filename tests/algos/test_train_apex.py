@@ -168,3 +168,106 @@ def test_n_step_transitions_are_folded_column_by_column():
     np.testing.assert_allclose(memory.reward[:4], [2.0, 3.5, 20.0, 35.0])
     writer.store(trajectory(horizon=1, width=2, reward=[[4.0, 40.0]]))
     np.testing.assert_allclose(memory.reward[4:6], [3.0 + 0.5 * 4.0, 30.0 + 0.5 * 40.0])
+
+
+def test_n_step_priorities_span_rollouts_with_the_first_steps_q_values():
+    memory = PrioritizedReplayMemory(100, 4, 0, alpha=1.0, eps=1e-9)
+    writer = ReplayWriter(
+        memory, n_step=2, gamma=0.5, bootstrap_q=lambda obs: np.full((len(obs), 2), 10.0)
+    )
+    q = np.array([[[1.0, 2.0]], [[3.0, 0.0]]], dtype=np.float32)
+    writer.store(trajectory(horizon=2, reward=[[1.0], [2.0]], extras={"q": q}))
+    # The second rollout's step 1 terminates: both steps of the window are written.
+    q = np.array([[[4.0, 6.0]], [[0.0, 1.0]]], dtype=np.float32)
+    terminated = [[False], [True]]
+    writer.store(
+        trajectory(horizon=2, reward=[[3.0], [4.0]], terminated=terminated, extras={"q": q})
+    )
+    expected = [
+        abs(1.0 + 0.5 * 2.0 + 0.25 * 10.0 - 1.0),  # bootstraps from the learner (rollout's end)
+        abs(2.0 + 0.5 * 3.0 + 0.25 * 1.0 - 3.0),  # Q(s, a) from the first rollout
+        abs(3.0 + 0.5 * 4.0 - 4.0),  # terminated: no bootstrap
+        abs(4.0 - 0.0),  # the window's last step, terminated
+    ]
+    np.testing.assert_allclose(memory.priorities(), expected, rtol=1e-6)
+
+
+def test_a_truncated_episodes_window_is_dropped_with_its_q_values():
+    memory = PrioritizedReplayMemory(100, 4, 0, alpha=1.0, eps=1e-9)
+    writer = ReplayWriter(
+        memory, n_step=2, gamma=0.5, bootstrap_q=lambda obs: np.full((len(obs), 2), 10.0)
+    )
+    q = np.array([[[1.0, 2.0]], [[3.0, 0.0]], [[4.0, 6.0]]], dtype=np.float32)
+    t = trajectory(
+        horizon=3,
+        reward=[[1.0], [2.0], [5.0]],
+        truncated=[[False], [True], [False]],
+        final_index=[(1, 0)],
+        extras={"q": q},
+    )
+    writer.store(t)
+    writer.store(trajectory(horizon=1, reward=[[4.0]], extras={"q": q[:1]}))
+    expected = [
+        abs(1.0 + 0.5 * 2.0 + 0.25 * 10.0 - 1.0),  # bootstraps from the final observation
+        abs(5.0 + 0.5 * 4.0 + 0.25 * 10.0 - 4.0),  # the step after the truncation
+    ]
+    np.testing.assert_allclose(memory.priorities(), expected, rtol=1e-6)
+    assert writer.written == 2
+
+
+def distributional_agent(kind: str, n_atoms: int, **kwargs) -> DQNAgent:
+    torch.manual_seed(0)
+    model = QNetwork(4, 2, (8,), n_atoms=n_atoms)
+    return DQNAgent(DQN(model, distributional=kind, n_atoms=n_atoms, **kwargs), 2)
+
+
+def test_c51_priorities_are_the_kl_loss_of_the_actors_distributions():
+    alg = distributional_agent("c51", 3, gamma=0.5, n_step=2, v_min=0.0, v_max=2.0).alg
+    memory = PrioritizedReplayMemory(100, 4, 0, alpha=1.0, eps=1e-9)
+    at_zero = np.log([[1.0, 1e-20, 1e-20]] * 2)  # the learner's: every atom's mass on 0
+
+    def priority(*arrays):
+        return alg.priority(*(torch.as_tensor(np.asarray(a, np.float32)) for a in arrays)).numpy()
+
+    writer = ReplayWriter(
+        memory,
+        n_step=2,
+        gamma=0.5,
+        bootstrap_q=lambda obs: np.stack([at_zero] * len(obs)),
+        priority=priority,
+    )
+    out = np.log(
+        [
+            [[0.2, 0.3, 0.5], [1.0, 1.0, 1.0]],
+            [[1 / 3, 1 / 3, 1 / 3], [1.0, 1.0, 1.0]],
+            [[1.0, 1e-20, 1e-20], [1e-20, 1e-20, 1.0]],  # greedy: action 1, all on atom 2
+        ]
+    )[:, None].astype(np.float32)
+    writer.store(trajectory(horizon=3, reward=[[0.5], [1.0], [1.0]], extras={"out": out}))
+    # G = 0.5 + 0.5 * 1 = 1 and 1 + 0.5 * 1 = 1.5, bootstraps 0.25 * 2 (the actor's at step 2)
+    # and 0.25 * 0 (the learner's): both targets are 1.5, projected to m = (0, 0.5, 0.5).
+    expected = [0.5 * np.log(0.5 / 0.3), np.log(1.5)]
+    np.testing.assert_allclose(memory.priorities(), expected, rtol=1e-5)
+
+
+def test_qr_dqn_priority_is_the_quantile_huber_loss():
+    alg = distributional_agent("qr", 2, gamma=0.5, n_step=2).alg
+    theta = torch.tensor([[0.0, 1.0]])
+    next_theta = torch.tensor([[[0.0, 0.0], [2.0, 4.0]]])  # greedy: action 1
+    priority = alg.priority(theta, torch.tensor([1.0]), torch.tensor([0.25]), next_theta)
+    # Targets 1 + 0.25 * (2, 4) = (1.5, 2); quantile midpoints 0.25, 0.75; kappa 1.
+    low = 0.25 * ((1.5 - 0.5) + (2.0 - 0.5)) / 2  # theta 0: both errors above kappa
+    high = 0.75 * (0.5 * 0.5**2 + 0.5 * 1.0**2) / 2  # theta 1: both within kappa
+    np.testing.assert_allclose(priority.numpy(), [low + high], rtol=1e-6)
+
+
+def test_a_distributional_copy_reports_its_networks_outputs():
+    agent = distributional_agent("c51", 5)
+    copy = copy_on_worker(QActing(agent, mode="sync", actors=1, learning_starts=0), 3)
+    obs = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
+    copy.agent.set_weights(agent.get_weights())
+    _, extras = copy.sample(obs)
+    out = agent.alg.model(torch.as_tensor(obs)).detach().numpy()
+    assert extras["out"].shape == (6, 2, 5)
+    np.testing.assert_allclose(extras["out"], out, rtol=1e-5)
+    np.testing.assert_allclose(extras["q"], agent.alg.q_values(torch.as_tensor(out)), rtol=1e-5)

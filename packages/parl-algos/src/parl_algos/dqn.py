@@ -186,8 +186,7 @@ class DQN(parl.Algorithm):
         out = self._check_shape(self.model(obs))[b, action.long()]
 
         discount = self.gamma**self.n_step * (1.0 - terminal.to(reward.dtype))
-        loss_fn = {None: self._td_loss, "c51": self._c51_loss, "qr": self._qr_loss}
-        elementwise, q, priority = loss_fn[self.distributional](out, reward, discount, next_target)
+        elementwise, q, priority = self._loss(out, reward, discount, next_target)
         loss = elementwise.mean() if weight is None else (weight * elementwise).mean()
 
         self.optimizer.zero_grad(set_to_none=True)
@@ -199,6 +198,43 @@ class DQN(parl.Algorithm):
             q_mean=q.mean().item(),
             td_error=priority.detach().cpu().numpy(),
         )
+
+    @torch.no_grad()
+    def priority(
+        self,
+        out: torch.Tensor,
+        reward: torch.Tensor,
+        discount: torch.Tensor,
+        next_out: torch.Tensor,
+    ) -> torch.Tensor:
+        """The priority `learn` gives transitions (its `td_error`), from given model outputs.
+
+        What an Ape-X actor computes with its own copy of the network (Horgan et al. 2018,
+        https://arxiv.org/abs/1803.00933): the bootstrap is `next_out` at its greedy action,
+        the copy standing for both the online and the target network.
+
+        Args:
+            out: `(B,)`, or `(B, n_atoms)` when distributional: the model's output at each
+                transition's observation and action.
+            reward: `(B,)` the transitions' (n-step) returns.
+            discount: `(B,)` the bootstrap's discount, `gamma^n (1 - terminal)`.
+            next_out: `(B, n_actions)` or `(B, n_actions, n_atoms)`: the model's output at the
+                observations the transitions bootstrap from.
+        """
+        b = torch.arange(next_out.shape[0], device=next_out.device)
+        next_target = next_out[b, self.q_values(next_out).argmax(dim=1)]
+        return self._loss(out, reward, discount, next_target)[2]
+
+    def _loss(
+        self,
+        out: torch.Tensor,
+        reward: torch.Tensor,
+        discount: torch.Tensor,
+        next_target: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per sample: the loss, `Q(s, a)` and the priority, by the kind of output."""
+        loss_fn = {None: self._td_loss, "c51": self._c51_loss, "qr": self._qr_loss}
+        return loss_fn[self.distributional](out, reward, discount, next_target)
 
     def _td_loss(
         self, q: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor, next_q: torch.Tensor

@@ -22,6 +22,7 @@ __all__ = [
     "ActorCriticMLP",
     "ContinuousActorCriticMLP",
     "DuelingHead",
+    "GaussianActorCriticMLP",
     "NoisyLinear",
     "QHead",
     "QNetwork",
@@ -84,6 +85,45 @@ class ActorCriticMLP(parl.Model):
     def policy(self, obs: torch.Tensor) -> torch.Tensor:
         """Return the action logits `(batch, n_actions)`."""
         return self.actor(obs)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """Return the state values `(batch,)`."""
+        return self.critic(obs).squeeze(-1)
+
+
+class GaussianActorCriticMLP(parl.Model):
+    """Separate tanh MLPs for a diagonal Gaussian policy and a state value.
+
+    The model interface of `A2C` and `PPO` for continuous actions: `policy` returns
+    `Normal(mean(obs), exp(log_std))` over the action's dimensions as one event, with a
+    learned log standard deviation that does not depend on the state (as PPO's MuJoCo setting,
+    Schulman et al. 2017, https://arxiv.org/abs/1707.06347). The environment clips the actions
+    drawn to its bounds.
+
+    Args:
+        obs_dim: observation features.
+        act_dim: action dimensions.
+        hidden: widths of the hidden layers of each network.
+        log_std_init: the first log standard deviation of every dimension.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: Sequence[int] = (64, 64),
+        log_std_init: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.actor = mlp(obs_dim, hidden, act_dim, activation=nn.Tanh, orthogonal_gain=0.01)
+        self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
+        self.critic = mlp(obs_dim, hidden, 1, activation=nn.Tanh, orthogonal_gain=1.0)
+
+    def policy(self, obs: torch.Tensor) -> torch.distributions.Distribution:
+        """Return the action distribution of a batch of observations (batch shape `(B,)`)."""
+        mean = self.actor(obs)
+        normal = torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+        return torch.distributions.Independent(normal, 1)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """Return the state values `(batch,)`."""

@@ -30,7 +30,12 @@ from parl_algos.agents import ActorCriticAgent, ContinuousAgent, DQNAgent, IMPAL
 from parl_algos.ddpg import DDPG, DDPGStats
 from parl_algos.dqn import DQN, DQNStats
 from parl_algos.impala import IMPALA, IMPALAStats
-from parl_algos.nets import ActorCriticMLP, ContinuousActorCriticMLP, QNetwork
+from parl_algos.nets import (
+    ActorCriticMLP,
+    ContinuousActorCriticMLP,
+    GaussianActorCriticMLP,
+    QNetwork,
+)
 from parl_algos.ppo import PPO, PPOStats
 from parl_algos.rollout import Trajectory
 from parl_algos.sac import SAC, SACStats
@@ -317,9 +322,13 @@ def _continuous(config: Config, action_space: gym.Space) -> int:
 
 def _build_actor_critic(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
     a = config.agent
-    model = ActorCriticMLP(
-        obs_space.shape[0], _discrete(config, act_space), (a.hidden_size, a.hidden_size)
-    )
+    hidden = (a.hidden_size, a.hidden_size)
+    if isinstance(act_space, gym.spaces.Box):  # a Gaussian policy; the environment clips
+        model: parl.Model = GaussianActorCriticMLP(
+            obs_space.shape[0], _continuous(config, act_space), hidden
+        )
+    else:
+        model = ActorCriticMLP(obs_space.shape[0], _discrete(config, act_space), hidden)
     common = dict(lr=a.lr, ent_coef=a.ent_coef, vf_coef=a.vf_coef, max_grad_norm=a.max_grad_norm)
     if config.algorithm == "A2C":
         alg = A2C(model, **common)

@@ -11,21 +11,25 @@ and sends it with the weights, so that exploration follows the run, not each wor
   (N - 1))` for the whole run (`parl_algos.r2d2.apex_epsilons`), past the warm-up.
 
 With noisy networks (Rainbow) the noise explores and epsilon is 0 after the warm-up.
-Each copy returns, beside its actions, the Q-values it acted on (`q`) and its own id (`actor`,
-drawn from the worker's seeded generator): the learner numbers the actors by the order their
-first rollouts arrive and addresses each one's epsilon by that id.
+Each copy returns, beside its actions, the Q-values it acted on (`q`; a distributional
+network's outputs too, `out`) and its own id (`actor`, drawn from the worker's seeded
+generator): the learner numbers the actors by the order their first rollouts arrive and
+addresses each one's epsilon by that id.
 
 `ReplayWriter` puts the samplers' trajectories into the learner's replay memory: one
-`parl.utils.NStepAdder` per environment column when `n_step > 1`, and with a prioritized
-memory the initial priority of each one-step transition, `|r + gamma * max_a Q(s', a) - Q(s,
-a)|`, from the Q-values the actor computed with its copy (the learner's network gives
-`max_a Q(s', a)` only where the actor never acted on `s'`: the last step of a rollout and the
-final observation of a truncated episode), as Ape-X's actors do.
+`parl.utils.NStepAdder` per environment column, and with a prioritized memory the initial
+priority of each n-step transition as the learner computes it (`DQN.priority`), from the
+outputs the actor computed with its copy: `|G + gamma^n * max_a Q(s', a) - Q(s, a)|` with
+`G` the n-step return, or for a distributional agent the loss of `out(s, a)` against the
+projected target from `out(s')` (the learner's network gives `out(s')` only where the actor
+never acted on `s'`: the last step of a rollout and the final observation of an episode), as
+Ape-X's actors do.
 """
 
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +41,7 @@ from parl_algos._common import to_tensor
 from parl_algos.r2d2 import apex_epsilons
 from parl_algos.rollout import Trajectory
 
-__all__ = ["QActing", "ReplayWriter"]
+__all__ = ["QActing", "ReplayWriter", "td_priority"]
 
 
 class QActing:
@@ -119,14 +123,22 @@ class QActing:
 
     @torch.no_grad()
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Worker: epsilon-greedy actions for a batch of observations, the Q-values and the id."""
+        """Worker: epsilon-greedy actions for a batch of observations, the Q-values and the id.
+
+        A distributional network's outputs (C51's logits, QR-DQN's quantiles) come too, as
+        `out`: the initial priorities are its loss.
+        """
         actor, rng = self._own()
         alg = self.agent.alg
-        q = alg.predict(to_tensor(obs, self.agent.device)).cpu().numpy()
+        out = alg.model(to_tensor(obs, self.agent.device))
+        q = alg.q_values(out).cpu().numpy()
         actions = q.argmax(axis=1)
         explore = rng.random(len(obs)) < self.epsilon
         actions[explore] = rng.integers(q.shape[1], size=int(explore.sum()))
-        return actions, {"q": q.astype(np.float32), "actor": np.full(len(obs), actor, np.int64)}
+        extras = {"q": q.astype(np.float32), "actor": np.full(len(obs), actor, np.int64)}
+        if alg.distributional is not None:
+            extras["out"] = out.cpu().numpy().astype(np.float32)
+        return actions, extras
 
     def get_weights(self) -> dict[str, Any]:
         """Learner: the model's weights and the epsilons every copy is to act with."""
@@ -146,16 +158,54 @@ class QActing:
         self.epsilon = weights["actors"].get(actor, weights["epsilon"])
 
 
+class _Written:
+    """The memory an `NStepAdder` of `ReplayWriter` writes into: it keeps what comes."""
+
+    def __init__(self) -> None:
+        self.transitions: list[tuple[Any, ...]] = []
+
+    def append(self, *transition: Any) -> None:
+        self.transitions.append(transition)
+
+    def drain(self) -> list[tuple[Any, ...]]:
+        out, self.transitions = self.transitions, []
+        return out
+
+
+def td_priority(
+    out: np.ndarray, ret: np.ndarray, discount: np.ndarray, next_out: np.ndarray
+) -> np.ndarray:
+    """`|ret + discount * max_a next_out[a] - out|`: the TD errors of Q-values.
+
+    Args:
+        out: `(B,)` `Q(s, a)` of each transition's first step.
+        ret: `(B,)` the transitions' (n-step) returns.
+        discount: `(B,)` the bootstrap's discount, `gamma^n (1 - terminal)`.
+        next_out: `(B, n_actions)` the Q-values of the observations they bootstrap from.
+    """
+    return np.abs(ret + discount * next_out.max(axis=-1) - out)
+
+
 class ReplayWriter:
     """Writes sampler trajectories into a replay memory, column by column, with priorities.
 
+    With a `PrioritizedReplayMemory` and trajectories that carry the actors' network outputs
+    (`extras["out"]`, else their Q-values `extras["q"]`), each transition gets its initial
+    priority from them as Ape-X's actors compute it: `priority(out(s, a), G, gamma^n (1 -
+    terminal), out(s'))`, `G` its n-step return and `s'` the observation it bootstraps from.
+    The actor acted on `s'` unless `s'` is the last of a rollout or the final observation of a
+    truncated episode: there `bootstrap` (the learner's network) gives `out(s')`. An n-step
+    transition's window can span two rollouts: the first step's output waits with it.
+
     Args:
-        memory: the replay memory (a `PrioritizedReplayMemory` gets initial priorities when
-            the trajectories carry the actors' Q-values `q` and `n_step` is 1).
-        n_step: steps of each stored transition (an `NStepAdder` per column above 1).
-        gamma: the discount of the n-step returns and of the priorities' TD errors.
-        bootstrap_q: the learner's Q-values `(B, n_actions)` of a batch of observations, for
-            the priorities' bootstraps the actors did not compute (None: no priorities).
+        memory: the replay memory.
+        n_step: steps of each stored transition (an `NStepAdder` per column).
+        gamma: the discount of the n-step returns and of the priorities.
+        bootstrap_q: the learner's network outputs of a batch of observations (the shape of
+            the actors' `out`), for the bootstraps the actors did not compute (None: no
+            priorities; the memory gives its largest).
+        priority: `(out(s, a), G, discount, out(s')) -> (B,)` priorities, numpy in and out
+            (default: `td_priority`; the learner's `DQN.priority` for distributional ones).
     """
 
     def __init__(
@@ -165,17 +215,27 @@ class ReplayWriter:
         n_step: int = 1,
         gamma: float = 0.99,
         bootstrap_q: Callable[[np.ndarray], np.ndarray] | None = None,
+        priority: Callable[..., np.ndarray] | None = None,
     ) -> None:
         self.memory = memory
         self.n_step = n_step
         self.gamma = gamma
         self.bootstrap_q = bootstrap_q
+        self.priority = priority
         self.written = 0
         """Transitions written into the memory so far (its next position, modulo its size)."""
         self._adders: dict[tuple[int, int], NStepAdder] = {}
+        self._firsts: dict[tuple[int, int], deque[np.ndarray | None]] = {}
+        self._sink = _Written()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "bootstrap_q": None}  # the learner's network is the agent's
+        # The learner's network is the agent's: the runner sets these again.
+        return {**self.__dict__, "bootstrap_q": None, "priority": None}
+
+    def drop_pending(self) -> None:
+        """Forget the steps of the episodes under way (a resumed run's workers start afresh)."""
+        self._adders.clear()
+        self._firsts.clear()
 
     def store(self, t: Trajectory) -> None:
         """Write every step of `t` into the memory.
@@ -187,46 +247,59 @@ class ReplayWriter:
         next_obs = np.array(t.obs[1:], copy=True)
         for (i, k), final in zip(t.final_index.tolist(), t.final_obs, strict=True):
             next_obs[i, k] = final
-        priorities = self._priorities(t, next_obs)
+        outputs = self._outputs(t, next_obs)
         actors = t.extras.get("actor")
-        indices, written = [], []
+        rows: list[tuple[int, np.ndarray, float, bool, np.ndarray]] = []
         for k in range(width):
             column = (0 if actors is None else int(actors[0, k]), k)
+            adder = self._adders.get(column)
+            if adder is None:
+                adder = self._adders[column] = NStepAdder(self._sink, self.n_step, self.gamma)
+            firsts = self._firsts.setdefault(column, deque())
             for i in range(horizon):
-                step = (t.obs[i, k], t.action[i, k], t.reward[i, k], next_obs[i, k])
-                if self.n_step > 1:
-                    adder = self._adders.get(column)
-                    if adder is None:
-                        adder = self._adders[column] = NStepAdder(
-                            self.memory, self.n_step, self.gamma
-                        )
-                    adder.append(*step, bool(t.terminated[i, k]), bool(t.truncated[i, k]))
-                    continue
-                self.memory.append(*step, t.terminated[i, k])
-                indices.append(self.written % self.memory.max_size)
-                written.append(priorities[i, k] if priorities is not None else 0.0)
-                self.written += 1
-        if priorities is not None and indices:
-            self.memory.update_priorities(indices, written)
+                firsts.append(None if outputs is None else outputs[0][i, k])
+                adder.append(
+                    t.obs[i, k],
+                    t.action[i, k],
+                    t.reward[i, k],
+                    next_obs[i, k],
+                    bool(t.terminated[i, k]),
+                    bool(t.truncated[i, k]),
+                )
+                for obs, act, ret, nxt, terminal in self._sink.drain():
+                    self.memory.append(obs, act, ret, nxt, terminal)
+                    first = firsts.popleft()
+                    if first is not None and outputs is not None:
+                        position = self.written % self.memory.max_size
+                        rows.append((position, first, ret, terminal, outputs[1][i, k]))
+                    self.written += 1
+                while len(firsts) > adder.pending():  # a truncated episode's window is dropped
+                    firsts.popleft()
+        if rows:
+            positions, out, ret, terminal, next_out = zip(*rows, strict=True)
+            discount = self.gamma**self.n_step * (1.0 - np.asarray(terminal, np.float64))
+            priority = self.priority or td_priority
+            priorities = priority(
+                np.stack(out), np.asarray(ret, np.float64), discount, np.stack(next_out)
+            )
+            self.memory.update_priorities(list(positions), np.asarray(priorities).tolist())
 
-    def _priorities(self, t: Trajectory, next_obs: np.ndarray) -> np.ndarray | None:
-        """`(T, N)` one-step TD errors under the actors' Q-values (None: not computed here)."""
-        q = t.extras.get("q")
+    def _outputs(self, t: Trajectory, next_obs: np.ndarray) -> tuple[np.ndarray, ...] | None:
+        """`(T, N, ...)` outputs at each step's action and at its next observation, or None."""
+        out = t.extras.get("out", t.extras.get("q"))
         if (
-            q is None
-            or self.n_step > 1
+            out is None
             or self.bootstrap_q is None
             or not isinstance(self.memory, PrioritizedReplayMemory)
         ):
             return None
         horizon, width = t.reward.shape
-        next_max = np.zeros((horizon, width), dtype=np.float64)
-        next_max[:-1] = q[1:].max(axis=-1)  # the actor acted on obs[t + 1]
+        next_out = np.zeros_like(out)
+        next_out[:-1] = out[1:]  # the actor acted on obs[t + 1]
         own = np.zeros((horizon, width), dtype=bool)
         own[-1] = True
-        own[tuple(t.final_index.T)] = True  # truncated: next_obs is the final observation
-        if own.any():
-            next_max[own] = self.bootstrap_q(next_obs[own]).max(axis=-1)
-        q_sa = np.take_along_axis(q, t.action[..., None].astype(np.int64), axis=-1)[..., 0]
-        target = t.reward + self.gamma * (1.0 - t.terminated) * next_max
-        return np.abs(target - q_sa)
+        own[tuple(t.final_index.T)] = True  # an episode's end: next_obs is its final observation
+        next_out[own] = self.bootstrap_q(next_obs[own])
+        action = t.action.astype(np.int64).reshape(horizon, width, 1, *([1] * (out.ndim - 3)))
+        taken = np.take_along_axis(out, action, axis=2)[:, :, 0]
+        return taken, next_out

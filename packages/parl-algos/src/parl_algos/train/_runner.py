@@ -409,12 +409,24 @@ def _run_args(config: Config, spec: AlgorithmSpec, logdir: str) -> OnPolicyArgs 
 
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
-    """One environment; Box actions are rescaled to `[-1, 1]` (the range of a tanh policy)."""
+    """One environment; Box actions are rescaled to `[-1, 1]` (the range of a tanh policy).
+
+    Actions outside `[-1, 1]` (a Gaussian policy's draws) are clipped to it, and float64
+    observations (MuJoCo's) become float32, the models' dtype.
+    """
     env = gym.make(env_id, **kwargs)
     if isinstance(env.action_space, gym.spaces.Box):
         env.close()
-        return make_rescaled_env(env_id, **kwargs)
+        env = gym.wrappers.ClipAction(make_rescaled_env(env_id, **kwargs))
+    space = env.observation_space
+    if isinstance(space, gym.spaces.Box) and space.dtype == np.float64:
+        low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+        env = gym.wrappers.TransformObservation(env, _float32, gym.spaces.Box(low, high))
     return env
+
+
+def _float32(obs: np.ndarray) -> np.ndarray:
+    return obs.astype(np.float32)
 
 
 def make_eval_env(config: Config, logdir: str) -> gym.Env:
@@ -614,7 +626,9 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
                 memory, n_step=learner.n_step, gamma=config.agent.gamma
             )
             env.action_space.seed(train.seed)
-            random_steps = config.agent.learning_starts // train.actors
+            # The warm-up's random actions, each worker its share of what is left of them.
+            warm_up = max(config.agent.learning_starts - (resume_step or 0), 0)
+            random_steps = warm_up // train.actors
             acting = learner.acting or BatchActing(learner.agent, env.action_space, random_steps)
             env.close()
             objects["collector"] = make_collector(config, acting)
@@ -625,6 +639,8 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
         objects.update(state["objects"])
         if "collector" in objects and "collector" not in state["objects"]:  # workers' envs
             objects["collector"].offset = state["env_steps"]
+            if "writer" in objects:  # the episodes under way ended with their workers
+                objects["writer"].drop_pending()
         elif "collector" in objects:
             objects["collector"].sampler.agent = learner.agent  # not the pickled copy
         learner.memory = objects.get("memory", learner.memory)
@@ -636,7 +652,8 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
         logger.info("resumed %s from %s (env step %d)", logdir, checkpoint, run.env_steps)
 
     if learner.acting is not None and "writer" in objects:  # priorities from the actors' Q
-        objects["writer"].bootstrap_q = functools.partial(_q_values, learner.agent)
+        objects["writer"].bootstrap_q = functools.partial(_outputs, learner.agent)
+        objects["writer"].priority = functools.partial(_priority, learner.agent)
     if train.mode != "single" and not train.capture_video:  # videos are written here
         from parl_algos.train._evaluator import RemoteEvaluator
 
@@ -677,7 +694,7 @@ def make_collector(config: Config, agent: Any) -> SamplerCollector:
 
     train = config.train
     if get_spec(config.algorithm).family == "on_policy":
-        env_fn = functools.partial(gym.make, config.env.id)
+        env_fn = functools.partial(make_env, config.env.id)
         horizon, num_envs = config.agent.n_steps, config.env.num_envs
     else:
         env_fn = functools.partial(make_env, config.env.id)
@@ -742,6 +759,12 @@ def _train_loop(
 
 
 @torch.no_grad()
-def _q_values(agent: Any, obs: np.ndarray) -> np.ndarray:
-    """The Q-values `(B, n_actions)` of the learner's network for a batch of observations."""
-    return agent.alg.predict(to_tensor(obs, agent.device)).cpu().numpy()
+def _outputs(agent: Any, obs: np.ndarray) -> np.ndarray:
+    """The learner's network outputs for a batch of observations (a distribution's too)."""
+    return agent.alg.model(to_tensor(obs, agent.device)).cpu().numpy()
+
+
+def _priority(agent: Any, *arrays: np.ndarray) -> np.ndarray:
+    """`DQN.priority` on numpy arrays (see `ReplayWriter`)."""
+    tensors = [to_tensor(np.asarray(a, np.float32), agent.device) for a in arrays]
+    return agent.alg.priority(*tensors).cpu().numpy()

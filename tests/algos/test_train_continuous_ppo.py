@@ -1,0 +1,73 @@
+"""PPO on Box actions in `parl-train`: a Gaussian policy, its draws clipped by the environment."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from parl_algos.nets import GaussianActorCriticMLP
+from parl_algos.rollout import Trajectory
+from parl_algos.train import SPECS, apply_override, load_config
+from parl_algos.train._runner import make_env
+
+
+def build(mode: str = "async"):
+    config = load_config("ppo/cartpole")
+    apply_override(config, "env.id", "Pendulum-v1")
+    apply_override(config, "train.mode", mode)
+    apply_override(config, "agent.update_epochs", "2")
+    env = make_env(config.env.id)
+    torch.manual_seed(0)
+    return SPECS["PPO"].build(config, env.observation_space, env.action_space).agent
+
+
+def test_box_actions_get_a_gaussian_policy_whose_log_probs_sum_the_dimensions():
+    agent = build()
+    model = agent.alg.model
+    assert isinstance(model, GaussianActorCriticMLP)
+    obs = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)
+    action, extras = agent.sample(obs)
+    assert action.shape == (8, 1) and extras["log_prob"].shape == (8,)
+    with torch.no_grad():
+        mean = model.actor(torch.as_tensor(obs)).numpy()
+    # A standard deviation of exp(0) = 1 at the start: the normal log-density, one dimension.
+    expected = -0.5 * (action - mean) ** 2 - 0.5 * math.log(2 * math.pi)
+    np.testing.assert_allclose(extras["log_prob"], expected.sum(axis=1), rtol=1e-5)
+
+
+def test_ppo_learns_from_the_draws_of_a_gaussian_policy():
+    agent = build()
+    rng = np.random.default_rng(0)
+    horizon, width = 16, 4
+    obs = rng.normal(size=(horizon + 1, width, 3)).astype(np.float32)
+    actions, log_probs = zip(*(agent.sample(o) for o in obs[:-1]), strict=True)
+    t = Trajectory(
+        obs=obs,
+        action=np.stack(actions),
+        reward=rng.normal(size=(horizon, width)).astype(np.float32),
+        terminated=np.zeros((horizon, width), bool),
+        truncated=np.zeros((horizon, width), bool),
+        final_obs=np.zeros((0, 3), np.float32),
+        final_index=np.zeros((0, 2), np.int64),
+        extras={"log_prob": np.stack([e["log_prob"] for e in log_probs])},
+    )
+    before = agent.alg.model.log_std.detach().clone()
+    stats = agent.learn(t)
+    assert math.isfinite(stats.policy_loss) and math.isfinite(stats.value_loss)
+    assert not torch.equal(agent.alg.model.log_std.detach(), before)
+
+
+def test_the_environment_clips_the_actions_and_gives_float32_observations():
+    env = make_env("Pendulum-v1")
+    env.reset(seed=0)
+    env.step(np.array([5.0], np.float32))  # clipped to 1, rescaled to Pendulum's 2
+    assert env.unwrapped.last_u == pytest.approx(2.0)
+    pytest.importorskip("mujoco")
+    hopper = make_env("Hopper-v5")
+    obs, _ = hopper.reset(seed=0)
+    assert hopper.observation_space.dtype == np.float32 and obs.dtype == np.float32
+    assert isinstance(hopper.action_space, gym.spaces.Box)
