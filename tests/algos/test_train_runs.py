@@ -50,9 +50,14 @@ def parl_train(
     )
 
 
+# R2D2 (sequences of 24 steps, 16 of them a stride): learning within a few hundred steps.
+RECURRENT_SMALL = ["--agent.learning_starts", "4", "--agent.batch_size", "8"]
+RECURRENT_SMALL += ["--agent.updates_per_collect", "2"]
+
+
 def small_args(name: str) -> list[str]:
-    off_policy = get_spec(load_config(name).algorithm).family == "off_policy"
-    return SMALL + (OFF_POLICY_SMALL if off_policy else [])
+    family = get_spec(load_config(name).algorithm).family
+    return SMALL + {"off_policy": OFF_POLICY_SMALL, "recurrent": RECURRENT_SMALL}.get(family, [])
 
 
 def rows(logdir: Path) -> list[dict[str, str]]:
