@@ -28,6 +28,7 @@ __all__ = [
     "Trajectory",
     "VectorCollector",
     "compute_advantages",
+    "make_masked_cartpole",
     "make_rescaled_env",
     "make_vector_env",
 ]
@@ -179,6 +180,19 @@ class MaskVelocity(gym.ObservationWrapper):
     def observation(self, observation: np.ndarray) -> np.ndarray:
         """Keep the position and the angle."""
         return observation[[0, 2]].astype(np.float32)
+
+
+def make_masked_cartpole(**kwargs: Any) -> gym.Env:
+    """CartPole-v1 with its velocities hidden (`MaskVelocity`); `kwargs` go to `gym.make`.
+
+    Registered with gymnasium as `CartPoleNoVelocity-v1` when this module is imported, so that
+    any algorithm's config or example can name it (`--env.id CartPoleNoVelocity-v1`).
+    """
+    return MaskVelocity(gym.make("CartPole-v1", **kwargs))
+
+
+if "CartPoleNoVelocity-v1" not in gym.registry:
+    gym.register("CartPoleNoVelocity-v1", entry_point=make_masked_cartpole)
 
 
 class VectorCollector:
