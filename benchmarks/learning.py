@@ -14,7 +14,9 @@ environments, batch and learning rate, in one process), for IMPALA, A3C and GA3C
 defaults. Their table also gives the whole command's wall time, cluster start-up and actor
 creation included. `r2d2` runs `examples/r2d2` (2 remote actors) on CartPole-v1 with the
 velocities masked out, to a mean return of 100; `r2d2_memoryless` the same with a feed-forward
-Q-network in place of the LSTM (`--no-memory`).
+Q-network in place of the LSTM (`--no-memory`); `dqn_masked` plain DQN (`examples/dqn`'s
+defaults) on the same task (`CartPoleNoVelocity-v1`, registered by `parl_algos.rollout`) with
+the same budget.
 
 The DQN family's members run `examples/dqn/train.py` with the flags that make them (`qrdqn`:
 `--distributional qr --n-atoms 10 --no-double`, as the RL Baselines3 Zoo's CartPole setting and
@@ -33,7 +35,7 @@ repository.
     python benchmarks/learning.py --baseline sb3 --json results.json
     python benchmarks/learning.py --tasks ppo,dqn --via parl-train  # the shipped configs
     python benchmarks/learning.py --tasks a2c_parallel,impala       # remote actors vs one process
-    python benchmarks/learning.py --tasks a3c,ga3c,r2d2,r2d2_memoryless
+    python benchmarks/learning.py --tasks a3c,ga3c,r2d2,r2d2_memoryless,dqn_masked
     python benchmarks/learning.py --tasks qrdqn,rainbow --baseline sb3
     nice python benchmarks/learning.py --tasks offline,marl --seeds 1,2
     nice python benchmarks/learning.py --tasks mujoco --seeds 1       # needs parl-algos[mujoco]
@@ -134,6 +136,15 @@ TASKS = {
         100_000,
         flags=("--actors", "2", "--no-memory"),
         example="r2d2",
+    ),
+    # The same task for plain DQN (examples/dqn's defaults, feed-forward), with R2D2's budget.
+    "dqn_masked": Task(
+        "dqn_masked",
+        "CartPoleNoVelocity-v1",
+        100.0,
+        100_000,
+        flags=("--env-id", "CartPoleNoVelocity-v1"),
+        example="dqn",
     ),
     "qrdqn": Task(
         "qrdqn",

@@ -27,76 +27,35 @@ import functools
 from dataclasses import asdict, dataclass
 
 import gymnasium as gym
-import numpy as np
-import torch
 
 import parl
 from parl.utils import logger, parse_args
-from parl_algos.nets import mlp
 from parl_algos.r2d2 import (
     R2D2,
     ActorOutput,
+    FeedForwardQNetwork,
+    GreedyPolicy,
     R2D2Actor,
     R2D2Agent,
+    R2D2Args,
     RecurrentQNetwork,
     RemoteR2D2Actor,
+    StateReset,
     apex_epsilons,
 )
-from parl_algos.rollout import Episode
+from parl_algos.rollout import Episode, MaskVelocity
 from parl_algos.sequence_replay import SequenceReplayMemory
 from parl_algos.training import RunArgs, TrainingRun
 
 
 @dataclass
-class Args(RunArgs):
+class Args(R2D2Args, RunArgs):
     mask_velocity: bool = True
     """Hide CartPole's two velocities from the observation (a partially observable task)."""
-    memory: bool = True
-    """The LSTM network; --no-memory swaps in a feed-forward one (same pipeline, no memory)."""
     actors: int = 2
     """Remote actors (0: one actor in this process)."""
     address: str | None = None
     """HOST:PORT of a running cluster (`xparl start`); default: a local one of --actors slots."""
-    envs_per_actor: int = 4
-    """Environments each actor steps, each with its own exploration rate."""
-    collect_steps: int = 32
-    """Steps of every environment of an actor per call."""
-    burn_in: int = 8
-    """Steps at the start of each sequence that only warm the recurrent state up."""
-    learn_len: int = 16
-    """Steps of each sequence that are learned from (and the stride between sequences)."""
-    n_step: int = 3
-    """Steps of the n-step returns."""
-    gamma: float = 0.99
-    """Discount factor."""
-    lr: float = 2e-3
-    """Adam learning rate."""
-    batch_size: int = 32
-    """Sequences per update."""
-    buffer_size: int = 4000
-    """Sequences the replay memory holds."""
-    learning_starts: int = 64
-    """Sequences in the memory before learning starts."""
-    updates_per_collect: int = 8
-    """Updates after each actor call that returned sequences."""
-    target_update_interval: int = 100
-    """Updates between two copies of the model into the target network."""
-    sync_every: int = 20
-    """Updates between two weight sends to the actors."""
-    hidden_size: int = 64
-    """Width of the encoder's layer."""
-    lstm_size: int = 64
-    """The LSTM's hidden size."""
-    eps_base: float = 0.4
-    """Exploration rates `eps_base ** (1 + eps_alpha * i / (n - 1))` over the n environments."""
-    eps_alpha: float = 7.0
-    """How fast the exploration rates fall from environment to environment."""
-    alpha: float = 0.9
-    """Prioritization exponent of the replay memory."""
-    beta: float = 0.6
-    """Importance-sampling exponent."""
-    eta: float = 0.9
-    """Weight of the maximum TD error in a sequence's priority."""
     total_steps: int = 100_000
     eval_every: int = 10_000
     target_return: float | None = 100.0
@@ -104,79 +63,10 @@ class Args(RunArgs):
     logdir: str = "train_log/r2d2"
 
 
-class MaskVelocity(gym.ObservationWrapper):
-    """CartPole with only the cart's position and the pole's angle observed."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        low, high = env.observation_space.low[[0, 2]], env.observation_space.high[[0, 2]]
-        self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
-
-    def observation(self, observation: np.ndarray) -> np.ndarray:
-        """Keep the position and the angle."""
-        return observation[[0, 2]].astype(np.float32)
-
-
 def make_env(env_id: str, mask_velocity: bool) -> gym.Env:
     """The task: `env_id`, with CartPole's velocities masked out when asked."""
     env = gym.make(env_id)
     return MaskVelocity(env) if mask_velocity else env
-
-
-class FeedForwardQNetwork(parl.Model):
-    """The memoryless ablation: an MLP with `RecurrentQNetwork`'s interface, ignoring the state.
-
-    Args:
-        obs_dim: observation features.
-        n_actions: number of discrete actions.
-        hidden: width of the two hidden layers.
-    """
-
-    state_size = 1
-
-    def __init__(self, obs_dim: int, n_actions: int, hidden: int = 64) -> None:
-        super().__init__()
-        self.net = mlp(obs_dim, (hidden, hidden), n_actions)
-
-    def initial_state(self, batch_size: int) -> torch.Tensor:
-        """A dummy state of one zero per row."""
-        return torch.zeros(batch_size, 1)
-
-    def forward(self, obs: torch.Tensor, state: torch.Tensor):
-        """`(T, B, obs_dim)` -> Q-values `(T, B, n_actions)`; the state passes through."""
-        return self.net(obs), state
-
-
-class GreedyPolicy:
-    """The agent's greedy policy, one observation at a time, carrying its recurrent state.
-
-    Evaluations run it in `with_state_reset(env, policy)`, whose resets start a new state.
-    """
-
-    def __init__(self, agent: R2D2Agent) -> None:
-        self.agent = agent
-        self.reset()
-
-    def reset(self) -> None:
-        """Start an episode: the zero state."""
-        self.state = self.agent.initial_state(1)
-
-    def __call__(self, obs: np.ndarray) -> int:
-        action, self.state = self.agent.predict(obs[None], self.state)
-        return int(action[0])
-
-
-class StateReset(gym.Wrapper):
-    """Resets a `GreedyPolicy`'s state with every reset of the environment."""
-
-    def __init__(self, env: gym.Env, policy: GreedyPolicy) -> None:
-        super().__init__(env)
-        self.policy = policy
-
-    def reset(self, **kwargs):
-        """Reset the environment and the policy's state."""
-        self.policy.reset()
-        return self.env.reset(**kwargs)
 
 
 def make_agent(args: Args, observation_space: gym.Space, action_space: gym.Space) -> R2D2Agent:

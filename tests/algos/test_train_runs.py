@@ -52,12 +52,21 @@ def parl_train(
     )
 
 
+# R2D2 (sequences of 24 steps, 16 of them a stride): learning within a few hundred steps.
+RECURRENT_SMALL = ["--agent.learning_starts", "4", "--agent.batch_size", "8"]
+RECURRENT_SMALL += ["--agent.updates_per_collect", "2"]
+
+
 def small_args(name: str) -> list[str]:
     config = load_config(name)
-    if get_spec(config.algorithm).family == "off_policy":
-        return SMALL + OFF_POLICY_SMALL
+    family = get_spec(config.algorithm).family
+    if family in ("off_policy", "recurrent"):
+        return SMALL + {"off_policy": OFF_POLICY_SMALL, "recurrent": RECURRENT_SMALL}[family]
+    n_steps = getattr(config.agent, "n_steps", None)
+    if n_steps is None:
+        return SMALL
     # Short rollouts (ppo/hopper's are 1024 steps of each environment).
-    return [*SMALL, "--agent.n_steps", str(min(config.agent.n_steps, 64))]
+    return [*SMALL, "--agent.n_steps", str(min(n_steps, 64))]
 
 
 def rows(logdir: Path) -> list[dict[str, str]]:

@@ -13,11 +13,15 @@ ICLR 2019, https://openreview.net/forum?id=r1lyTjAqYX. Its pieces, each in its o
 - `sequence_priority`: a sequence's priority, `eta max_t |td_t| + (1 - eta) mean_t |td_t|`;
 - `R2D2`: the loss, with a burn-in that only warms the stored state up (no gradient) and the
   n-step double-Q target on rescaled values;
+- `FeedForwardQNetwork`: the memoryless ablation, an MLP with the same interface;
+- `R2D2Args`: the hyperparameters of a run (sequences, actors, replay, schedules);
 - `R2D2Agent`: epsilon-greedy acting that carries the recurrent state, and learning from a
   `parl_algos.sequence_replay.SequenceReplayMemory`;
 - `R2D2Actor`: a few environments with per-environment epsilons, folding their steps into
   sequences (with the states the actor had) and their initial priorities; `RemoteR2D2Actor` is
-  it as a `@parl.remote_class(wait=False)` actor of the cluster.
+  it as a `@parl.remote_class(wait=False)` actor of the cluster;
+- `GreedyPolicy` and `StateReset`: the agent's greedy policy one observation at a time, its
+  state reset with every reset of the environment it is evaluated in.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -34,7 +38,7 @@ from torch import nn
 
 import parl
 from parl_algos._common import check_positive, clip_grad_norm, to_tensor
-from parl_algos.nets import DuelingHead, QHead
+from parl_algos.nets import DuelingHead, QHead, mlp
 from parl_algos.sequence_replay import (
     SequenceAdder,
     SequenceBatch,
@@ -44,12 +48,16 @@ from parl_algos.sequence_replay import (
 
 __all__ = [
     "ActorOutput",
+    "FeedForwardQNetwork",
+    "GreedyPolicy",
     "R2D2",
     "R2D2Actor",
     "R2D2Agent",
+    "R2D2Args",
     "R2D2Stats",
     "RecurrentQNetwork",
     "RemoteR2D2Actor",
+    "StateReset",
     "apex_epsilons",
     "inverse_value_rescale",
     "sequence_n_step_returns",
@@ -183,6 +191,79 @@ class RecurrentQNetwork(parl.Model):
         out, (h, c) = self.lstm(x, (h.unsqueeze(0).contiguous(), c.unsqueeze(0).contiguous()))
         q = self.head(out.reshape(t_len * b, -1)).view(t_len, b, -1)
         return q, torch.cat([h[0], c[0]], dim=-1)
+
+
+class FeedForwardQNetwork(parl.Model):
+    """The memoryless ablation: an MLP with `RecurrentQNetwork`'s interface, ignoring the state.
+
+    Args:
+        obs_dim: observation features.
+        n_actions: number of discrete actions.
+        hidden: width of the two hidden layers.
+    """
+
+    state_size = 1
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.n_actions = n_actions
+        self.net = mlp(obs_dim, (hidden, hidden), n_actions)
+
+    def initial_state(self, batch_size: int) -> torch.Tensor:
+        """A dummy state of one zero per row."""
+        return torch.zeros(batch_size, 1, device=next(self.parameters()).device)
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(T, B, obs_dim)` -> Q-values `(T, B, n_actions)`; the state passes through."""
+        return self.net(obs), state
+
+
+@dataclass
+class R2D2Args:
+    """The hyperparameters of an R2D2 run: `examples/r2d2`'s flags, `parl-train`'s `[agent]`."""
+
+    memory: bool = True
+    """The LSTM network; false swaps in a feed-forward one (same pipeline, no memory)."""
+    envs_per_actor: int = 4
+    """Environments each actor steps, each with its own exploration rate."""
+    collect_steps: int = 32
+    """Steps of every environment of an actor per call."""
+    burn_in: int = 8
+    """Steps at the start of each sequence that only warm the recurrent state up."""
+    learn_len: int = 16
+    """Steps of each sequence that are learned from (and the stride between sequences)."""
+    n_step: int = 3
+    """Steps of the n-step returns."""
+    gamma: float = 0.99
+    """Discount factor."""
+    lr: float = 2e-3
+    """Adam learning rate."""
+    batch_size: int = 32
+    """Sequences per update."""
+    buffer_size: int = 4000
+    """Sequences the replay memory holds."""
+    learning_starts: int = 64
+    """Sequences in the memory before learning starts."""
+    updates_per_collect: int = 8
+    """Updates after each actor call that returned sequences."""
+    target_update_interval: int = 100
+    """Updates between two copies of the model into the target network."""
+    sync_every: int = 20
+    """Updates between two weight sends to the actors."""
+    hidden_size: int = 64
+    """Width of the encoder's layer."""
+    lstm_size: int = 64
+    """The LSTM's hidden size."""
+    eps_base: float = 0.4
+    """Exploration rates `eps_base ** (1 + eps_alpha * i / (n - 1))` over the n environments."""
+    eps_alpha: float = 7.0
+    """How fast the exploration rates fall from environment to environment."""
+    alpha: float = 0.9
+    """Prioritization exponent of the replay memory."""
+    beta: float = 0.6
+    """Importance-sampling exponent (rises to 1 over a quarter of total_steps' updates)."""
+    eta: float = 0.9
+    """Weight of the maximum TD error in a sequence's priority."""
 
 
 @dataclass(frozen=True)
@@ -554,3 +635,44 @@ class R2D2Actor:
 
 RemoteR2D2Actor = parl.remote_class(wait=False)(R2D2Actor)
 """`R2D2Actor` as a cluster actor whose methods return `RemoteFuture`s."""
+
+
+class GreedyPolicy:
+    """An `R2D2Agent`'s greedy policy, one observation at a time, carrying its recurrent state.
+
+    Evaluate it in `StateReset(env, policy)`, whose resets start a new state.
+
+    Args:
+        agent: the agent to act with.
+    """
+
+    def __init__(self, agent: R2D2Agent) -> None:
+        self.agent = agent
+        self.reset()
+
+    def reset(self) -> None:
+        """Start an episode: the zero state."""
+        self.state = self.agent.initial_state(1)
+
+    def __call__(self, obs: np.ndarray) -> int:
+        """The greedy action of one observation; the state moves on."""
+        action, self.state = self.agent.predict(obs[None], self.state)
+        return int(action[0])
+
+
+class StateReset(gym.Wrapper):
+    """Resets a `GreedyPolicy`'s state with every reset of the environment.
+
+    Args:
+        env: the environment the policy acts in.
+        policy: the policy whose state each reset restarts.
+    """
+
+    def __init__(self, env: gym.Env, policy: GreedyPolicy) -> None:
+        super().__init__(env)
+        self.policy = policy
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Reset the environment and the policy's state."""
+        self.policy.reset()
+        return self.env.reset(**kwargs)

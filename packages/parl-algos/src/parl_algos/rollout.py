@@ -24,9 +24,11 @@ __all__ = [
     "AdvantageBatch",
     "Episode",
     "EpisodeCounter",
+    "MaskVelocity",
     "Trajectory",
     "VectorCollector",
     "compute_advantages",
+    "make_masked_cartpole",
     "make_rescaled_env",
     "make_vector_env",
 ]
@@ -161,6 +163,36 @@ def make_rescaled_env(env_id: str, **kwargs: Any) -> gym.Env:
     return gym.wrappers.RescaleAction(
         env, np.full(shape, -1.0, dtype=dtype), np.full(shape, 1.0, dtype=dtype)
     )
+
+
+class MaskVelocity(gym.ObservationWrapper):
+    """CartPole with its two velocities hidden: only the cart's position and the pole's angle.
+
+    A partially observable task: a policy must infer the velocities from what it saw before
+    (R2D2's recurrent network can, a feed-forward Q-network cannot).
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        low, high = env.observation_space.low[[0, 2]], env.observation_space.high[[0, 2]]
+        self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        """Keep the position and the angle."""
+        return observation[[0, 2]].astype(np.float32)
+
+
+def make_masked_cartpole(**kwargs: Any) -> gym.Env:
+    """CartPole-v1 with its velocities hidden (`MaskVelocity`); `kwargs` go to `gym.make`.
+
+    Registered with gymnasium as `CartPoleNoVelocity-v1` when this module is imported, so that
+    any algorithm's config or example can name it (`--env.id CartPoleNoVelocity-v1`).
+    """
+    return MaskVelocity(gym.make("CartPole-v1", **kwargs))
+
+
+if "CartPoleNoVelocity-v1" not in gym.registry:
+    gym.register("CartPoleNoVelocity-v1", entry_point=make_masked_cartpole)
 
 
 class VectorCollector:

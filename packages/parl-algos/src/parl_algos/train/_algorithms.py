@@ -26,9 +26,11 @@ import parl
 from parl.utils import PrioritizedReplayMemory, ReplayMemory, summary
 from parl_algos._common import to_tensor
 from parl_algos.a2c import A2C, A2CStats
+from parl_algos.a3c import A3C
 from parl_algos.agents import ActorCriticAgent, ContinuousAgent, DQNAgent, IMPALAAgent
 from parl_algos.ddpg import DDPG, DDPGStats
 from parl_algos.dqn import DQN, DQNStats
+from parl_algos.ga3c import GA3C
 from parl_algos.impala import IMPALA, IMPALAStats
 from parl_algos.nets import (
     ActorCriticMLP,
@@ -37,11 +39,20 @@ from parl_algos.nets import (
     QNetwork,
 )
 from parl_algos.ppo import PPO, PPOStats
+from parl_algos.r2d2 import R2D2Stats
 from parl_algos.rollout import Trajectory
 from parl_algos.sac import SAC, SACStats
 from parl_algos.td3 import TD3, TD3Stats
+from parl_algos.train._a3c import A3CSection, A3CSession, GA3CSection, GA3CSession
 from parl_algos.train._apex import QActing
 from parl_algos.train._config import Config, ConfigError
+from parl_algos.train._recurrent import (
+    R2D2EnvSection,
+    R2D2Section,
+    R2D2Session,
+    build_r2d2,
+    check_r2d2,
+)
 from parl_algos.training import ActorCriticArgs, ReplayArgs
 
 __all__ = [
@@ -97,7 +108,8 @@ class AlgorithmSpec:
 
     Attributes:
         name: the name a config's `algorithm` key gives (`"PPO"`).
-        family: `"on_policy"` or `"off_policy"`: which training loop runs it.
+        family: `"on_policy"` or `"off_policy"`: which training loop runs it (`"recurrent"`:
+            R2D2's sequences, only in its session).
         env: dataclass of the `[env]` section.
         agent: dataclass of the `[agent]` section.
         stats: the dataclass the algorithm's `learn` returns.
@@ -105,6 +117,9 @@ class AlgorithmSpec:
         modes: the modes it runs in.
         check: raises `ConfigError` for what the types of the `[agent]` keys cannot say (a
             string outside its allowed values), before anything starts.
+        session: `(config, logdir) -> Session`: a training loop of the algorithm's own
+            (`train._sessions`), for the modes of `session_modes`.
+        session_modes: the modes its session runs (the others run its family's loop).
     """
 
     name: str
@@ -115,6 +130,8 @@ class AlgorithmSpec:
     build: Callable[[Config, gym.Space, gym.Space], Learner]
     modes: tuple[str, ...] = ("single",)
     check: Callable[[Config], None] | None = None
+    session: Callable[[Config, str], Any] | None = None
+    session_modes: tuple[str, ...] = ()
 
 
 # -- [env] sections ------------------------------------------------------------------------------
@@ -330,8 +347,8 @@ def _build_actor_critic(config: Config, obs_space: gym.Space, act_space: gym.Spa
     else:
         model = ActorCriticMLP(obs_space.shape[0], _discrete(config, act_space), hidden)
     common = dict(lr=a.lr, ent_coef=a.ent_coef, vf_coef=a.vf_coef, max_grad_norm=a.max_grad_norm)
-    if config.algorithm == "A2C":
-        alg = A2C(model, **common)
+    if config.algorithm in _A2C_LOSS:  # A3C and GA3C differ from A2C in their sessions
+        alg = _A2C_LOSS[config.algorithm](model, **common)
         return Learner(ActorCriticAgent(alg, gamma=a.gamma, gae_lambda=a.gae_lambda))
     alg = PPO(
         model,
@@ -355,6 +372,9 @@ def _build_actor_critic(config: Config, obs_space: gym.Space, act_space: gym.Spa
     agent_cls = BehaviourPPOAgent if config.train.mode == "async" else ActorCriticAgent
     agent = agent_cls(alg, gamma=a.gamma, gae_lambda=a.gae_lambda)
     return Learner(agent, before_learn=anneal)
+
+
+_A2C_LOSS = {"A2C": A2C, "A3C": A3C, "GA3C": GA3C}
 
 
 class BehaviourPPOAgent(ActorCriticAgent):
@@ -523,6 +543,40 @@ SPECS: dict[str, AlgorithmSpec] = {
     for spec in (
         AlgorithmSpec(
             "A2C", "on_policy", VectorEnvSection, A2CSection, A2CStats, _build_actor_critic, ON
+        ),
+        AlgorithmSpec(
+            "A3C",
+            "on_policy",
+            VectorEnvSection,
+            A3CSection,
+            A2CStats,
+            _build_actor_critic,
+            ("single", "async"),
+            session=A3CSession,
+            session_modes=("async",),
+        ),
+        AlgorithmSpec(
+            "GA3C",
+            "on_policy",
+            VectorEnvSection,
+            GA3CSection,
+            A2CStats,
+            _build_actor_critic,
+            ASYNC,
+            session=GA3CSession,
+            session_modes=("sync", "async"),
+        ),
+        AlgorithmSpec(
+            "R2D2",
+            "recurrent",
+            R2D2EnvSection,
+            R2D2Section,
+            R2D2Stats,
+            build_r2d2,
+            ASYNC,
+            check_r2d2,
+            session=R2D2Session,
+            session_modes=ASYNC,
         ),
         AlgorithmSpec(
             "PPO", "on_policy", VectorEnvSection, PPOSection, PPOStats, _build_actor_critic, ASYNC

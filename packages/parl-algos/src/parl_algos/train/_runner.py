@@ -577,6 +577,10 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
         resume: continue from the newest checkpoint in `logdir`.
     """
     spec = get_spec(config.algorithm)
+    if config.train.mode in spec.session_modes:  # R2D2, A3C, GA3C: loops of their own
+        from parl_algos.train._sessions import run_session
+
+        return run_session(config, logdir, resume=resume)
     os.makedirs(logdir, exist_ok=True)
     with open(os.path.join(logdir, "config.toml"), "w", encoding="utf-8") as f:
         f.write(dump_config(config))
