@@ -178,6 +178,7 @@ def test_an_attribute_set_by_a_later_method_hides_the_method(connected):
     with pytest.raises(TypeError, match="not callable"):
         peer.call()  # a process not told yet: the actor finds the attribute and raises
     assert peer.read() == ("other", 5)  # told with its next reply
+    parl_remote.kill(peer)  # its CPU for the next actor (a Ray of 2 CPUs)
     later = ShadowsLater()
     assert later.arg1() == "method"  # another actor of the class is untouched
 

@@ -35,6 +35,7 @@ __all__ = [
     "drop_shadowed",
     "imported_since",
     "is_module_name",
+    "learn",
 ]
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,22 @@ def check_report(names: Sequence[object], *, limit: int) -> list[str]:
                 f"{MAX_NAME_CHARS} characters)"
             )
     return [str(name) for name in names]
+
+
+def learn(known: dict[str, None], imports: Sequence[object], who: str) -> list[str]:
+    """Add an actor's reported imports to a worker's preload set `known` (bounded, in order).
+
+    Returns the names new to it; a report that fails `check_report` is logged and ignored.
+    """
+    limit = settings.preload_max_modules
+    try:
+        names = check_report(imports, limit=limit)
+    except ValueError as exc:
+        logger.warning("ignored the imports reported by actor %s: %s", who, exc)
+        return []
+    news = [n for n in names if n not in known][: max(0, limit - len(known))]
+    known.update(dict.fromkeys(news))
+    return news
 
 
 def _origin(module: object) -> str | None:

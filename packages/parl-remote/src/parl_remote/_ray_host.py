@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 from parl_remote import _serialize as ser
 from parl_remote._actor_calls import unpickling_error
+from parl_remote._shadow import ShadowWatch
 from parl_remote._util import method_entry
 from parl_remote.protocol import messages as m
 
@@ -121,6 +122,7 @@ class RayHost:
         self.class_name = class_name
         self.instance: Any = None
         self.methods: dict[str, tuple[Any, bool]] = {}
+        self.shadow = ShadowWatch()
         self.turns: dict[str, _Turns] = {}
         if max_memory_mb > 0:
             threading.Thread(
@@ -159,8 +161,8 @@ class RayHost:
             self._exit(exc)
         except BaseException as exc:
             return _raised(0, f"{self.class_name}.__init__", exc)
-        shadowed = [n for n in getattr(self.instance, "__dict__", ()) if hasattr(cls, n)]
-        return m.Ready(actor_id=self.actor_id, pid=os.getpid(), shadowed=shadowed)
+        self.shadow = ShadowWatch(self.instance, self.methods)
+        return m.Ready(actor_id=self.actor_id, pid=os.getpid(), shadowed=list(self.shadow.names))
 
     def call(self, request: tuple[Any, ...], *buffers: Any) -> Any:
         """Run a method, or read or write an attribute (see `_result` for the reply).
@@ -206,7 +208,22 @@ class RayHost:
             self._exit(exc)
         except BaseException as exc:
             return _raised(msg.id, where, exc)
-        return _result(msg.id, where, result)
+        return self.told(msg.id, _result(msg.id, where, result))
+
+    def told(self, call_id: int, reply: Any) -> Any:
+        """`reply`, as a `Result` naming the hidden methods when instance attributes hide some.
+
+        Ray does not say which process calls, so every reply says it while any is hidden.
+        """
+        shadow = self.shadow
+        if not (shadow.names or len(shadow.vars) != shadow.size) or isinstance(reply, m.Error):
+            return reply
+        names = shadow.current()
+        if not names:
+            return reply
+        data, buffers = reply if isinstance(reply, tuple) else (reply, ())
+        result = m.Result(call_id, data, shadowed=list(names))
+        return (result, buffers) if buffers else result
 
     def _missing(self, msg: m.Call) -> m.Error:
         text = f"{self.class_name!r} object has no attribute {msg.name!r}"
@@ -289,7 +306,7 @@ async def _finish(host: RayHost, pending: _Pending) -> Any:
         host._exit(exc)
     except BaseException as exc:
         return _raised(pending.call_id, pending.where, exc)
-    return _result(pending.call_id, pending.where, result)
+    return host.told(pending.call_id, _result(pending.call_id, pending.where, result))
 
 
 class _Pending(NamedTuple):

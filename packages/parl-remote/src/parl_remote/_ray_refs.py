@@ -118,7 +118,8 @@ class _RayCalls:
         if kind is bytes:
             return m.Result(0, reply), ()
         if kind is tuple:
-            return m.Result(0, reply[0]), writable(reply[1])
+            first = reply[0]  # a pickle, or a `Result` that names hidden methods
+            return (first if type(first) is m.Result else m.Result(0, first)), writable(reply[1])
         return reply, ()
 
     def error(self, exc: BaseException) -> BaseException:

@@ -308,7 +308,7 @@ _handles_lock = threading.Lock()
 
 def _track(handle: Any, ref: Any) -> Any:
     """Note `handle` as one of `ref`'s, whose class changes when its actor hides a method."""
-    if isinstance(ref, _ActorRef):
+    if isinstance(ref, _ActorRef | _RayActorRef):
         with _handles_lock:
             known = _handles.get(ref)
             if known is None:

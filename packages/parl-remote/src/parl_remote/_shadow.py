@@ -43,8 +43,8 @@ class ShadowWatch:
         cls = self._cls
         return tuple(n for n in list(self.vars) if hasattr(cls, n))[:MAX_NAMES]
 
-    def news(self, conn: Any) -> list[str]:
-        """The hidden names to report to `conn` now (all of them), or [] when it knows them."""
+    def current(self) -> tuple[str, ...]:
+        """The names hidden now, rescanned when the instance's attributes changed in number."""
         if len(self.vars) != self.size:
             self.size = len(self.vars)
             names = self._scan()
@@ -53,7 +53,11 @@ class ShadowWatch:
                     self._methods.pop(name, None)  # a call now finds the attribute
                 self.names = names
                 self.told.clear()
-        if not self.names or conn in self.told:
+        return self.names
+
+    def news(self, conn: Any) -> list[str]:
+        """The hidden names to report to `conn` now (all of them), or [] when it knows them."""
+        if not self.current() or conn in self.told:
             return []
         self.told.add(conn)
         return list(self.names)

@@ -228,7 +228,7 @@ def trust(host: str, port: int, token: bytes) -> bytes | None:
     return _trusted
 
 
-def join_as_worker(host: str, port: int, token: bytes, hosts: list[str]) -> None:
+def join_as_worker(host: str, port: int, token: bytes | None, hosts: list[str]) -> None:
     """Trust the cluster CA and, on another machine, get a certificate it signed.
 
     On the master's machine (its CA is in `PARL_HOME/tls`) the cluster's files serve as they
@@ -237,6 +237,8 @@ def join_as_worker(host: str, port: int, token: bytes, hosts: list[str]) -> None
     """
     from parl_remote._tls_certs import make_request, tls_dir
 
+    if token is None:  # no cluster token here: the connection fails later, saying so
+        return
     ca = trust(host, port, token)
     if ca is None or os.environ.get("PARL_TLS_CERT"):
         return

@@ -39,7 +39,7 @@ from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ClusterError, ProtocolError
 from parl_remote._link import MasterLink
 from parl_remote._loop import run
-from parl_remote._preload import check_report
+from parl_remote._preload import learn
 from parl_remote._transport import AsyncConnection
 from parl_remote._util import available_cpus, describe_exit, owner_alive, write_json_atomic
 from parl_remote.protocol import messages as m
@@ -292,18 +292,9 @@ class Worker:
 
     def _learn_imports(self, host: ActorProcess, imports: list[str]) -> None:
         """Add what an actor imported to the preload set; warm processes import the news."""
-        limit = settings.preload_max_modules
-        try:
-            names = check_report(imports, limit=limit)
-        except ValueError as exc:
-            logger.warning("ignored the imports reported by actor %s: %s", host.actor_id, exc)
-            return
-        news = [n for n in names if n not in self.preload][: max(0, limit - len(self.preload))]
-        if not news:
-            return
-        self.preload.update(dict.fromkeys(news))
+        news = learn(self.preload, imports, str(host.actor_id))
         for warm in self.hosts:
-            if warm.warm and warm.ctl is not None:
+            if news and warm.warm and warm.ctl is not None:
                 with contextlib.suppress(ConnectionError):
                     warm.ctl.send(m.Preload(news))
 
@@ -476,13 +467,11 @@ def main(argv: list[str] | None = None) -> None:
     gpus = [g.strip() for g in args.gpu.split(",") if g.strip()]
     token = load_token()
     try:  # with TLS: the cluster CA and, on another machine, a certificate it signed
-        if token is not None:
-            _tls_join.join_as_worker(
-                host or "127.0.0.1", int(port), token, [args.host] if args.host else []
-            )
+        _tls_join.join_as_worker(
+            host or "127.0.0.1", int(port), token, [args.host] * bool(args.host)
+        )
     except (OSError, ClusterError) as exc:
-        logger.error("worker could not join the TLS cluster at %s: %s", args.address, exc)
-        sys.exit(1)
+        sys.exit(f"worker could not join the TLS cluster at {args.address}: {exc}")
     worker = Worker(
         host or "127.0.0.1",
         int(port),
