@@ -39,6 +39,17 @@ SMALL = [
 ]
 OFF_POLICY_SMALL = ["--agent.learning_starts", "100", "--agent.train_freq", "50"]
 OFF_POLICY_SMALL += ["--agent.gradient_steps", "5", "--agent.batch_size", "32"]
+# Offline: a dataset of 2 episodes from a 120-step SAC run; multi-agent: small batches.
+OFFLINE_SMALL = ["--env.sac_steps", "120", "--env.dataset_episodes", "2"]
+OFFLINE_SMALL += ["--agent.batch_size", "32", "--agent.hidden_size", "32"]
+OWN_LOOP_SMALL = {
+    "BC": OFFLINE_SMALL,
+    "CQL": OFFLINE_SMALL,
+    "IQL": OFFLINE_SMALL,
+    "MADDPG": ["--agent.learning_starts", "100", "--agent.batch_size", "32"],
+    "MAPPO": ["--agent.num_envs", "2"],
+    "QMIX": ["--agent.batch_size", "4"],
+}
 
 
 def parl_train(
@@ -51,8 +62,10 @@ def parl_train(
 
 
 def small_args(name: str) -> list[str]:
-    off_policy = get_spec(load_config(name).algorithm).family == "off_policy"
-    return SMALL + (OFF_POLICY_SMALL if off_policy else [])
+    spec = get_spec(load_config(name).algorithm)
+    if spec.name in OWN_LOOP_SMALL:
+        return SMALL + OWN_LOOP_SMALL[spec.name]
+    return SMALL + (OFF_POLICY_SMALL if spec.family == "off_policy" else [])
 
 
 def rows(logdir: Path) -> list[dict[str, str]]:
@@ -147,7 +160,7 @@ def step_and_return(logdir: Path) -> list[tuple[str, str]]:
     return [(r["env_step"], r["mean_return"]) for r in rows(logdir)]
 
 
-@pytest.mark.parametrize("name", ["ppo/cartpole", "dqn/cartpole"])
+@pytest.mark.parametrize("name", ["ppo/cartpole", "dqn/cartpole", "bc/pendulum"])
 def test_resuming_from_a_periodic_checkpoint_rewrites_the_same_rows(name, tmp_path):
     """As after `kill -9`: the rows past the last checkpoint are dropped and written again."""
     whole = tmp_path / "whole"

@@ -37,6 +37,8 @@ from parl_algos.sac import SAC, SACStats
 from parl_algos.td3 import TD3, TD3Stats
 from parl_algos.train._apex import QActing
 from parl_algos.train._config import Config, ConfigError
+from parl_algos.train._marl import MULTI_AGENT_SPECS
+from parl_algos.train._offline import OFFLINE_SPECS
 from parl_algos.training import ActorCriticArgs, ReplayArgs
 
 __all__ = [
@@ -100,6 +102,8 @@ class AlgorithmSpec:
         modes: the modes it runs in.
         check: raises `ConfigError` for what the types of the `[agent]` keys cannot say (a
             string outside its allowed values), before anything starts.
+        run: `(config, logdir, *, resume) -> RunResult` for an algorithm with a training loop
+            of its own (offline, multi-agent: `run_own_loop`); None: `run_single`'s loops.
     """
 
     name: str
@@ -110,6 +114,7 @@ class AlgorithmSpec:
     build: Callable[[Config, gym.Space, gym.Space], Learner]
     modes: tuple[str, ...] = ("single",)
     check: Callable[[Config], None] | None = None
+    run: Callable[..., Any] | None = None
 
 
 # -- [env] sections ------------------------------------------------------------------------------
@@ -549,6 +554,7 @@ SPECS: dict[str, AlgorithmSpec] = {
         AlgorithmSpec(
             "SAC", "off_policy", EnvSection, SACSection, SACStats, _build_continuous, ASYNC
         ),
+        *(AlgorithmSpec(**fields) for fields in (*OFFLINE_SPECS, *MULTI_AGENT_SPECS)),
     )
 }
 """Every algorithm `parl-train` runs, by the name a config gives."""
