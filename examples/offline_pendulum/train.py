@@ -3,17 +3,20 @@ r"""Offline RL on Pendulum-v1: make a medium dataset with SAC, then learn BC, CQ
 No offline dataset can be downloaded here, so the example makes its own, as D4RL's "medium"
 ones were made:
 
-1. SAC trains online (the SAC example's settings), keeping a snapshot of its weights every
-   `--snapshot-every` env steps, and the final policy's return is the expert's.
-2. The snapshot whose noisy policy scores closest to `--medium-score` between a random
-   policy (0) and the expert (1) collects `--dataset-episodes` episodes into `dataset.npz`
-   (an `OfflineDataset`, the six arrays of a plain `.npz`). The noisy policy takes a
-   uniformly random action with probability `--data-random`, else a draw of the SAC policy
-   plus Gaussian noise of std `--data-noise` (the "imperfect demonstrations" of Fujimoto et
-   al.'s BCQ paper, https://arxiv.org/abs/1812.02900, with more random steps). Gaussian
-   noise alone makes no medium dataset on Pendulum: SAC's snapshots leap from about -1000 to
-   near the expert within a few hundred steps, and zero-mean noise averages out, so cloning
-   the data recovers the near-expert policy and leaves offline RL nothing to improve on.
+1. SAC trains online (the SAC example's settings) and its final policy's return is the
+   expert's (`parl_algos.train.make_sac_dataset`, which `parl-train cql/pendulum` uses too).
+2. A noisy copy of a SAC policy collects `--dataset-episodes` episodes into `dataset.npz`
+   (an `OfflineDataset`, the six arrays of a plain `.npz`): it takes a uniformly random action
+   with probability `--data-random`, else a draw of the SAC policy plus Gaussian noise of std
+   `--data-noise` (the "imperfect demonstrations" of Fujimoto et al.'s BCQ paper,
+   https://arxiv.org/abs/1812.02900, with more random steps). `--data-policy final` (the
+   default) uses SAC's final policy; `medium` the snapshot (every `--snapshot-every` steps)
+   whose noisy copy scores closest to `--medium-score` between a random policy (0) and the
+   expert (1). Either way the data is of medium quality: with half the steps random, a noisy
+   copy of any snapshot past 4.5k steps returns -610 to -750 (the expert -182), so the
+   snapshot search mostly lands on a near-expert policy anyway. Gaussian noise alone makes no
+   medium dataset on Pendulum: zero-mean noise averages out, so cloning the data recovers the
+   near-expert policy and leaves offline RL nothing to improve on.
 3. BC, CQL and IQL each learn `--offline-steps` gradient steps from that file alone, never
    touching the environment but to evaluate.
 

@@ -7,8 +7,9 @@ evaluation's, is each agent's episode return averaged over the agents, the measu
 `examples/mpe` example. The loops are the example's (MADDPG: a joint transition a step, one
 update every `train_freq` steps; MAPPO: `num_envs` whole episodes, then PPO's epochs; QMIX:
 whole episodes into an `EpisodeMemory`, one update after each, epsilon-greedy acting), written
-so that every piece of their state is in the checkpoint. `total_steps` counts env steps, each
-moving every agent.
+so that their state is in the checkpoint but for the environments: a resumed run makes them
+anew (MADDPG's episode under way starts again). `total_steps` counts env steps, each moving
+every agent.
 """
 
 from __future__ import annotations
@@ -403,7 +404,10 @@ def run_multi_agent(config: Config, logdir: str, *, resume: bool = False) -> Any
     from parl_algos.train._own_loop import OwnLoop, run_own_loop
 
     loop = functools.partial(_LOOPS[config.algorithm], config)
-    own = OwnLoop(lambda config, logdir: None, _build, loop)
+    # PettingZoo's environments do not survive pickling: a resumed run makes them anew and
+    # starts a new episode (MAPPO and QMIX start one at every iteration anyway).
+    skip = ("env", "obs", "ret", "length")
+    own = OwnLoop(lambda config, logdir: None, _build, loop, skip=skip)
     return run_own_loop(config, logdir, own, resume=resume)
 
 
