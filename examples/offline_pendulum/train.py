@@ -3,17 +3,20 @@ r"""Offline RL on Pendulum-v1: make a medium dataset with SAC, then learn BC, CQ
 No offline dataset can be downloaded here, so the example makes its own, as D4RL's "medium"
 ones were made:
 
-1. SAC trains online (the SAC example's settings), keeping a snapshot of its weights every
-   `--snapshot-every` env steps, and the final policy's return is the expert's.
-2. The snapshot whose noisy policy scores closest to `--medium-score` between a random
-   policy (0) and the expert (1) collects `--dataset-episodes` episodes into `dataset.npz`
-   (an `OfflineDataset`, the six arrays of a plain `.npz`). The noisy policy takes a
-   uniformly random action with probability `--data-random`, else a draw of the SAC policy
-   plus Gaussian noise of std `--data-noise` (the "imperfect demonstrations" of Fujimoto et
-   al.'s BCQ paper, https://arxiv.org/abs/1812.02900, with more random steps). Gaussian
-   noise alone makes no medium dataset on Pendulum: SAC's snapshots leap from about -1000 to
-   near the expert within a few hundred steps, and zero-mean noise averages out, so cloning
-   the data recovers the near-expert policy and leaves offline RL nothing to improve on.
+1. SAC trains online (the SAC example's settings) and its final policy's return is the
+   expert's (`parl_algos.train.make_sac_dataset`, which `parl-train cql/pendulum` uses too).
+2. A noisy copy of a SAC policy collects `--dataset-episodes` episodes into `dataset.npz`
+   (an `OfflineDataset`, the six arrays of a plain `.npz`): it takes a uniformly random action
+   with probability `--data-random`, else a draw of the SAC policy plus Gaussian noise of std
+   `--data-noise` (the "imperfect demonstrations" of Fujimoto et al.'s BCQ paper,
+   https://arxiv.org/abs/1812.02900, with more random steps). `--data-policy final` (the
+   default) uses SAC's final policy; `medium` the snapshot (every `--snapshot-every` steps)
+   whose noisy copy scores closest to `--medium-score` between a random policy (0) and the
+   expert (1). Either way the data is of medium quality: with half the steps random, a noisy
+   copy of any snapshot past 4.5k steps returns -610 to -750 (the expert -182), so the
+   snapshot search mostly lands on a near-expert policy anyway. Gaussian noise alone makes no
+   medium dataset on Pendulum: zero-mean noise averages out, so cloning the data recovers the
+   near-expert policy and leaves offline RL nothing to improve on.
 3. BC, CQL and IQL each learn `--offline-steps` gradient steps from that file alone, never
    touching the environment but to evaluate.
 
@@ -31,19 +34,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 import parl
-from parl.algorithms import BC, CQL, IQL, SAC
-from parl.utils import OfflineDataset, ReplayMemory, logger, parse_args
+from parl.algorithms import BC, CQL, IQL
+from parl.utils import OfflineDataset, logger, parse_args
 from parl_algos.agents import ContinuousAgent
 from parl_algos.nets import ContinuousActorCriticMLP, ValueMLP
 from parl_algos.rollout import make_rescaled_env
-from parl_algos.training import OffPolicyArgs, TrainingRun, evaluate, train_off_policy
+from parl_algos.train import OfflineEnvSection, make_sac_dataset
+from parl_algos.training import OffPolicyArgs, TrainingRun, evaluate
 
 
 @dataclass
@@ -57,10 +59,13 @@ class Args(OffPolicyArgs):
     logdir: str = "train_log/offline_pendulum"
     tau: float = 0.005
     """Polyak rate of the target critics (SAC, CQL, IQL)."""
+    data_policy: str = "final"
+    """What collects the data: 'final' (SAC's last policy) or 'medium' (the snapshot whose
+    noisy copy scores nearest `--medium-score`)."""
     snapshot_every: int = 500
-    """Keep SAC's weights every this many env steps."""
+    """'medium': keep SAC's weights every this many env steps."""
     medium_score: float = 0.5
-    """Normalised score the data-collecting policy aims at (0: random, 1: the SAC expert)."""
+    """'medium': the normalised score aimed at (0: random, 1: the SAC expert)."""
     data_noise: float = 0.3
     """Std of the Gaussian noise added to the data-collecting policy's actions."""
     data_random: float = 0.5
@@ -96,84 +101,19 @@ def _sac_model(obs_dim: int, act_dim: int, width: int) -> ContinuousActorCriticM
     return ContinuousActorCriticMLP(obs_dim, act_dim, hidden, stochastic=True, twin=True)
 
 
-def _noisy(
-    agent: ContinuousAgent, noise: float, random: float, seed: int
-) -> Callable[[np.ndarray], np.ndarray]:
-    """SAC's draw plus Gaussian noise, or with probability `random` a uniform action."""
-    rng = np.random.default_rng(seed)
-
-    def policy(obs: np.ndarray) -> np.ndarray:
-        action = agent.sample(obs)
-        if rng.random() < random:
-            return rng.uniform(-1.0, 1.0, action.shape).astype(np.float32)
-        return np.clip(action + rng.normal(0.0, noise, action.shape), -1.0, 1.0).astype(np.float32)
-
-    return policy
-
-
 def make_dataset(args: Args, path: str) -> dict:
-    """Train SAC, pick the medium snapshot, collect the dataset into `path`; return returns."""
-    env, eval_env = make_rescaled_env(args.env_id), make_rescaled_env(args.env_id)
-    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
-    sac = SAC(
-        _sac_model(obs_dim, act_dim, args.hidden_size),
-        actor_lr=args.lr,
-        critic_lr=args.lr,
-        alpha_lr=args.lr,
-        gamma=args.gamma,
-        tau=args.tau,
+    """Train SAC, collect the dataset into `path` (`make_sac_dataset`); return the returns."""
+    env = OfflineEnvSection(
+        id=args.env_id,
+        sac_steps=args.total_steps,
+        data_policy=args.data_policy,
+        medium_score=args.medium_score,
+        snapshot_every=args.snapshot_every,
+        data_random=args.data_random,
+        data_noise=args.data_noise,
+        dataset_episodes=args.dataset_episodes,
     )
-    agent = ContinuousAgent(sac)
-    snapshots: list[tuple[int, dict[str, np.ndarray]]] = []
-
-    def keep(step: int) -> None:
-        if step % args.snapshot_every == 0:
-            snapshots.append((step, agent.get_weights()))
-
-    sac_args = dataclasses.replace(args, logdir=os.path.join(args.logdir, "sac"))
-    run = TrainingRun(
-        f"SAC on {args.env_id}", sac_args, total_steps=args.total_steps, eval_env=eval_env
-    )
-    memory = ReplayMemory(args.buffer_size, obs_dim, act_dim, seed=args.seed)
-    train_off_policy(run, env, agent, memory, sac_args, after_step=keep)
-    run.finish(agent)
-
-    n = max(1, args.eval_episodes // 3)
-    seed = args.seed + 20_000
-    expert = evaluate(eval_env, agent.predict, args.eval_episodes, seed=seed)
-    rng = np.random.default_rng(args.seed)
-    random = evaluate(
-        eval_env, lambda _: rng.uniform(-1, 1, act_dim), args.eval_episodes, seed=seed
-    )
-    target = random + args.medium_score * (expert - random)
-    logger.info(
-        "SAC expert %.1f, random %.1f: the data policy aims at %.1f", expert, random, target
-    )
-    best = None
-    for step, weights in snapshots:
-        agent.set_weights(weights)
-        ret = evaluate(
-            eval_env, _noisy(agent, args.data_noise, args.data_random, args.seed), n, seed=seed
-        )
-        logger.info("snapshot at env step %d: noisy policy return %.1f", step, ret)
-        if best is None or abs(ret - target) < abs(best[1] - target):
-            best = (step, ret, weights)
-    step, _, weights = best
-    agent.set_weights(weights)
-    policy = _noisy(agent, args.data_noise, args.data_random, args.seed + 1)
-    dataset = OfflineDataset.collect(
-        env, policy, episodes=args.dataset_episodes, seed=args.seed + 30_000
-    )
-    dataset.save(path)
-    info = {
-        "sac_expert_return": expert,
-        "random_return": random,
-        "snapshot_env_step": step,
-        "data_return": float(dataset.episode_returns().mean()),
-        "transitions": len(dataset),
-    }
-    logger.info("dataset %s: %s", path, info)
-    return info
+    return make_sac_dataset(env, path, seed=args.seed, logdir=os.path.join(args.logdir, "sac"))
 
 
 def make_offline_algorithm(name: str, obs_dim: int, act_dim: int, args: Args) -> parl.Algorithm:

@@ -271,3 +271,23 @@ def test_list_shows_every_shipped_config_with_its_modes():
     assert [line.split()[0] for line in lines] == shipped_configs()
     for line in lines:
         assert "modes: single" in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["cql/pendulum", "--env.data_policy", "best"], ["env.data_policy", "final, medium"]),
+        (["iql/pendulum", "--env.dataset", "no/such.npz"], ["env.dataset", "no such file"]),
+        (["bc/pendulum", "--env.data_random", "1.5"], ["env.data_random", "[0, 1]"]),
+        (["bc/pendulum", "--mode", "sync"], ["train.mode", "single"]),
+        (["qmix/simple_spread", "--env.id", "simple_nothing"], ["env.id", "mpe2"]),
+        (["qmix/simple_spread", "--agent.mixer", "max"], ["agent.mixer", "qmix, vdn"]),
+    ],
+)
+def test_offline_and_multi_agent_settings_are_checked_before_anything_starts(
+    argv, names, capsys, tmp_path
+):
+    assert main([*argv, "--logdir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert all(name in err for name in names), err
+    assert not (tmp_path / "r").exists()

@@ -41,6 +41,17 @@ SMALL = [
 ]
 OFF_POLICY_SMALL = ["--agent.learning_starts", "100", "--agent.train_freq", "50"]
 OFF_POLICY_SMALL += ["--agent.gradient_steps", "5", "--agent.batch_size", "32"]
+# Offline: a dataset of 2 episodes from a 120-step SAC run; multi-agent: small batches.
+OFFLINE_SMALL = ["--env.sac_steps", "120", "--env.dataset_episodes", "2"]
+OFFLINE_SMALL += ["--agent.batch_size", "32", "--agent.hidden_size", "32"]
+OWN_LOOP_SMALL = {
+    "BC": OFFLINE_SMALL,
+    "CQL": OFFLINE_SMALL,
+    "IQL": OFFLINE_SMALL,
+    "MADDPG": ["--agent.learning_starts", "100", "--agent.batch_size", "32"],
+    "MAPPO": ["--agent.num_envs", "2"],
+    "QMIX": ["--agent.batch_size", "4"],
+}
 
 
 def parl_train(
@@ -59,7 +70,10 @@ RECURRENT_SMALL += ["--agent.updates_per_collect", "2"]
 
 def small_args(name: str) -> list[str]:
     config = load_config(name)
-    family = get_spec(config.algorithm).family
+    spec = get_spec(config.algorithm)
+    if spec.name in OWN_LOOP_SMALL:
+        return SMALL + OWN_LOOP_SMALL[spec.name]
+    family = spec.family
     if family in ("off_policy", "recurrent"):
         return SMALL + {"off_policy": OFF_POLICY_SMALL, "recurrent": RECURRENT_SMALL}[family]
     n_steps = getattr(config.agent, "n_steps", None)
@@ -161,7 +175,7 @@ def step_and_return(logdir: Path) -> list[tuple[str, str]]:
     return [(r["env_step"], r["mean_return"]) for r in rows(logdir)]
 
 
-@pytest.mark.parametrize("name", ["ppo/cartpole", "dqn/cartpole"])
+@pytest.mark.parametrize("name", ["ppo/cartpole", "dqn/cartpole", "bc/pendulum"])
 def test_resuming_from_a_periodic_checkpoint_rewrites_the_same_rows(name, tmp_path):
     """As after `kill -9`: the rows past the last checkpoint are dropped and written again."""
     whole = tmp_path / "whole"

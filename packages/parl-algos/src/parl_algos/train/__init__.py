@@ -19,6 +19,7 @@ from parl_algos.train._config import (
     load_config,
     shipped_configs,
 )
+from parl_algos.train._offline import OfflineEnvSection, make_sac_dataset
 from parl_algos.train._runner import ProgressLog, RunResult, latest_checkpoint, run_single
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "Learner",
+    "OfflineEnvSection",
     "ProgressLog",
     "RunResult",
     "SPECS",
@@ -36,6 +38,7 @@ __all__ = [
     "latest_checkpoint",
     "load_config",
     "main",
+    "make_sac_dataset",
     "run_single",
     "shipped_configs",
 ]

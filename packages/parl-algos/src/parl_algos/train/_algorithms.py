@@ -46,6 +46,8 @@ from parl_algos.td3 import TD3, TD3Stats
 from parl_algos.train._a3c import A3CSection, A3CSession, GA3CSection, GA3CSession
 from parl_algos.train._apex import QActing
 from parl_algos.train._config import Config, ConfigError
+from parl_algos.train._marl import MULTI_AGENT_SPECS
+from parl_algos.train._offline import OFFLINE_SPECS
 from parl_algos.train._recurrent import (
     R2D2EnvSection,
     R2D2Section,
@@ -120,6 +122,8 @@ class AlgorithmSpec:
         session: `(config, logdir) -> Session`: a training loop of the algorithm's own
             (`train._sessions`), for the modes of `session_modes`.
         session_modes: the modes its session runs (the others run its family's loop).
+        run: `(config, logdir, *, resume) -> RunResult` for an algorithm with a training loop
+            of its own (offline, multi-agent: `run_own_loop`); None: `run_single`'s loops.
     """
 
     name: str
@@ -132,6 +136,7 @@ class AlgorithmSpec:
     check: Callable[[Config], None] | None = None
     session: Callable[[Config, str], Any] | None = None
     session_modes: tuple[str, ...] = ()
+    run: Callable[..., Any] | None = None
 
 
 # -- [env] sections ------------------------------------------------------------------------------
@@ -612,6 +617,7 @@ SPECS: dict[str, AlgorithmSpec] = {
         AlgorithmSpec(
             "SAC", "off_policy", EnvSection, SACSection, SACStats, _build_continuous, ASYNC
         ),
+        *(AlgorithmSpec(**fields) for fields in (*OFFLINE_SPECS, *MULTI_AGENT_SPECS)),
     )
 }
 """Every algorithm `parl-train` runs, by the name a config gives."""

@@ -581,6 +581,8 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
         from parl_algos.train._sessions import run_session
 
         return run_session(config, logdir, resume=resume)
+    if spec.run is not None:  # offline and multi-agent loops (`_own_loop`)
+        return spec.run(config, logdir, resume=resume)
     os.makedirs(logdir, exist_ok=True)
     with open(os.path.join(logdir, "config.toml"), "w", encoding="utf-8") as f:
         f.write(dump_config(config))

@@ -1,0 +1,441 @@
+"""Multi-agent configs of `parl-train`: MADDPG, MAPPO and QMIX on PettingZoo's MPE.
+
+`[env]` names an environment of `mpe2` (`id = "simple_spread_v3"`) and its episode length.
+Each run plays it as a `StackedAgentsEnv` (the agents' observations stacked row by row, the
+team's reward the mean of the agents'), so that a training episode's return, like an
+evaluation's, is each agent's episode return averaged over the agents, the measure of the
+`examples/mpe` example. The loops are the example's (MADDPG: a joint transition a step, one
+update every `train_freq` steps; MAPPO: `num_envs` whole episodes, then PPO's epochs; QMIX:
+whole episodes into an `EpisodeMemory`, one update after each, epsilon-greedy acting), written
+so that their state is in the checkpoint but for the environments: a resumed run makes them
+anew (MADDPG's episode under way starts again). `total_steps` counts env steps, each moving
+every agent.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+import parl
+from parl_algos.functional import gae
+from parl_algos.maddpg import MADDPG, MADDPGStats, MultiAgentActorCriticMLP
+from parl_algos.mappo import MAPPO, MAPPOStats, MultiAgentPPOMLP, pack_agent_inputs
+from parl_algos.multiagent import EpisodeMemory, MultiAgentReplayMemory, StackedAgentsEnv
+from parl_algos.qmix import QMIX, QMixer, QMIXStats, RNNAgent
+from parl_algos.rollout import Episode
+from parl_algos.train._config import Config, ConfigError
+
+__all__ = [
+    "MADDPGSection",
+    "MAPPOSection",
+    "MULTI_AGENT_SPECS",
+    "MultiAgentEnvSection",
+    "QMIXSection",
+    "StackedAgent",
+    "make_mpe_env",
+    "run_multi_agent",
+]
+
+
+@dataclass
+class MultiAgentEnvSection:
+    """`[env]` of the multi-agent algorithms: an MPE environment of `mpe2`."""
+
+    id: str = "simple_spread_v3"
+    """The `mpe2` environment module (`simple_spread_v3`, `simple_adversary_v3`, ...)."""
+    max_cycles: int = 25
+    """Steps per episode."""
+
+
+@dataclass
+class MADDPGSection:
+    """`[agent]` of MADDPG (the MADDPG paper's MPE settings)."""
+
+    lr: float = 1e-2
+    """Adam learning rate of the actors and the critics."""
+    gamma: float = 0.95
+    tau: float = 0.01
+    """Polyak rate of the target networks."""
+    batch_size: int = 1024
+    buffer_size: int = 1_000_000
+    learning_starts: int = 1000
+    """Env steps of uniformly random actions before learning starts."""
+    train_freq: int = 25
+    """Env steps between two updates."""
+    hidden_size: int = 64
+    centralized: bool = True
+    """Critics on every agent's observation and action (false: independent DDPG)."""
+
+
+@dataclass
+class MAPPOSection:
+    """`[agent]` of MAPPO."""
+
+    lr: float = 7e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    num_envs: int = 8
+    """Environments played per iteration, one whole episode each."""
+    update_epochs: int = 10
+    """Passes over each iteration's batch (one minibatch: the whole batch)."""
+    clip_coef: float = 0.2
+    ent_coef: float = 0.01
+    hidden_size: int = 64
+    centralized: bool = True
+    """A value function on the global state (false: on the agent's own observation)."""
+
+
+@dataclass
+class QMIXSection:
+    """`[agent]` of QMIX."""
+
+    lr: float = 5e-4
+    gamma: float = 0.99
+    batch_size: int = 32
+    """Episodes per update."""
+    buffer_size: int = 5000
+    """Episodes kept."""
+    hidden_size: int = 64
+    """Width of the recurrent agent network."""
+    mixing_embed_dim: int = 32
+    """Width of the mixing network."""
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_decay_steps: int = 50_000
+    """Env steps over which epsilon falls linearly from eps_start to eps_end."""
+    target_update_interval: int = 200
+    """Episodes between two copies of the networks into their targets."""
+    mixer: str = "qmix"
+    """'qmix' (the monotonic mixing network) or 'vdn' (a sum)."""
+
+
+def make_mpe_env(
+    env: MultiAgentEnvSection, cls: type[StackedAgentsEnv] = StackedAgentsEnv
+) -> StackedAgentsEnv:
+    """The `mpe2` environment `env.id` as a `cls` (`StackedAgentsEnv`; team reward: the mean)."""
+    from pettingzoo.utils.conversions import aec_to_parallel
+
+    module = importlib.import_module(f"mpe2.{env.id}")
+    # The raw environment, without PettingZoo's checking wrappers: twice as fast a step.
+    return cls(aec_to_parallel(module.raw_env(max_cycles=env.max_cycles)))
+
+
+def check_multi_agent(config: Config) -> None:
+    """Raise `ConfigError` for an unknown environment or a value outside its range."""
+    if importlib.util.find_spec("mpe2") is None:
+        raise ConfigError(f"{config.algorithm} configs need mpe2: pip install mpe2")
+    if importlib.util.find_spec(f"mpe2.{config.env.id}") is None:
+        raise ConfigError(
+            f"env.id={config.env.id!r} is not an mpe2 environment (e.g. simple_spread_v3)"
+        )
+    if config.env.max_cycles < 1:
+        raise ConfigError(f"env.max_cycles={config.env.max_cycles} must be at least 1")
+    if getattr(config.agent, "mixer", "qmix") not in ("qmix", "vdn"):
+        raise ConfigError(f"agent.mixer={config.agent.mixer!r}; allowed: qmix, vdn")
+
+
+class StackedAgent(parl.Agent):
+    """A multi-agent algorithm acting on a `StackedAgentsEnv`'s `(n_agents, obs)` rows.
+
+    `predict` (evaluation) gives one discrete action per agent. MAPPO's value needs the global
+    state and QMIX's agents a recurrent state: the evaluation environment keeps `state` and
+    `hidden` current (`hidden` back to None at each reset).
+
+    Args:
+        algorithm: `MADDPG`, `MAPPO` or `QMIX`.
+        obs_dims: each agent's observation size (its row's first columns).
+    """
+
+    def __init__(self, algorithm: parl.Algorithm, obs_dims: tuple[int, ...]) -> None:
+        super().__init__(algorithm)
+        self.obs_dims = obs_dims
+        self.state: np.ndarray | None = None
+        """The global state that goes with the next observation."""
+        self.hidden: torch.Tensor | None = None
+        """QMIX: the recurrent state of the episode being played."""
+
+    def split(self, obs: np.ndarray) -> list[torch.Tensor]:
+        """Each agent's `(1, obs_dim)` observation from the stacked rows."""
+        return [torch.from_numpy(obs[i, :d]).unsqueeze(0) for i, d in enumerate(self.obs_dims)]
+
+    def predict(self, obs: np.ndarray) -> np.ndarray:
+        """The greedy action of each agent, `(n_agents,)` int64."""
+        alg = self.alg
+        if isinstance(alg, MADDPG):
+            return np.array([int(a[0].argmax()) for a in alg.predict(self.split(obs))])
+        if isinstance(alg, MAPPO):
+            rows = pack_agent_inputs(torch.from_numpy(obs), torch.from_numpy(self.state))
+            return alg.predict(rows).numpy()
+        if self.hidden is None:
+            self.hidden = alg.init_hidden()
+        action, self.hidden = alg.predict(torch.from_numpy(obs), self.hidden)
+        return action.numpy()
+
+
+class _EvalEnv(StackedAgentsEnv):
+    """The evaluation environment: it keeps the agent's global and recurrent states current."""
+
+    agent: StackedAgent
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        obs, info = super().reset(seed=seed, options=options)
+        self.agent.state, self.agent.hidden = info["state"], None
+        return obs, info
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.agent.state = info["state"]
+        return obs, reward, terminated, truncated, info
+
+
+def _eval_env(config: Config, agent: StackedAgent) -> _EvalEnv:
+    env = make_mpe_env(config.env, _EvalEnv)
+    assert isinstance(env, _EvalEnv)
+    env.agent = agent
+    return env
+
+
+# -- builders ------------------------------------------------------------------------------------
+
+
+def _build(config: Config, _: Any) -> tuple[Any, Any, dict[str, Any]]:
+    a, seed = config.agent, config.train.seed
+    torch.manual_seed(seed)
+    env = make_mpe_env(config.env)
+    arrays = env.arrays
+    n_actions = [int(s.n) for s in arrays.action_spaces]
+    hidden = (a.hidden_size, a.hidden_size)
+    objects: dict[str, Any] = {"rng": np.random.default_rng(seed)}
+    if config.algorithm == "MADDPG":
+        model = MultiAgentActorCriticMLP(
+            arrays.obs_dims, n_actions, hidden, centralized=a.centralized
+        )
+        alg: parl.Algorithm = MADDPG(
+            model, actor_lr=a.lr, critic_lr=a.lr, gamma=a.gamma, tau=a.tau, seed=seed
+        )
+        capacity = min(a.buffer_size, config.train.total_steps)
+        objects["memory"] = MultiAgentReplayMemory(capacity, arrays.obs_dims, n_actions, seed=seed)
+    elif config.algorithm == "MAPPO":
+        model = MultiAgentPPOMLP(
+            arrays.max_obs_dim,
+            arrays.state_dim,
+            arrays.n_agents,
+            n_actions[0],
+            hidden,
+            centralized=a.centralized,
+        )
+        rows = config.env.max_cycles * a.num_envs * arrays.n_agents
+        alg = MAPPO(
+            model,
+            lr=a.lr,
+            clip_coef=a.clip_coef,
+            ent_coef=a.ent_coef,
+            update_epochs=a.update_epochs,
+            minibatch_size=rows,
+            seed=seed,
+        )
+        env.close()
+        env = [make_mpe_env(config.env) for _ in range(a.num_envs)]
+    else:
+        n = arrays.n_agents
+        model = RNNAgent(arrays.max_obs_dim + n, n_actions[0], a.hidden_size)
+        from parl_algos.qmix import VDNMixer
+
+        mixer = QMixer(n, arrays.state_dim, a.mixing_embed_dim) if a.mixer == "qmix" else None
+        alg = QMIX(model, mixer or VDNMixer(), n_agents=n, lr=a.lr, gamma=a.gamma, seed=seed)
+        objects["memory"] = EpisodeMemory(
+            a.buffer_size,
+            config.env.max_cycles,
+            n,
+            arrays.max_obs_dim,
+            arrays.state_dim,
+            n_actions[0],
+            seed=seed,
+        )
+    objects["env"] = env
+    agent = StackedAgent(alg, arrays.obs_dims)
+    return agent, _eval_env(config, agent), objects
+
+
+# -- loops ---------------------------------------------------------------------------------------
+
+
+def _reset(env: StackedAgentsEnv, objects: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Reset `env` with the next episode seed of the run; return `(obs, state)`."""
+    seed = int(objects["rng"].integers(2**31))
+    obs, info = env.reset(seed=seed)
+    return obs, info["state"]
+
+
+def _maddpg_loop(
+    config: Config, run: Any, agent: StackedAgent, objects: dict[str, Any], total: int
+) -> None:
+    a, env, memory, rng = config.agent, objects["env"], objects["memory"], objects["rng"]
+    n_actions = [int(s.n) for s in env.arrays.action_spaces]
+    eye = [np.eye(n, dtype=np.float32) for n in n_actions]
+    if "obs" not in objects:
+        objects.update(obs=_reset(env, objects)[0], ret=0.0, length=0, stats=None)
+    run.start()
+    for step in range(run.env_steps + 1, total + 1):
+        obs = objects["obs"]
+        if step <= a.learning_starts:
+            action = [int(rng.integers(n)) for n in n_actions]
+        else:
+            action = [int(x[0].argmax()) for x in agent.alg.sample(agent.split(obs))]
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        split = [o[:d] for o, d in zip(next_obs, agent.obs_dims, strict=True)]
+        memory.append(
+            [o[:d] for o, d in zip(obs, agent.obs_dims, strict=True)],
+            [e[x] for e, x in zip(eye, action, strict=True)],
+            info["rewards"],
+            split,
+            np.full(len(action), float(terminated), np.float32),
+        )
+        objects["ret"] += reward
+        objects["length"] += 1
+        episodes = []
+        if terminated or truncated:
+            episodes.append(Episode(step, objects["ret"], objects["length"]))
+            objects.update(obs=_reset(env, objects)[0], ret=0.0, length=0)
+        else:
+            objects["obs"] = next_obs
+        if step > a.learning_starts and step % a.train_freq == 0:
+            objects["stats"] = agent.alg.learn(*memory.sample(a.batch_size))
+        run.record(step, episodes, objects["stats"])
+        run.maybe_evaluate(agent.predict)
+        if run.done:
+            break
+
+
+def _mappo_loop(
+    config: Config, run: Any, agent: StackedAgent, objects: dict[str, Any], total: int
+) -> None:
+    a, envs, alg = config.agent, objects["env"], agent.alg
+    T, E = config.env.max_cycles, len(envs)
+    N, D = envs[0].arrays.n_agents, envs[0].arrays.max_obs_dim
+    run.start()
+    while run.env_steps < total and not run.done:
+        obs = np.zeros((T + 1, E, N, D), np.float32)
+        state = np.zeros((T + 1, E, envs[0].arrays.state_dim), np.float32)
+        action = torch.zeros((T, E, N), dtype=torch.int64)
+        reward = np.zeros((T, E, N), np.float32)
+        terminated = np.zeros((T, E, N), np.float32)
+        done = np.zeros((T, E, N), np.float32)
+        for e, env in enumerate(envs):
+            obs[0, e], state[0, e] = _reset(env, objects)
+        for t in range(T):
+            action[t] = alg.sample(
+                pack_agent_inputs(torch.from_numpy(obs[t]), torch.from_numpy(state[t]))
+            )
+            for e, env in enumerate(envs):
+                o, _, term, trunc, info = env.step(action[t, e].numpy())
+                obs[t + 1, e], state[t + 1, e], reward[t, e] = o, info["state"], info["rewards"]
+                terminated[t, e], done[t, e] = term, term or trunc
+        b_obs, b_state = torch.from_numpy(obs), torch.from_numpy(state)
+        with torch.no_grad():
+            values = alg.model.value(pack_agent_inputs(b_obs, b_state))
+            log_prob = alg.distribution(pack_agent_inputs(b_obs[:-1], b_state[:-1])).log_prob(
+                action
+            )
+        advantage = gae(
+            torch.from_numpy(reward),
+            values[:-1],
+            values[1:],
+            torch.from_numpy(terminated),
+            torch.from_numpy(done),
+            a.gamma,
+            a.gae_lambda,
+        )
+        stats = alg.learn(
+            b_obs[:-1].flatten(0, 1),
+            b_state[:-1].flatten(0, 1),
+            action.flatten(0, 1),
+            advantage.flatten(0, 1),
+            (advantage + values[:-1]).flatten(0, 1),
+            values[:-1].flatten(0, 1),
+            log_prob.flatten(0, 1),
+        )
+        steps = run.env_steps + T * E
+        returns = reward.sum(0).mean(-1)  # each environment's episode, mean over agents
+        run.record(steps, [Episode(steps, float(r), T) for r in returns], stats)
+        run.maybe_evaluate(agent.predict)
+
+
+def _qmix_loop(
+    config: Config, run: Any, agent: StackedAgent, objects: dict[str, Any], total: int
+) -> None:
+    a, env, memory, alg = config.agent, objects["env"], objects["memory"], agent.alg
+    objects.setdefault("episodes", 0)
+    objects.setdefault("stats", None)
+    run.start()
+    while run.env_steps < total and not run.done:
+        obs, state = _reset(env, objects)
+        hidden, ret, steps, done = alg.init_hidden(), 0.0, run.env_steps, False
+        while not done:
+            fraction = min(steps / max(a.eps_decay_steps, 1), 1.0)
+            epsilon = a.eps_start + fraction * (a.eps_end - a.eps_start)
+            action, hidden = alg.sample(torch.from_numpy(obs), hidden, epsilon)
+            next_obs, reward, terminated, truncated, info = env.step(action.numpy())
+            memory.append(obs, state, action.numpy(), reward, terminated, next_obs, info["state"])
+            obs, state, ret, steps = next_obs, info["state"], ret + reward, steps + 1
+            done = terminated or truncated
+        memory.end_episode()
+        objects["episodes"] += 1
+        if len(memory) >= a.batch_size:
+            objects["stats"] = alg.learn(*memory.sample(a.batch_size))
+        if objects["episodes"] % a.target_update_interval == 0:
+            alg.sync_target()
+        run.record(steps, [Episode(steps, ret, steps - run.env_steps)], objects["stats"])
+        run.maybe_evaluate(agent.predict)
+
+
+_LOOPS = {"MADDPG": _maddpg_loop, "MAPPO": _mappo_loop, "QMIX": _qmix_loop}
+
+
+def run_multi_agent(config: Config, logdir: str, *, resume: bool = False) -> Any:
+    """Train a multi-agent config in this process (see the module's docstring)."""
+    from parl_algos.train._own_loop import OwnLoop, run_own_loop
+
+    loop = functools.partial(_LOOPS[config.algorithm], config)
+    # PettingZoo's environments do not survive pickling: a resumed run makes them anew and
+    # starts a new episode (MAPPO and QMIX start one at every iteration anyway).
+    skip = ("env", "obs", "ret", "length")
+    own = OwnLoop(lambda config, logdir: None, _build, loop, skip=skip)
+    return run_own_loop(config, logdir, own, resume=resume)
+
+
+def _build_learner(config: Config, obs_space: Any, act_space: Any) -> Any:
+    """`AlgorithmSpec.build`: the agent (its environment decides the spaces)."""
+    from parl_algos.train._algorithms import Learner
+
+    agent, eval_env, _ = _build(config, None)
+    eval_env.close()
+    return Learner(agent)
+
+
+MULTI_AGENT_SPECS: list[dict[str, Any]] = [
+    dict(
+        name=name,
+        family="multi_agent",
+        env=MultiAgentEnvSection,
+        agent=section,
+        stats=stats,
+        build=_build_learner,
+        modes=("single",),
+        check=check_multi_agent,
+        run=run_multi_agent,
+    )
+    for name, section, stats in (
+        ("MADDPG", MADDPGSection, MADDPGStats),
+        ("MAPPO", MAPPOSection, MAPPOStats),
+        ("QMIX", QMIXSection, QMIXStats),
+    )
+]
+"""The fields of the multi-agent algorithms' `AlgorithmSpec`s (registered in `SPECS`)."""
