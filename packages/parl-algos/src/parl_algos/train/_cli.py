@@ -102,10 +102,14 @@ def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[tuple[str, str
 def _list_configs() -> None:
     from parl_algos.train._algorithms import get_spec
 
+    lines = []
     for name in shipped_configs():
         config = load_config(name)
         modes = " ".join(get_spec(config.algorithm).modes)
-        print(f"{name:<18} {config.algorithm} on {config.env.id:<14} modes: {modes}")
+        lines.append((name, f"{config.algorithm} on {config.env.id}", modes))
+    width = [max(len(line[i]) for line in lines) for i in (0, 1)]
+    for name, what, modes in lines:
+        print(f"{name:<{width[0]}}  {what:<{width[1]}}  modes: {modes}")
 
 
 def resolve(argv: Sequence[str]) -> tuple[Config, bool] | None:

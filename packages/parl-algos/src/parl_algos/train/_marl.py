@@ -39,6 +39,7 @@ __all__ = [
     "MultiAgentEnvSection",
     "QMIXSection",
     "StackedAgent",
+    "check_multi_agent",
     "make_mpe_env",
     "run_multi_agent",
 ]
