@@ -27,6 +27,8 @@ absolute times do.
     python benchmarks/remote_bench.py --quick    # fewer repetitions
     python benchmarks/remote_bench.py --w3       # the shared-memory table alone
     python benchmarks/remote_bench.py --w4       # the creation rows alone
+    python benchmarks/remote_bench.py --tls      # W1 and W3 on a plaintext and a TLS cluster
+                                                 # (runs tls_bench.py)
 
 Reference figures measured on this kind of machine with the same workloads (see README.md in
 this directory for how to reproduce them): PARL 2.2.1 W1 202 us, W2 6.0k calls/s, W3 159 MB/s,
@@ -392,7 +394,14 @@ def main() -> None:
         "--settle", type=float, default=3.0, help="seconds between W4's user-module actors"
     )
     parser.add_argument("--n", type=int, default=0, help="W4's later user-module actors")
+    parser.add_argument(
+        "--tls", action="store_true", help="only what TLS costs W1 and W3 (tls_bench.py)"
+    )
     args = parser.parse_args()
+    if args.tls:  # each mode in a process of its own: TLS is a setting of the whole process
+        here = os.path.dirname(os.path.abspath(__file__))
+        quick = ["--quick"] if args.quick else []
+        sys.exit(subprocess.call([sys.executable, os.path.join(here, "tls_bench.py"), *quick]))
     scale = 0.2 if args.quick else 1.0
     n_blocks = max(5, int(20 * scale))
     n_calls = int(40000 * scale)
