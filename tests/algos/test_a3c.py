@@ -58,6 +58,11 @@ def test_gradients_sent_and_applied_make_a2cs_update():
 def _check_updates(learner: A3CLearner, agent: ActorCriticAgent, n: int, batch: int):
     initial = agent.get_weights()
     updates = [learner.step() for _ in range(n)]
+    # Gradients are applied as they arrive: one actor may be quicker to start, so go on (a
+    # bounded number of steps) until the other's first gradient arrives too.
+    while {u.actor for u in updates} != {0, 1} and len(updates) < 20 * n:
+        updates.append(learner.step())
+    n = len(updates)
     assert learner.version == n
     assert [u.env_steps for u in updates] == [batch * (k + 1) for k in range(n)]
     assert {u.actor for u in updates} == {0, 1}  # both actors' gradients arrived
