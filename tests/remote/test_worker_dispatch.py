@@ -26,7 +26,12 @@ def test_every_table_maps_wire_messages_to_handlers():
     wire = set(typing.get_args(m.Message))
     for table in (Worker._master_handlers, Worker._host_handlers, Master._handlers):
         assert set(table) <= wire and all(callable(h) for h in table.values())
-    assert set(Worker._master_handlers) == {m.StartActor, m.StopActor, m.ShutdownWorker}
+    assert set(Worker._master_handlers) == {
+        m.StartActor,
+        m.StopActor,
+        m.ShutdownWorker,
+        m.Preload,
+    }
 
 
 def test_a_message_the_worker_does_not_take_is_a_protocol_error_naming_it(worker):

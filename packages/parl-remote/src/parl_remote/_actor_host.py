@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import logging
 import os
@@ -32,7 +33,7 @@ import zipfile
 from typing import Any, ClassVar
 
 from parl_remote import _serialize as ser
-from parl_remote import _tls
+from parl_remote import _shm, _tls
 from parl_remote._actor_calls import CallRunner, unpickling_error
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ClusterError, ProtocolError
@@ -60,12 +61,14 @@ class ActorHost(CallRunner):
         self.host = host
         self.token = token
         self._connections = 0
-        self.preloader = Preloader()
+        self.preloader = Preloader(on_idle=self._preloaded)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def serve(self) -> None:
         """Listen, announce readiness to the worker, and serve until the process is ended."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         port = self._start_acceptor(loop)
+        _warm_up(self.token)
         _, self.ctl = await loop.create_connection(
             lambda: AsyncConnection(
                 Connection("actor", is_server=False, token=None, trusted=True),
@@ -158,6 +161,13 @@ class ActorHost(CallRunner):
         if settings.preload and self.actor_id is None:
             self.preloader.add(msg.modules)
 
+    def _preloaded(self, done: int) -> None:
+        """The preloader went through `done` names (on its thread): tell the worker."""
+        loop = self._loop
+        if loop is not None and self.ctl is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closing: nobody to tell
+                loop.call_soon_threadsafe(self.ctl.send, m.Preloaded(done))
+
     _ctl_handlers: ClassVar[dict[type, Any]] = {m.Assign: _assign, m.Preload: _preload}
 
     def _on_ctl_closed(self, conn: AsyncConnection, exc: Exception | None) -> None:
@@ -226,6 +236,15 @@ class ActorHost(CallRunner):
     def _report_init(self, ok: bool, imports: list[str] | None = None) -> None:
         if self.ctl is not None and self.actor_id is not None:
             self.ctl.send(m.ActorInitialized(self.actor_id, ok, imports or []))
+
+
+def _warm_up(token: bytes | None) -> None:
+    """Do now what the first connection and `Init` would otherwise do while a client waits."""
+    import encodings.cp437  # noqa: F401  # the bundle's member names decode with it
+
+    import parl_remote._shm_link  # noqa: F401  # a connection from this host uses it
+
+    _shm.store(token)
 
 
 def _watch_worker(death_fd: int) -> None:
