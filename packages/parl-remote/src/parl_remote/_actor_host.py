@@ -5,7 +5,8 @@ Life of the process:
 1. The worker starts it with a private socket pair (`--ctl-fd`) and a pipe (`--death-fd`)
    whose other end only the worker holds. It listens on a free port, says `HostReady`.
 2. The worker `Assign`s it to an actor: it sets the environment (e.g. `CUDA_VISIBLE_DEVICES`),
-   answers `Assigned`, and waits for the client.
+   answers `Assigned`, and waits for the client. The worker tells the master (and so the
+   client) as soon as it has sent the `Assign`: an `Init` that arrives first waits for it.
 3. The client connects straight here (authenticated with the cluster token) and sends `Init`:
    the code bundle is unpacked into the actor's working directory, the class and arguments
    are unpickled and the instance is built.
@@ -63,6 +64,7 @@ class ActorHost(CallRunner):
         self._connections = 0
         self.preloader = Preloader(on_idle=self._preloaded)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._early_init: tuple[AsyncConnection, m.Init, tuple[Any, ...]] | None = None
 
     async def serve(self) -> None:
         """Listen, announce readiness to the worker, and serve until the process is ended."""
@@ -156,6 +158,9 @@ class ActorHost(CallRunner):
             os.chdir(msg.workdir)
             sys.path.insert(0, msg.workdir)
         conn.send(m.Assigned(msg.actor_id))
+        if self._early_init is not None:  # the client was quicker than this message
+            early, self._early_init = self._early_init, None
+            self._init(*early)
 
     def _preload(self, conn: AsyncConnection, msg: m.Preload) -> None:
         if settings.preload and self.actor_id is None:
@@ -191,6 +196,9 @@ class ActorHost(CallRunner):
         handler(self, conn, msg, buffers)
 
     def _init(self, conn: AsyncConnection, msg: m.Init, buffers: tuple[Any, ...]) -> None:
+        if self.actor_id is None and self._early_init is None:
+            self._early_init = (conn, msg, buffers)  # the worker's `Assign` is on its way
+            return
         if self.actor_id is None or msg.actor_id != self.actor_id:
             self._send(
                 conn,

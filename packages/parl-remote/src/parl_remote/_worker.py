@@ -375,11 +375,12 @@ class Worker:
             host.ctl.send(  # type: ignore[union-attr]  # a warm host is connected
                 m.Assign(msg.actor_id, msg.client_id, msg.class_name, env=env, workdir=host.workdir)
             )
+            # The client may connect at once: the process holds an `Init` that comes before
+            # the `Assign` (and one that does not match it fails the client, not the process).
+            self._to_master(m.ActorStarted(msg.actor_id, host.port, host.proc.pid))
             await asyncio.wait_for(host.assigned, settings.connect_timeout_s)
         except (ConnectionError, TimeoutError):
             self._stop_actor(msg.actor_id, "its process did not take the assignment")
-            return
-        self._to_master(m.ActorStarted(msg.actor_id, host.port, host.proc.pid))
 
     def _stop_actor(self, actor_id: str, reason: str) -> None:
         for host in self.hosts:
