@@ -184,6 +184,8 @@ class Worker:
 
     def _registered(self, conn: AsyncConnection) -> None:
         self.logs.schedule()  # what waited for the master
+        if self.preload:  # a restarted master learns the cluster's preload set again
+            self._to_master(m.Preload(list(self.preload)))
         logger.info("worker %s registered with the master at %s", self.worker_id, self.link.address)
 
     async def _master_loop(self) -> None:
