@@ -117,8 +117,8 @@ def run_w4(
                 if left:
                     print(f"processes PARL 2.x started still run: {left}")
     times = _actor_times(out)
-    if not times:
-        return None, why or f"PARL 2.x's W4 failed: {out[-2000:]}"
+    if not times:  # what it printed last says where it stood
+        return None, f"{why or 'PARL 2.x W4 failed'}; its last output:\n{out[-2000:]}"
     return times, why
 
 
