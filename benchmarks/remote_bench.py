@@ -27,6 +27,9 @@ absolute times do.
     python benchmarks/remote_bench.py --quick    # fewer repetitions
     python benchmarks/remote_bench.py --w3       # the shared-memory table alone
     python benchmarks/remote_bench.py --w4       # the creation rows alone
+    python benchmarks/remote_bench.py --w4 --parl2 /tmp/parl2-venv/bin/python
+                                                 # and PARL 2.x's for the same classes, in
+                                                 # the same run (compare/parl2_run.py)
     python benchmarks/remote_bench.py --tls      # W1 and W3 on a plaintext and a TLS cluster
                                                  # (runs tls_bench.py)
 
@@ -328,8 +331,11 @@ def user_class_creation(client, cls, n: int, settle: float) -> tuple[float, list
     return first, later
 
 
-def user_class_rows(client, n: int, settle: float) -> list[tuple[str, str, str, str, str]]:
-    """W4 for classes whose modules import numpy and torch, shipped as the user's code."""
+def user_class_times(client, n: int, settle: float) -> dict[str, float]:
+    """W4 for classes whose modules import numpy and torch, shipped as the user's code, in ms.
+
+    The keys are those of `compare/_workloads.run_user_creation`, PARL 2.x's side.
+    """
     sys.path.insert(0, os.path.join(HERE, "w4_classes"))  # as a user's own modules
     from numpy_actor import NumpyBench
 
@@ -340,13 +346,47 @@ def user_class_rows(client, n: int, settle: float) -> list[tuple[str, str, str, 
         print("torch is not installed: no torch rows")
     else:
         classes.append(("torch", TorchBench))
-    rows = []
+    times = {}
     for name, cls in classes:
         first, later = user_class_creation(client, cls, n, settle)
-        ms = statistics.median(later) * 1e3
-        rows.append((f"W4 {name} module, 1st actor (ms)", f"{first * 1e3:8.1f}", "", "", ""))
-        rows.append((f"W4 {name} module, later (ms)", f"{ms:8.1f}", "", "", "<= 10 ms"))
+        times[f"W4 {name} 1st ms"] = first * 1e3
+        times[f"W4 {name} later ms"] = statistics.median(later) * 1e3
+    return times
+
+
+def user_class_rows(
+    ours: dict[str, float], parl2: dict[str, float] | None
+) -> list[tuple[str, ...]]:
+    """W4's user-module rows, with PARL 2.x's time for the same class beside ours if it ran."""
+    rows = []
+    for key, ms in ours.items():
+        _, name, which, _ = key.split()
+        theirs = (parl2 or {}).get(key)
+        later = which == "later"
+        rows.append(
+            (
+                f"W4 {name} module, {'later' if later else '1st actor'} (ms)",
+                f"{ms:8.1f}",
+                "" if theirs is None else f"{theirs:8.1f}",
+                "" if theirs is None else f"{ms / theirs:5.2f}x",
+                "<= 10 ms, <= 0.5x" if later else "",
+            )
+        )
     return rows
+
+
+def parl2_times(python: str | None, n: int, settle: float) -> dict[str, float] | None:
+    """PARL 2.x's W4 for the same classes, on a cluster of its own (`compare/parl2_run.py`)."""
+    if python is None:
+        return None
+    sys.path.insert(0, os.path.join(HERE, "compare"))
+    from parl2_run import run_w4
+
+    print(f"PARL 2.x's W4 ({python})...", flush=True)
+    times, why = run_w4(python, n=n, settle=settle)
+    if why:
+        print(why)
+    return times
 
 
 def wait_for_vacant(client, slots: int) -> None:
@@ -391,7 +431,13 @@ def main() -> None:
     parser.add_argument("--w3", action="store_true", help="only the shared-memory table (W3)")
     parser.add_argument("--w4", action="store_true", help="only the actor-creation rows (W4)")
     parser.add_argument(
-        "--settle", type=float, default=3.0, help="seconds between W4's user-module actors"
+        "--settle", type=float, default=8.0, help="seconds between W4's user-module actors"
+    )
+    parser.add_argument(
+        "--parl2",
+        metavar="PYTHON",
+        default=None,
+        help="with --w4: the python of a PARL 2.x virtual environment, to time PARL's W4 too",
     )
     parser.add_argument("--n", type=int, default=0, help="W4's later user-module actors")
     parser.add_argument(
@@ -412,11 +458,14 @@ def main() -> None:
     client = parl.connect(cpu_num=6, log_to_driver=False)
     try:
         wait_for_vacant(client, 6)
-        w4_user = []
+        w4_user: list[tuple[str, ...]] = []
+        n_w4 = args.n or max(3, int(10 * scale))
         if not args.w3:  # first, while no actor has imported numpy or torch yet
-            w4_user = user_class_rows(client, args.n or max(3, int(10 * scale)), args.settle)
+            w4_times = user_class_times(client, n_w4, args.settle)
+            w4_user = user_class_rows(w4_times, None)
         if args.w4:
-            rows += w4_user
+            parl.disconnect()  # PARL's run gets the machine to itself
+            rows += user_class_rows(w4_times, parl2_times(args.parl2, n_w4, args.settle))
         elif args.w3:
             w3 = shm_table(Actor(), socket_only_actor(), raw_port, scale)
         else:
@@ -504,11 +553,12 @@ def main() -> None:
         server.wait()
     load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     if rows:
+        baseline = "PARL 2.x" if args.w4 else "raw baseline"
+        against = "PARL 2.x, the same classes" if args.w4 else "the raw uvloop+msgspec baseline"
         print(
-            f"\nparl-remote vs the raw uvloop+msgspec baseline ({os.cpu_count()} CPUs, "
-            f"{sys.version.split()[0]}, {load})"
+            f"\nparl-remote vs {against} ({os.cpu_count()} CPUs, {sys.version.split()[0]}, {load})"
         )
-        print_table(("workload", "parl-remote", "raw baseline", "ratio", "target"), rows)
+        print_table(("workload", "parl-remote", baseline, "ratio", "target"), rows)
     if w3:
         print_w3(w3, load)
 

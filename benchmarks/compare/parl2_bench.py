@@ -6,7 +6,9 @@ loopback port (../README.md has the whole recipe, with how to stop it by PID):
     /tmp/parl2-venv/bin/python benchmarks/compare/parl2_bench.py --address localhost:8037
     /tmp/parl2-venv/bin/python benchmarks/compare/parl2_bench.py --w4 --settle 8   # W4 alone
 
-`--w4` times only W4's classes of user modules (numpy, torch; see `_workloads.user_classes`).
+`--w4` times only W4's classes of user modules (numpy, torch; see `_workloads.user_classes`),
+with the blocking proxies, which free their actor on `del`: a `wait=False` proxy holds its actor
+until `destroy()` (see `parl2_run.py`, which runs this for `remote_bench.py --w4 --parl2`).
 """
 
 from __future__ import annotations
@@ -34,9 +36,15 @@ def main() -> None:
         "make": lambda cls: parl.remote_class(wait=False)(cls),
         "call": lambda actor, name, *a: getattr(actor, name)(*a),
         "get": lambda future: future.get(),
+        "release": lambda actor: actor.destroy(),  # `del` alone never frees it
+    }
+    blocking = {
+        "make": parl.remote_class,
+        "call": lambda actor, name, *a: getattr(actor, name)(*a),
+        "get": lambda value: value,
     }
     results = {} if args.w4 else run_all(**adapter, n_lat=2000, n_calls=10000)
-    results.update(run_user_creation(**adapter, n=args.n, settle=args.settle))
+    results.update(run_user_creation(**blocking, n=args.n, settle=args.settle))
     report(f"PARL {parl.__version__}", results)
 
 

@@ -22,6 +22,8 @@ from parl_remote._preload import (
     imported_since,
     is_module_name,
 )
+from parl_remote._transport import SyncConnection
+from parl_remote.protocol import messages as m
 from tests.remote.conftest import make_cluster, run_client_script, wait_until
 
 _USER_MODULE = """
@@ -36,6 +38,7 @@ SEEN = []
 
 class NumpyUser:  # made remote by the script: pickled by reference, this module imported there
     def __init__(self, extra=None):
+        self.extra_before = extra in sys.modules  # before this actor imports it: a preload did
         if extra:
             __import__(extra)  # imported in the actor only, never by the client
 
@@ -43,6 +46,8 @@ class NumpyUser:  # made remote by the script: pickled by reference, this module
         return {
             "numpy_before": NUMPY_BEFORE,
             "pid": os.getpid(),
+            "worker_pid": os.getppid(),
+            "extra_before": self.extra_before,
             "marker": getattr(np, "_parl_test_marker", None),
             "seen": list(SEEN),
         }
@@ -219,3 +224,142 @@ def test_the_preloader_imports_in_the_background_skips_failures_and_stops(tmp_pa
     finally:
         for name in ("pre_ok", "pre_bad"):
             sys.modules.pop(name, None)
+
+
+# -- across workers, and the master's bounds ------------------------------------------------------
+_IMPORT_LOGGING_MODULE = """
+import os
+import sys
+
+with open(os.environ["{log}"], "a") as f:  # who imports this user module, and where
+    f.write(os.environ.get("PARL_ACTOR_ID", "-") + " " + os.path.basename(sys.argv[0]) + "\\n")
+"""
+
+
+_SHARED_SCRIPT = """
+import json, os, time
+import parl
+
+parl.connect({address!r})
+import numpy_user
+NumpyUser = parl.remote_class(numpy_user.NumpyUser)
+
+first = NumpyUser("site_marker")  # holds its worker's only slot from now on
+reports = [first.report()]
+deadline = time.monotonic() + 60  # until a warm process of the other worker preloaded it
+while time.monotonic() < deadline:
+    with open(os.environ["SITE_LOG"]) as f:
+        if any(line.startswith("- ") for line in f):
+            break
+    time.sleep(0.05)
+second = NumpyUser("site_marker")
+reports.append(second.report())
+print("REPORTS", json.dumps(reports))
+"""
+
+
+def test_what_one_workers_actor_imported_is_preloaded_on_another_worker(tmp_path):
+    site, import_log, site_log = tmp_path / "site", tmp_path / "imports.log", tmp_path / "site.log"
+    site.mkdir()
+    (site / "site_marker.py").write_text(_IMPORT_LOGGING_MODULE.replace("{log}", "SITE_LOG"))
+    site_log.write_text("")
+    cluster = make_cluster(
+        tmp_path,
+        workers=(1, 1),
+        PYTHONPATH=str(site),  # an installed module, not shipped code
+        IMPORT_LOG=str(import_log),
+        SITE_LOG=str(site_log),
+    )
+    try:
+        module = _IMPORT_LOGGING_MODULE.replace("{log}", "IMPORT_LOG") + _USER_MODULE
+        (tmp_path / "numpy_user.py").write_text(module)
+        script = _SHARED_SCRIPT.format(address=cluster.address)
+        result = run_client_script(script, cluster, cwd=tmp_path, timeout=120)
+        lines = [line for line in result.stdout.splitlines() if line.startswith("REPORTS ")]
+        assert lines, result.stdout + result.stderr
+        first, second = json.loads(lines[0].removeprefix("REPORTS "))
+    finally:
+        cluster.stop()
+    assert first["worker_pid"] != second["worker_pid"]  # the first holds its worker's one slot
+    assert first["numpy_before"] is False and first["extra_before"] is False
+    # The first actor's imports reached the other worker through the master, ahead of time.
+    assert second["numpy_before"] is True and second["extra_before"] is True
+    # The user's own module ran in the two actors only, never in a warm process ahead of one.
+    importers = [line for line in import_log.read_text().split("\n") if "_actor_host" in line]
+    assert len(importers) == 2 and not any(line.startswith("- ") for line in importers)
+
+
+def _fake_worker(cluster, worker_id: str) -> SyncConnection:
+    """A connection that registers as a worker of one slot, and reads `Accepted`."""
+    host, port = cluster.address.rsplit(":", 1)
+    token = cluster.env["PARL_CLUSTER_TOKEN"].encode()
+    conn = SyncConnection.open(host, int(port), token=token, role="worker", timeout=10)
+    conn.sock.settimeout(10)
+    conn.send(m.RegisterWorker(worker_id, "fake", "127.0.0.1", 1, 1))
+    accepted, _ = conn.receive()
+    assert isinstance(accepted, m.Accepted)
+    return conn
+
+
+def _next_preload(conn: SyncConnection) -> m.Preload:
+    while True:  # heartbeats' pings may come first
+        msg, _ = conn.receive()
+        if isinstance(msg, m.Preload):
+            return msg
+
+
+def test_the_master_shares_valid_preload_reports_only_and_within_bounds(tmp_path):
+    cluster = make_cluster(tmp_path, workers=(), PARL_PRELOAD_MAX_MODULES=4)
+    conns = []
+    try:
+        one = _fake_worker(cluster, "w1")
+        two = _fake_worker(cluster, "w2")
+        conns += [one, two]
+        one.send(m.Preload(["numpy", "os; rm -rf /"]))  # one bad name: none of it is taken
+        one.send(m.Preload(["a", "b", "c", "d", "e"]))  # over PARL_PRELOAD_MAX_MODULES
+        one.send(m.Preload(["json", "numpy"]))
+        assert _next_preload(two).modules == ["json", "numpy"]  # the first message it gets
+        one.send(m.Preload(["json", "wave", "csv", "zlib"]))  # a set of 4 at most
+        assert _next_preload(two).modules == ["wave", "csv"]
+        three = _fake_worker(cluster, "w3")  # a newcomer hears the whole set at once
+        conns.append(three)
+        assert _next_preload(three).modules == ["json", "numpy", "wave", "csv"]
+    finally:
+        for conn in conns:
+            conn.close()
+        cluster.stop()
+    log = cluster.log()
+    assert "is not a module name" in log and "over the limit of 4" in log
+
+
+def test_the_preloader_says_when_it_went_through_everything_and_takes_names_after(
+    tmp_path, monkeypatch
+):
+    for name in ("idle_a", "idle_b"):
+        (tmp_path / f"{name}.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reports: list[int] = []
+    preloader = Preloader(max_mb=1e9, on_idle=reports.append)
+    try:
+        preloader.add(["idle_a", "json"])
+        wait_until(lambda: reports == [2], 30, what="the first report")
+        preloader.add(["idle_b"])  # its thread has ended: a new one takes it
+        wait_until(lambda: reports == [2, 3], 30, what="the second report")
+        assert "idle_b" in sys.modules and preloader.finish(30)
+    finally:
+        for name in ("idle_a", "idle_b"):
+            sys.modules.pop(name, None)
+
+
+def test_a_worker_takes_a_warm_process_done_preloading_then_the_longest_warm():
+    from parl_remote._actor_process import ActorProcess
+
+    def host(ready_at: float, sent: int, done: int) -> ActorProcess:
+        return ActorProcess(
+            proc=None, death_w=-1, ready=None, ready_at=ready_at, preload_sent=sent,
+            preload_done=done,
+        )  # fmt: skip
+
+    busy_old, settled_new, settled_old = host(1.0, 5, 2), host(9.0, 5, 5), host(5.0, 5, 5)
+    order = sorted([busy_old, settled_new, settled_old], key=ActorProcess.warmth)
+    assert order == [settled_old, settled_new, busy_old]

@@ -5,7 +5,8 @@ Life of the process:
 1. The worker starts it with a private socket pair (`--ctl-fd`) and a pipe (`--death-fd`)
    whose other end only the worker holds. It listens on a free port, says `HostReady`.
 2. The worker `Assign`s it to an actor: it sets the environment (e.g. `CUDA_VISIBLE_DEVICES`),
-   answers `Assigned`, and waits for the client.
+   answers `Assigned`, and waits for the client. The worker tells the master (and so the
+   client) as soon as it has sent the `Assign`: an `Init` that arrives first waits for it.
 3. The client connects straight here (authenticated with the cluster token) and sends `Init`:
    the code bundle is unpacked into the actor's working directory, the class and arguments
    are unpickled and the instance is built.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import logging
 import os
@@ -32,7 +34,7 @@ import zipfile
 from typing import Any, ClassVar
 
 from parl_remote import _serialize as ser
-from parl_remote import _tls
+from parl_remote import _shm, _tls
 from parl_remote._actor_calls import CallRunner, unpickling_error
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ClusterError, ProtocolError
@@ -60,12 +62,15 @@ class ActorHost(CallRunner):
         self.host = host
         self.token = token
         self._connections = 0
-        self.preloader = Preloader()
+        self.preloader = Preloader(on_idle=self._preloaded)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._early_init: tuple[AsyncConnection, m.Init, tuple[Any, ...]] | None = None
 
     async def serve(self) -> None:
         """Listen, announce readiness to the worker, and serve until the process is ended."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         port = self._start_acceptor(loop)
+        _warm_up(self.token)
         _, self.ctl = await loop.create_connection(
             lambda: AsyncConnection(
                 Connection("actor", is_server=False, token=None, trusted=True),
@@ -153,10 +158,20 @@ class ActorHost(CallRunner):
             os.chdir(msg.workdir)
             sys.path.insert(0, msg.workdir)
         conn.send(m.Assigned(msg.actor_id))
+        if self._early_init is not None:  # the client was quicker than this message
+            early, self._early_init = self._early_init, None
+            self._init(*early)
 
     def _preload(self, conn: AsyncConnection, msg: m.Preload) -> None:
         if settings.preload and self.actor_id is None:
             self.preloader.add(msg.modules)
+
+    def _preloaded(self, done: int) -> None:
+        """The preloader went through `done` names (on its thread): tell the worker."""
+        loop = self._loop
+        if loop is not None and self.ctl is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closing: nobody to tell
+                loop.call_soon_threadsafe(self.ctl.send, m.Preloaded(done))
 
     _ctl_handlers: ClassVar[dict[type, Any]] = {m.Assign: _assign, m.Preload: _preload}
 
@@ -181,6 +196,9 @@ class ActorHost(CallRunner):
         handler(self, conn, msg, buffers)
 
     def _init(self, conn: AsyncConnection, msg: m.Init, buffers: tuple[Any, ...]) -> None:
+        if self.actor_id is None and self._early_init is None:
+            self._early_init = (conn, msg, buffers)  # the worker's `Assign` is on its way
+            return
         if self.actor_id is None or msg.actor_id != self.actor_id:
             self._send(
                 conn,
@@ -226,6 +244,15 @@ class ActorHost(CallRunner):
     def _report_init(self, ok: bool, imports: list[str] | None = None) -> None:
         if self.ctl is not None and self.actor_id is not None:
             self.ctl.send(m.ActorInitialized(self.actor_id, ok, imports or []))
+
+
+def _warm_up(token: bytes | None) -> None:
+    """Do now what the first connection and `Init` would otherwise do while a client waits."""
+    import encodings.cp437  # noqa: F401  # the bundle's member names decode with it
+
+    import parl_remote._shm_link  # noqa: F401  # a connection from this host uses it
+
+    _shm.store(token)
 
 
 def _watch_worker(death_fd: int) -> None:

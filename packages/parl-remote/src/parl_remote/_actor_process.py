@@ -52,11 +52,21 @@ class ActorProcess:
     last_stats: float = field(default_factory=time.monotonic)
     ps: psutil.Process | None = None
     readers: list[asyncio.Task[Any]] = field(default_factory=list)
+    ready_at: float = 0.0
+    """When it said `HostReady` (monotonic)."""
+    preload_sent: int = 0
+    """Module names the worker sent it to preload."""
+    preload_done: int = 0
+    """How many of them it has gone through (`Preloaded`)."""
 
     @property
     def warm(self) -> bool:
         """Ready for an actor, and not running one."""
         return self.actor_id is None and self.ready.done() and self.exit_reason is None
+
+    def warmth(self) -> tuple[bool, float]:
+        """Sorts the warm processes best first: done preloading, then the longest warm."""
+        return self.preload_done < self.preload_sent, self.ready_at
 
     def record(self) -> m.ActorRecord:
         """The actor it runs, as the worker re-registers it with a master."""

@@ -33,6 +33,7 @@ from parl_remote._exceptions import ProtocolError
 from parl_remote._loop import run
 from parl_remote._master_apps import serve_master_app
 from parl_remote._placement import Placement, Send
+from parl_remote._preload import learn
 from parl_remote._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
 from parl_remote._transport import AsyncConnection, serve_async
 from parl_remote._util import owner_alive, write_json_atomic
@@ -70,6 +71,7 @@ class Master:
         self._server: asyncio.Server | None = None
         self.dashboard_url: str | None = None
         self._dashboard: Any = None  # the dashboard's aiohttp AppRunner, while it serves
+        self.preload: dict[str, None] = {}  # modules the cluster's actors imported (`_preload`)
 
     # -- life ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -355,6 +357,8 @@ class Master:
         conn.context = worker
         self.registry.add_worker(worker)
         conn.send(m.Accepted(self.registry.cluster_id, settings.heartbeat_s))
+        if self.preload:  # what the actors of the cluster imported: its warm processes too
+            conn.send(m.Preload(list(self.preload)))
         grace = time.monotonic() + settings.client_grace_s
         for record in msg.actors:
             if (
@@ -364,19 +368,7 @@ class Master:
                 # Declared dead while the worker was cut off: stop it, so no ghost keeps a slot.
                 conn.send(m.StopActor(record.actor_id, "its worker was declared lost"))
                 continue
-            actor = ActorInfo(
-                actor_id=record.actor_id,
-                class_name=record.class_name,
-                client_id=record.client_id,
-                worker_id=worker.worker_id,
-                state="idle",
-                host=worker.host,
-                port=record.port,
-                pid=record.pid,
-                gpus=list(record.gpus),
-                max_memory_mb=record.max_memory_mb,
-                created_at=record.started_at or time.time(),
-            )
+            actor = ActorInfo.adopted(record, worker)
             self.registry.add_actor(actor)
             if actor.client_id not in self.registry.clients:
                 self._adopted[actor.actor_id] = grace
@@ -434,6 +426,14 @@ class Master:
             self._send(client.conn, m.ActorDied(actor.actor_id, reason))
         self._tell_holders(actor, reason)
 
+    def _preload(self, conn: AsyncConnection, peer: Any, msg: m.Preload) -> None:
+        """A worker's actors imported these: the other workers' warm processes import them too."""
+        self._require(peer, WorkerInfo, msg)
+        if news := learn(self.preload, msg.modules, f"worker {peer.worker_id}"):
+            for worker in self.registry.workers.values():
+                if worker is not peer:
+                    self._send(worker.conn, m.Preload(news))
+
     def _log_lines(self, conn: AsyncConnection, peer: Any, msg: m.LogLines) -> None:
         self._require(peer, WorkerInfo, msg)
         self.registry.add_logs(msg.lines)
@@ -464,6 +464,7 @@ class Master:
         m.ActorInitialized: _actor_initialized,
         m.ActorExited: _actor_exited,
         m.LogLines: _log_lines,
+        m.Preload: _preload,
     }
 
 

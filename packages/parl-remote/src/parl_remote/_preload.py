@@ -24,7 +24,7 @@ import sys
 import threading
 import warnings
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from parl_remote._config import settings
 
@@ -150,10 +150,20 @@ def _rss_mb() -> float:
 
 
 class Preloader:
-    """Imports module names in the background of a warm process, until it is told to stop."""
+    """Imports module names in the background of a warm process, until it is told to stop.
 
-    def __init__(self, *, max_mb: float | None = None) -> None:
+    Args:
+        max_mb: the memory past which it imports nothing more (`PARL_PRELOAD_MAX_MB`).
+        on_idle: called on its thread, with how many names it has taken in all, each time it
+            has gone through every name it was given (or stopped): the process tells its
+            worker, which then prefers it to a process still importing.
+    """
+
+    def __init__(
+        self, *, max_mb: float | None = None, on_idle: Callable[[int], None] | None = None
+    ) -> None:
         self.max_mb = settings.preload_max_mb if max_mb is None else max_mb
+        self.on_idle = on_idle
         self.imported: list[str] = []
         """Names this process imported ahead of its actor, in order."""
         self.failed: list[str] = []
@@ -163,6 +173,7 @@ class Preloader:
         self._failed_tops: set[str] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._running = False  # a thread takes names (set and cleared under the lock)
         self._stopped = False
 
     def add(self, names: Iterable[str]) -> None:
@@ -174,7 +185,8 @@ class Preloader:
                 if name not in self._seen and is_module_name(name):
                     self._seen.add(name)
                     self._queue.append(name)
-            if self._queue and (self._thread is None or not self._thread.is_alive()):
+            if self._queue and not self._running:
+                self._running = True
                 self._thread = threading.Thread(target=self._run, name="parl-preload", daemon=True)
                 self._thread.start()
 
@@ -207,6 +219,7 @@ class Preloader:
                 name = self._queue.popleft()
                 if name not in sys.modules and name.partition(".")[0] not in self._failed_tops:
                     return name
+            self._running = False  # a name added from now on starts a thread of its own
             return None
 
     def _run(self) -> None:
@@ -216,7 +229,9 @@ class Preloader:
                 if _rss_mb() > self.max_mb:
                     logger.info("preloading stopped at %.0f MB (PARL_PRELOAD_MAX_MB)", self.max_mb)
                     self.stop()
-                    return
+                    with self._lock:
+                        self._running = False
+                    break
                 try:
                     importlib.import_module(name)
                 except BaseException as exc:
@@ -230,3 +245,5 @@ class Preloader:
                     )
                 else:
                     self.imported.append(name)
+        if self.on_idle is not None:
+            self.on_idle(len(self._seen))

@@ -137,6 +137,23 @@ class ActorInfo:
     let_go: bool = False
     """Its creator dropped its last handle; it ends when the last holder does."""
 
+    @classmethod
+    def adopted(cls, record: m.ActorRecord, worker: WorkerInfo) -> ActorInfo:
+        """An actor that `worker` kept running while it was away from this master."""
+        return cls(
+            actor_id=record.actor_id,
+            class_name=record.class_name,
+            client_id=record.client_id,
+            worker_id=worker.worker_id,
+            state="idle",
+            host=worker.host,
+            port=record.port,
+            pid=record.pid,
+            gpus=list(record.gpus),
+            max_memory_mb=record.max_memory_mb,
+            created_at=record.started_at or time.time(),
+        )
+
     def status(self, now: float) -> ActorStatus:
         """A frozen copy, as readers see it."""
         end = self.ended_at or now

@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import deque
 from typing import Any, ClassVar, cast
 
 import psutil
@@ -42,6 +41,7 @@ from parl_remote._loop import run
 from parl_remote._preload import learn
 from parl_remote._transport import AsyncConnection
 from parl_remote._util import available_cpus, describe_exit, owner_alive, write_json_atomic
+from parl_remote._worker_logs import ActorLogs
 from parl_remote.protocol import messages as m
 from parl_remote.protocol.connection import Connection
 
@@ -49,8 +49,6 @@ __all__ = ["Worker", "main"]
 
 logger = logging.getLogger(__name__)
 
-_LOG_FLUSH_S = 0.05
-_LOG_BACKLOG = 100_000
 _MEMORY_CHECK_S = 0.25
 
 
@@ -91,8 +89,7 @@ class Worker:
             on_message=self._on_master,
             on_connected=self._registered,
         )
-        self._logs: deque[Any] = deque(maxlen=_LOG_BACKLOG)
-        self._log_flush: asyncio.TimerHandle | None = None
+        self.logs = ActorLogs(self.link)
         self._warm_changed: asyncio.Condition = None  # type: ignore[assignment]  # made in run()
         self._stopping = False
         self._done: asyncio.Future[Any] | None = None
@@ -186,8 +183,9 @@ class Worker:
         )
 
     def _registered(self, conn: AsyncConnection) -> None:
-        if self._logs:
-            self._schedule_log_flush()
+        self.logs.schedule()  # what waited for the master
+        if self.preload:  # a restarted master learns the cluster's preload set again
+            self._to_master(m.Preload(list(self.preload)))
         logger.info("worker %s registered with the master at %s", self.worker_id, self.link.address)
 
     async def _master_loop(self) -> None:
@@ -209,10 +207,18 @@ class Worker:
     def _shutdown_msg(self, msg: m.ShutdownWorker) -> None:
         self.stop(msg.reason)
 
+    def _master_preload(self, msg: m.Preload) -> None:
+        """What the actors of other workers imported: warm processes here import it too."""
+        if settings.preload:
+            news = learn(self.preload, msg.modules, "the master")
+            for warm in self.hosts:
+                self._preload(warm, news)
+
     _master_handlers: ClassVar[dict[type, Any]] = {
         m.StartActor: _start_actor_msg,
         m.StopActor: _stop_actor_msg,
         m.ShutdownWorker: _shutdown_msg,
+        m.Preload: _master_preload,
     }
 
     def _to_master(self, msg: Any) -> None:
@@ -253,10 +259,10 @@ class Worker:
         )
         host.readers = [
             self._spawn(
-                self._read_lines(host, cast(asyncio.StreamReader, host.proc.stdout), "stdout")
+                self.logs.read(host, cast(asyncio.StreamReader, host.proc.stdout), "stdout")
             ),
             self._spawn(
-                self._read_lines(host, cast(asyncio.StreamReader, host.proc.stderr), "stderr")
+                self.logs.read(host, cast(asyncio.StreamReader, host.proc.stderr), "stderr")
             ),
         ]
         self._spawn(self._wait_exit(host))
@@ -270,16 +276,23 @@ class Worker:
         handler(self, host, msg)
 
     def _host_ready(self, host: ActorProcess, msg: m.HostReady) -> None:
-        host.port = msg.port
+        host.port, host.ready_at = msg.port, time.monotonic()
         with contextlib.suppress(psutil.Error):
             host.ps = psutil.Process(msg.pid)
             host.ps.cpu_percent(None)
         if not host.ready.done():
             host.ready.set_result(None)
-        if self.preload and host.ctl is not None:  # set long before a process can say this
-            with contextlib.suppress(ConnectionError):
-                host.ctl.send(m.Preload(list(self.preload)))
+        self._preload(host, list(self.preload))
         self._spawn(self._notify_warm())
+
+    def _preload(self, host: ActorProcess, names: list[str]) -> None:
+        if names and host.warm and host.ctl is not None:
+            with contextlib.suppress(ConnectionError):
+                host.ctl.send(m.Preload(names))
+                host.preload_sent += len(names)
+
+    def _host_preloaded(self, host: ActorProcess, msg: m.Preloaded) -> None:
+        host.preload_done = max(host.preload_done, msg.done)  # reports may cross
 
     def _host_assigned(self, host: ActorProcess, msg: m.Assigned) -> None:
         if host.assigned is not None and not host.assigned.done():
@@ -291,12 +304,15 @@ class Worker:
             self._learn_imports(host, msg.imports)
 
     def _learn_imports(self, host: ActorProcess, imports: list[str]) -> None:
-        """Add what an actor imported to the preload set; warm processes import the news."""
-        news = learn(self.preload, imports, str(host.actor_id))
-        for warm in self.hosts:
-            if news and warm.warm and warm.ctl is not None:
-                with contextlib.suppress(ConnectionError):
-                    warm.ctl.send(m.Preload(news))
+        """Add what an actor imported to the preload set; warm processes import the news.
+
+        The master hears of them too, and tells the other workers (`_master_preload`).
+        """
+        news = learn(self.preload, imports, f"actor {host.actor_id}")
+        if news:
+            self._to_master(m.Preload(news))
+            for warm in self.hosts:
+                self._preload(warm, news)
 
     def _host_stats(self, host: ActorProcess, msg: m.ActorStats) -> None:
         host.calls, host.errors, host.busy = msg.calls, msg.errors, msg.busy
@@ -307,12 +323,12 @@ class Worker:
 
     def _host_log(self, host: ActorProcess, msg: m.LogLines) -> None:
         if host.actor_id is not None:  # an exception it raised, for its log
-            self._logs.extend((host.actor_id, stream, text) for _, stream, text in msg.lines)
-            self._schedule_log_flush()
+            self.logs.extend((host.actor_id, stream, text) for _, stream, text in msg.lines)
 
     _host_handlers: ClassVar[dict[type, Any]] = {
         m.HostReady: _host_ready,
         m.Assigned: _host_assigned,
+        m.Preloaded: _host_preloaded,
         m.ActorInitialized: _host_initialized,
         m.ActorStats: _host_stats,
         m.ActorExited: _host_exiting,
@@ -324,7 +340,9 @@ class Worker:
             self._warm_changed.notify_all()
 
     def _warm_host(self) -> ActorProcess | None:
-        return next((host for host in self.hosts if host.warm), None)
+        """The warm process to take: one done preloading first, then the longest warm."""
+        warm = (host for host in self.hosts if host.warm)
+        return min(warm, key=ActorProcess.warmth, default=None)
 
     async def _start_actor(self, msg: m.StartActor) -> None:
         deadline = time.monotonic() + settings.connect_timeout_s * 3
@@ -359,11 +377,12 @@ class Worker:
             host.ctl.send(  # type: ignore[union-attr]  # a warm host is connected
                 m.Assign(msg.actor_id, msg.client_id, msg.class_name, env=env, workdir=host.workdir)
             )
+            # The client may connect at once: the process holds an `Init` that comes before
+            # the `Assign` (and one that does not match it fails the client, not the process).
+            self._to_master(m.ActorStarted(msg.actor_id, host.port, host.proc.pid))
             await asyncio.wait_for(host.assigned, settings.connect_timeout_s)
         except (ConnectionError, TimeoutError):
             self._stop_actor(msg.actor_id, "its process did not take the assignment")
-            return
-        self._to_master(m.ActorStarted(msg.actor_id, host.port, host.proc.pid))
 
     def _stop_actor(self, actor_id: str, reason: str) -> None:
         for host in self.hosts:
@@ -380,7 +399,7 @@ class Worker:
         # Let the last lines it printed reach the master before the news of its death.
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
             await asyncio.wait_for(asyncio.gather(*host.readers, return_exceptions=True), 0.5)
-        self._flush_logs()
+        self.logs.flush()
         self.hosts.discard(host)
         if self.token is not None:  # segments it wrote that no receiver mapped
             _shm.sweep(_shm.cluster_tag(self.token), host.proc.pid)
@@ -418,37 +437,6 @@ class Worker:
                         f"{rss / 1e6:.0f} MB)",
                     )
             await asyncio.sleep(_MEMORY_CHECK_S)
-
-    # -- logs ------------------------------------------------------------------------------
-    async def _read_lines(
-        self, host: ActorProcess, stream: asyncio.StreamReader, name: str
-    ) -> None:
-        while True:
-            try:
-                raw = await stream.readline()
-            except (ValueError, asyncio.LimitOverrunError):
-                raw = await stream.read(1 << 16)
-            if not raw:
-                return
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            if host.actor_id is None:
-                logger.info("[warm process %s %s] %s", host.proc.pid, name, line)
-                continue
-            self._logs.append((host.actor_id, name, line))
-            self._schedule_log_flush()
-
-    def _schedule_log_flush(self) -> None:
-        if self._log_flush is None:
-            self._log_flush = asyncio.get_running_loop().call_later(_LOG_FLUSH_S, self._flush_logs)
-
-    def _flush_logs(self) -> None:
-        if self._log_flush is not None:
-            self._log_flush.cancel()
-            self._log_flush = None
-        if self._logs and self.link.connected:
-            lines = list(self._logs)
-            self._logs.clear()
-            self._to_master(m.LogLines(lines))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["ActorInitialized", "ActorStats", "Assign", "Assigned", "HostReady", "Preload"]
+__all__ = [
+    "ActorInitialized",
+    "ActorStats",
+    "Assign",
+    "Assigned",
+    "HostReady",
+    "Preload",
+    "Preloaded",
+]
 
 
 class _Msg(msgspec.Struct, frozen=True, tag=True, array_like=True, forbid_unknown_fields=False):
@@ -37,6 +45,12 @@ class Preload(_Msg, frozen=True):
     """Import these modules in the background while no actor is assigned (`_preload`)."""
 
     modules: list[str]
+
+
+class Preloaded(_Msg, frozen=True):
+    """The warm process went through the first `done` module names it was sent."""
+
+    done: int
 
 
 class Assign(_Msg, frozen=True):

@@ -17,10 +17,11 @@ Who sends what:
   `ActorAssigned`, `CreateFailed`, `ActorState`, `StatusReply`, `ActorDied`, `LogLines`, `Ack`,
   `Ping`;
 - worker -> master: `RegisterWorker`, `WorkerHeartbeat`, `ActorStarted`, `ActorStartFailed`,
-  `ActorExited`, `LogLines`; master -> worker: `Accepted`, `StartActor`, `StopActor`,
-  `ShutdownWorker`, `Ping`;
-- worker <-> its actor processes (a private socket pair): `HostReady`, `Preload`, `Assign`,
-  `Assigned`, `ActorInitialized`, `ActorStats`, `ActorExited` (the actor called sys.exit).
+  `ActorExited`, `LogLines`, `Preload` (what its actors imported); master -> worker: `Accepted`,
+  `StartActor`, `StopActor`, `ShutdownWorker`, `Ping`, `Preload` (what other workers' did);
+- worker <-> its actor processes (a private socket pair): `HostReady`, `Preload`, `Preloaded`,
+  `Assign`, `Assigned`, `ActorInitialized`, `ActorStats`, `ActorExited` (the actor called
+  sys.exit).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from parl_remote.protocol.host_messages import (
     Assigned,
     HostReady,
     Preload,
+    Preloaded,
 )
 
 __all__ = [
@@ -74,6 +76,7 @@ __all__ = [
     "Ping",
     "Plain",
     "Preload",
+    "Preloaded",
     "QueryActor",
     "Ready",
     "Refused",
@@ -453,6 +456,7 @@ Message = (
     | ShutdownWorker
     | HostReady
     | Preload
+    | Preloaded
     | Assign
     | Assigned
     | ActorInitialized
