@@ -35,6 +35,8 @@ class _ClusterSampler(BaseSampler):
         horizon: int = 32,
         seed: int | None = 0,
         address: str | None = None,
+        *,
+        local_workers: int = 0,
     ) -> None:
         super().__init__(
             env_fn,
@@ -56,6 +58,7 @@ class _ClusterSampler(BaseSampler):
             seed=seed,
             slots=self._slots,
             address=address,
+            local=local_workers,
         )
         self.observation_space = self._group.observation_space
         self.action_space = self._group.action_space
