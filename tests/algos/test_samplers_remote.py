@@ -8,7 +8,6 @@ through the ordinary call path when the workers look like another host's.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import os
@@ -18,7 +17,6 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 
 import parl
 from parl.samplers import AsyncSampler, Batch, CentralSampler, ParallelSampler, SerialSampler
@@ -99,37 +97,6 @@ def test_serial_parallel_and_central_return_identical_batches(cluster):
     wait_until(lambda: no_actors(cluster), what="the workers to be freed")
 
 
-@pytest.mark.parametrize("num_workers", [1, 3])
-def test_central_with_worker_0_in_this_process_returns_the_same_batches(cluster, num_workers):
-    sizes = {**SIZES, "num_workers": num_workers}
-    before = shm_names()
-    generator, threads = np.random.get_state(), torch.get_num_threads()
-    with (
-        SerialSampler(ENV_FN, LinearAgent(), **sizes) as serial,
-        CentralSampler(ENV_FN, LinearAgent(), **sizes, local_worker=True) as local,
-        contextlib.ExitStack() as more,
-    ):
-        samplers = [serial, local]
-        if num_workers > 1:
-            alternating = CentralSampler(
-                ENV_FN, LinearAgent(), **sizes, local_worker=True, alternating=True
-            )
-            samplers.append(more.enter_context(alternating))
-        # Worker 0 is no actor: no segment, no signal; it left this process's seeds alone.
-        assert local.shared_memory == [False] + [True] * (num_workers - 1)
-        assert [signal is not None for signal in local._group.signals] == local.shared_memory
-        assert len(shm_names() - before) == (num_workers - 1) * (len(samplers) - 1)
-        assert torch.get_num_threads() == threads
-        after = np.random.get_state()
-        assert all(np.array_equal(x, y) for x, y in zip(generator, after, strict=True))
-        run_alike(samplers)
-        worker = local._group.workers[0].worker
-    assert not local._group.workers and worker.rollouts == []  # closed with the sampler
-    assert shm_names() == before
-    assert shm_names() == before
-    wait_until(lambda: no_actors(cluster), what="the workers to be freed")
-
-
 def test_workers_on_another_host_use_the_ordinary_call_path(cluster, monkeypatch):
     # The workers' processes were started before this: they report the real host id.
     monkeypatch.setenv("PARL_HOST_ID", "elsewhere")
@@ -197,15 +164,7 @@ def killing_env(column: int, at: int) -> gym.Env:
     return KillAt(gym.make("CartPole-v1"), column, at)
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        ParallelSampler,
-        CentralSampler,
-        functools.partial(CentralSampler, local_worker=True),
-        AsyncSampler,
-    ],
-)
+@pytest.mark.parametrize("kind", [ParallelSampler, CentralSampler, AsyncSampler])
 def test_a_worker_killed_mid_collect_is_named_and_nothing_leaks(cluster, kind):
     before = shm_names()
     wait_until(lambda: no_actors(cluster), what="a cluster without actors")
@@ -213,8 +172,7 @@ def test_a_worker_killed_mid_collect_is_named_and_nothing_leaks(cluster, kind):
     env_fn = functools.partial(killing_env, 5, 8)
     sampler = kind(env_fn, LinearAgent(), num_workers=2, envs_per_worker=3, horizon=5, seed=0)
     with sampler:
-        assert sampler.shared_memory[1]  # worker 0 may run in this process
-        assert len(shm_names() - before) == sum(sampler.shared_memory) * sampler._slots
+        assert len(shm_names() - before) == 2 * sampler._slots
         with pytest.raises(parl.RemoteActorDiedError, match=r"worker 1 died"):
             deadline = time.monotonic() + 60  # a synchronous sampler: the second collect
             while time.monotonic() < deadline:  # AsyncSampler: once its death is known
@@ -280,25 +238,6 @@ def test_an_error_in_a_workers_environment_or_in_the_agent_leaves_central_in_ste
         assert_continues(sampler)
     with CentralSampler(ENV_FN, FailingAgent(at=4), **sizes, alternating=alternating) as sampler:
         with pytest.raises(ArithmeticError, match="the agent failed"):
-            sampler.collect()
-        assert_continues(sampler)
-        assert sampler._group.workers  # still open
-
-
-@pytest.mark.parametrize("alternating", [False, True])
-@pytest.mark.parametrize(("column", "error"), [(1, ValueError), (4, parl.RemoteError)])
-def test_an_error_in_a_worker_in_this_process_or_an_actor_leaves_central_in_step(
-    cluster, alternating, column, error, monkeypatch
-):
-    # Seed 0, 2 workers x 3 envs, worker 0 in this process: column 1 is its second environment
-    # (its error raised as it is), column 4 worker 1's (an actor's: a RemoteError).
-    monkeypatch.setattr(FailOnce, "failed", False)  # this process's flag, for column 1
-    sizes = {"num_workers": 2, "envs_per_worker": 3, "horizon": 5, "seed": 0}
-    env_fn = functools.partial(failing_env, column, 3)
-    with CentralSampler(
-        env_fn, LinearAgent(), **sizes, alternating=alternating, local_worker=True
-    ) as sampler:
-        with pytest.raises(error, match=f"column {column} failed at step 3"):
             sampler.collect()
         assert_continues(sampler)
         assert sampler._group.workers  # still open

@@ -3,8 +3,7 @@
 rlpyt's parallel-GPU sampler: every step the caller puts the observations of all workers
 together and runs `agent.sample` once, on its own device. With `alternating=True` the workers
 are two groups, and one group steps while the caller chooses the other's actions (rlpyt's
-alternating sampler). With `local_worker=True` worker 0 is no actor: this process steps its
-environments itself, after handing the other workers their actions and before waiting for them.
+alternating sampler).
 
 A step crosses to each worker and back. For a worker on this host both halves are in shared
 memory (the caller writes the actions, the worker the observations, rewards and flags) and a
@@ -51,10 +50,6 @@ class CentralSampler(_ClusterSampler):
         alternating: two groups of workers (at least 2 workers): one steps its environments
             while the actions of the other are computed; `agent.sample` then runs once per
             group and step.
-        local_worker: worker 0 runs in this process instead of an actor: this thread steps
-            its environments while the other workers step theirs (one actor and one round
-            trip fewer a step, and this process busy instead of waiting). The batches are the
-            same; what costs is that this process steps as well as chooses.
     """
 
     _agent_on_workers = False
@@ -71,27 +66,16 @@ class CentralSampler(_ClusterSampler):
         seed: int | None = 0,
         address: str | None = None,
         alternating: bool = False,
-        local_worker: bool = False,
     ) -> None:
         if alternating and num_workers < 2:
             raise ValueError(f"alternating=True needs two groups of workers, got {num_workers=}")
-        super().__init__(
-            env_fn,
-            agent,
-            num_workers,
-            envs_per_worker,
-            horizon,
-            seed,
-            address,
-            local_workers=int(local_worker),
-        )
+        super().__init__(env_fn, agent, num_workers, envs_per_worker, horizon, seed, address)
         try:
             self._group.connect_signals(self._signal_timeout_s)
         except BaseException:
             self.close()
             raise
         self.alternating = alternating
-        self.local_worker = local_worker
         half = (num_workers + 1) // 2
         workers = list(range(num_workers))
         self._groups = [workers[:half], workers[half:]] if alternating else [workers]
@@ -182,13 +166,9 @@ class _Collect:
             out.obs[0, self.cols[w]] = self.shared[w].obs[0]
 
     def start_step(self, t: int, members: list[int]) -> None:
-        """Hand the members their actions of step `t` (written in `out.actions[t]`).
-
-        Workers in this process step here and now: after the others have their actions.
-        """
+        """Hand the members their actions of step `t` (written in `out.actions[t]`)."""
         group, actions = self.group, self.out.actions[t]
-        local = group.local
-        for w in [w for w in members if w >= local] + [w for w in members if w < local]:
+        for w in members:
             shared = self.shared.get(w)
             if shared is None:
                 self.pending[w] = group.workers[w].step(t, actions[self.cols[w]])

@@ -3,9 +3,7 @@
 `WorkerGroup` creates the workers (all at once), asks each for its spaces and host, gives every
 worker on this host shared-memory segments to write its rollouts into (`_shm`), and gathers the
 results of calls made on all workers. A worker that dies turns into `parl.RemoteActorDiedError`
-naming it, after the group freed every actor and segment. The first `local` workers may run in
-the sampler's own process (`InProcessWorker`: the same calls, run at once, their results in
-finished futures).
+naming it, after the group freed every actor and segment.
 """
 
 from __future__ import annotations
@@ -21,10 +19,10 @@ import parl
 from parl_algos.samplers._core import Rollout, rollout_layout
 from parl_algos.samplers._shm import SharedArrays, host_id, shm_available, sweep_dead_owners
 from parl_algos.samplers._signal import Signal, SignalListener
-from parl_algos.samplers._worker import EnvWorker, RemoteEnvWorker
+from parl_algos.samplers._worker import RemoteEnvWorker
 from parl_remote import ClusterError, RemoteActorDiedError, RemoteError
 
-__all__ = ["InProcessWorker", "WorkerGroup", "connect", "offset_records"]
+__all__ = ["WorkerGroup", "connect", "offset_records"]
 
 
 def connect(address: str | None, cpu_num: int) -> None:
@@ -38,38 +36,6 @@ def connect(address: str | None, cpu_num: int) -> None:
         parl.connect()
 
 
-class _Finished:
-    """The outcome of a call that already ran, read as a remote call's future is."""
-
-    def __init__(self, call: Callable[[], Any]) -> None:
-        self._error: BaseException | None = None
-        try:
-            self._value = call()
-        except Exception as exc:  # the call's own error, raised by get() as a future's is
-            self._error = exc
-
-    def get(self, timeout: float | None = None) -> Any:
-        """The call's result, or its error raised."""
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-class InProcessWorker:
-    """An `EnvWorker` in this process with an actor's interface: every call runs at once.
-
-    Args:
-        worker: the worker (built with `own_process=False`).
-    """
-
-    def __init__(self, worker: EnvWorker) -> None:
-        self.worker = worker
-
-    def __getattr__(self, name: str) -> Callable[..., _Finished]:
-        method = getattr(self.worker, name)
-        return lambda *args, **kwargs: _Finished(lambda: method(*args, **kwargs))
-
-
 class WorkerGroup:
     """`num_workers` `EnvWorker` actors of one sampler.
 
@@ -79,8 +45,6 @@ class WorkerGroup:
             agent is None for workers that only step environments).
         num_workers: how many workers.
         address: the cluster (None: the current one, or a local one).
-        local: how many of the workers (the first ones) run in this process instead of an
-            actor; they need neither shared memory nor a signal.
     """
 
     def __init__(
@@ -95,27 +59,28 @@ class WorkerGroup:
         seed: int | None,
         slots: int,
         address: str | None,
-        local: int = 0,
     ) -> None:
         self.owner = owner
         self.envs_per_worker = envs_per_worker
         self.workers: list[Any] = []
-        self.local = min(local, num_workers)
         self.segments: list[list[SharedArrays] | None] = [None] * num_workers
         self.signals: list[Signal | None] = [None] * num_workers
-        args = (envs_per_worker, horizon, seed, slots)
-        created: list[Any] = [
-            InProcessWorker(EnvWorker(env_fn, agent, w, *args, own_process=False))
-            for w in range(self.local)
-        ]
-        try:
-            if num_workers > self.local:
-                connect(address, num_workers - self.local)
-                created += _create_actors(env_fn, agent, range(self.local, num_workers), args)
-        except BaseException:
-            for worker in created:
-                worker.worker.close()
-            raise
+        connect(address, num_workers)
+
+        def create(index: int) -> Any:
+            return RemoteEnvWorker(env_fn, agent, index, envs_per_worker, horizon, seed, slots)
+
+        # The first alone, then the others at once: the first call also builds the code
+        # bundle that every actor of this client receives.
+        created = [create(0)]
+        if num_workers > 1:
+            with ThreadPoolExecutor(num_workers - 1, thread_name_prefix="sampler-create") as pool:
+                futures = [pool.submit(create, w) for w in range(1, num_workers)]
+                try:
+                    created += [future.result() for future in futures]
+                except BaseException:
+                    del created  # the actors made so far go with their handles
+                    raise
         self.workers = created
         descriptions = self.gather([worker.describe() for worker in self.workers])
         self.observation_space, self.action_space, _ = descriptions[0]
@@ -129,13 +94,13 @@ class WorkerGroup:
 
     def _share_memory(self, hosts: list[str], slots: int) -> None:
         here = host_id()
-        if not shm_available() or self.local == len(hosts):
+        if not shm_available():
             return
         sweep_dead_owners()  # what samplers killed before their close() left behind
         offered: dict[int, list[SharedArrays]] = {}
         try:
             for w, host in enumerate(hosts):
-                if host == here and w >= self.local:
+                if host == here:
                     offered[w] = [SharedArrays.create(self.layout) for _ in range(slots)]
             calls = {
                 w: self.workers[w].attach([segment.name for segment in segments])
@@ -230,33 +195,11 @@ class WorkerGroup:
             if signal is not None:
                 signal.close()
                 self.signals[w] = None
-        workers, self.workers = self.workers, []  # an actor's last handle frees it and its slot
-        for worker in workers[: self.local]:
-            worker.worker.close()
+        self.workers = []  # the last handle of an actor frees it and its CPU slot
         for w, segments in enumerate(self.segments):
             if segments is not None:
                 _free(segments)
                 self.segments[w] = None
-
-
-def _create_actors(
-    env_fn: Callable[[], gym.Env], agent: Any, indices: range, args: tuple
-) -> list[Any]:
-    """`RemoteEnvWorker` actors numbered `indices`: the first alone, then the others at once.
-
-    The first call also builds the code bundle that every actor of this client receives.
-    """
-    first, *others = indices
-    created = [RemoteEnvWorker(env_fn, agent, first, *args)]
-    if others:
-        with ThreadPoolExecutor(len(others), thread_name_prefix="sampler-create") as pool:
-            futures = [pool.submit(RemoteEnvWorker, env_fn, agent, w, *args) for w in others]
-            try:
-                created += [future.result() for future in futures]
-            except BaseException:
-                del created  # the actors made so far go with their handles
-                raise
-    return created
 
 
 def _free(segments: list[SharedArrays]) -> None:

@@ -35,8 +35,6 @@ class _ClusterSampler(BaseSampler):
         horizon: int = 32,
         seed: int | None = 0,
         address: str | None = None,
-        *,
-        local_workers: int = 0,
     ) -> None:
         super().__init__(
             env_fn,
@@ -58,7 +56,6 @@ class _ClusterSampler(BaseSampler):
             seed=seed,
             slots=self._slots,
             address=address,
-            local=local_workers,
         )
         self.observation_space = self._group.observation_space
         self.action_space = self._group.action_space

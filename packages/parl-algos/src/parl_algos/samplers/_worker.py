@@ -75,9 +75,6 @@ class EnvWorker:
             runs on one thread.
         slots: rollouts the worker can hold at once (2 lets the sampler read one while the
             worker fills the other).
-        own_process: the worker has its process to itself (an actor): it seeds the process's
-            generators and keeps torch to one thread. False: it runs in the sampler's process
-            and leaves both alone.
     """
 
     def __init__(
@@ -89,13 +86,11 @@ class EnvWorker:
         horizon: int,
         seed: int | None,
         slots: int = 1,
-        own_process: bool = True,
     ) -> None:
         torch = sys.modules.get("torch")
-        if own_process:
-            if torch is not None:
-                torch.set_num_threads(1)  # one core a worker: threads of its own only compete
-            seed_process(None if seed is None else seed * 1_000 + index)
+        if torch is not None:
+            torch.set_num_threads(1)  # one core a worker: threads of its own only compete
+        seed_process(None if seed is None else seed * 1_000 + index)
         self.columns = EnvColumns(env_fn, num_envs, seed, index * num_envs)
         self.agent = agent
         self.horizon = horizon
