@@ -9,10 +9,11 @@ in the same run, driven by the same agent: gymnasium's `SyncVectorEnv` (one proc
 `SubprocVecEnv` (a process per env), and envpool (C++ threads, random actions only) where it is
 importable or `--envpool-python` names a Python that has it (a virtual environment of its own:
 envpool is never a dependency; `benchmarks/envpool_rate.py` runs there). `CentralSampler` (and
-its alternating mode) against `ParallelSampler` is printed apart: the three samplers open at
-once and take turns, one `collect()` each (a shared machine's load moves within seconds, so
-each sees the same load), and each of `--repeat` repetitions of about `--seconds` of each gives
-a ratio; the table has their median. `--crossover` measures where the alternating mode starts
+its alternating mode) against `ParallelSampler` is printed apart: the samplers open at once and
+take turns, one `collect()` each (a shared machine's load moves within seconds, so each sees
+the same load), and each of `--repeat` repetitions of about `--seconds` of each gives a ratio;
+the table has their median; so does `ParallelSampler` against a one-process `SyncVectorEnv`.
+`--crossover` measures where the alternating mode starts
 to pay with the MLP: CartPole with extra CPU work in every environment step, from none to more
 than the network's call costs. Scaling: `ParallelSampler` with 1 and with 2
 workers of 8 environments, against 1 and 2 plain processes stepping 8 environments each with
@@ -278,13 +279,49 @@ def interleaved(env_fn, make_agent, seconds: float, repeat: int) -> dict[str, li
     return rates
 
 
-def compare_line(rates: dict[str, list[float]], i: int) -> tuple[float, float]:
-    """Repetition `i`'s CentralSampler / ParallelSampler and alternating / ParallelSampler."""
-    parallel = rates["ParallelSampler 2x8"][i]
-    return (
-        rates["CentralSampler 2x8"][i] / parallel,
-        rates["CentralSampler 2x8 alternating"][i] / parallel,
+def parallel_over_sync(env_fn, make_agent, seconds: float, repeat: int) -> list[float]:
+    """ParallelSampler 2x8 over a one-process `SyncVectorEnv` of 16, by turns, per repetition.
+
+    Both open at once, each with its own agent, one `collect()` (or `HORIZON` vector steps)
+    each in turn until each has spent `seconds` in the repetition.
+    """
+    envs = gym.vector.SyncVectorEnv(
+        [env_fn] * N_ALL, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
     )
+    agent = make_agent()
+    state = {"obs": envs.reset(seed=0)[0]}
+
+    def vector_steps() -> int:
+        for _ in range(HORIZON):
+            state["obs"], *_ = envs.step(agent.sample(state["obs"]))
+        return HORIZON * N_ALL
+
+    ratios = []
+    try:
+        with ParallelSampler(
+            env_fn, make_agent(), WORKERS, ENVS_PER_WORKER, horizon=HORIZON, seed=0
+        ) as sampler:
+            sides = [vector_steps, lambda: sampler.collect().rewards.size]
+            for side in sides:
+                side()  # warm-up
+            for _ in range(repeat):
+                steps, spent, turn = [0, 0], [0.0, 0.0], 0
+                while min(spent) < seconds:
+                    for i in (turn % 2, 1 - turn % 2):
+                        start = time.perf_counter()
+                        steps[i] += sides[i]()
+                        spent[i] += time.perf_counter() - start
+                    turn += 1
+                ratios.append((steps[1] / spent[1]) / (steps[0] / spent[0]))
+    finally:
+        envs.close()
+    return ratios
+
+
+def compare_line(rates: dict[str, list[float]], i: int) -> tuple[float, ...]:
+    """Repetition `i`'s rate of each `COMPARED` sampler but the first over ParallelSampler's."""
+    parallel = rates["ParallelSampler 2x8"][i]
+    return tuple(rates[label][i] / parallel for label in list(COMPARED)[1:])
 
 
 def crossover(seconds: float, repeat: int) -> None:
@@ -310,7 +347,9 @@ def crossover(seconds: float, repeat: int) -> None:
             seconds,
             repeat,
         )
-        central, alternating = zip(*(compare_line(rates, i) for i in range(repeat)), strict=True)
+        central, alternating, *_ = zip(
+            *(compare_line(rates, i) for i in range(repeat)), strict=True
+        )
         versus = [a / c for a, c in zip(alternating, central, strict=True)]
         print(
             f"| {extra_us} µs ({work} iterations) | {statistics.median(central):.2f}x "
@@ -481,7 +520,7 @@ def main() -> None:
             print(f"{task[4]} is not installed: no {task[0]} rows")
             continue
         tasks.append(task)
-    rows, ratios = [], []
+    rows, ratios, versus_sync = [], [], []
     for name, env_fn, network, network_label, _ in tasks:
         probe = env_fn()
         space, obs_shape = probe.action_space, probe.observation_space.shape
@@ -507,16 +546,26 @@ def main() -> None:
                     rows.append((name, agent_name, label, rate, rate / base))
                     line = f"{name:14} {agent_name:9} {label:34} {rate:10.0f} steps/s"
                     print(f"{line}  {rate / base:5.2f}x", flush=True)
+            if random:
+                before = load()
+                over_sync = parallel_over_sync(env_fn, make_agent, args.seconds, args.repeat)
+                print(
+                    f"{'':14} ParallelSampler / SyncVectorEnv by turns: {spread(over_sync)}"
+                    f"  load {before} -> {load()}",
+                    flush=True,
+                )
+                versus_sync.append((name, over_sync))
             before = load()
             compared = interleaved(env_fn, make_agent, args.seconds, args.repeat)
-            pairs = [compare_line(compared, i) for i in range(args.repeat)]
-            central, alternating = (list(values) for values in zip(*pairs, strict=True))
+            lines = [compare_line(compared, i) for i in range(args.repeat)]
+            columns = [list(values) for values in zip(*lines, strict=True)]
             print(
-                f"{'':14} CentralSampler / ParallelSampler by turns: {spread(central)} "
-                f"(alternating {spread(alternating)})  load {before} -> {load()}",
+                f"{'':14} over ParallelSampler by turns: "
+                + "; ".join(spread(values) for values in columns)
+                + f"  load {before} -> {load()}",
                 flush=True,
             )
-            ratios.append((name, agent_name, central, alternating))
+            ratios.append((name, agent_name, columns))
     scaling = [] if args.no_scaling else [scaling_rates(args.seconds) for _ in range(args.repeat)]
     print()
     print("| task | agent | collector | env steps/s | vs SyncVectorEnv |")
@@ -528,14 +577,17 @@ def main() -> None:
         f"CentralSampler / ParallelSampler by turns, median of {args.repeat} repetitions "
         "(each repetition's ratio in brackets):"
     )
-    print("| task | agent | CentralSampler / ParallelSampler | alternating / ParallelSampler |")
-    print("|---|---|---:|---:|")
-    for name, agent_name, central, alternating in ratios:
-        print(
-            f"| {name} | {agent_name} | {statistics.median(central):.2f}x ({spread(central)}) "
-            f"| {statistics.median(alternating):.2f}x ({spread(alternating)}) |"
-        )
+    labels = list(COMPARED)[1:]
+    print("| task | agent | " + " | ".join(f"{label} / ParallelSampler" for label in labels) + " |")
+    print("|---|---|" + "---:|" * len(labels))
+    for name, agent_name, columns in ratios:
+        cells = [f"{statistics.median(values):.2f}x ({spread(values)})" for values in columns]
+        print(f"| {name} | {agent_name} | " + " | ".join(cells) + " |")
     print()
+    print()
+    print(f"ParallelSampler / SyncVectorEnv by turns, random actions, median of {args.repeat}:")
+    for name, over_sync in versus_sync:
+        print(f"| {name} | {statistics.median(over_sync):.2f}x ({spread(over_sync)}) |")
     if scaling:
         print_scaling(scaling)
     if args.crossover:
