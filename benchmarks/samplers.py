@@ -8,10 +8,14 @@ in the same run, driven by the same agent: gymnasium's `SyncVectorEnv` (one proc
 `AsyncVectorEnv` (a process per env), and, when `stable-baselines3` is installed, its
 `SubprocVecEnv` (a process per env), and envpool (C++ threads, random actions only) where it is
 importable or `--envpool-python` names a Python that has it (a virtual environment of its own:
-envpool is never a dependency; `benchmarks/envpool_rate.py` runs there). `CentralSampler`
-against `ParallelSampler` on the same workers and environments is printed apart, the median of
-`--repeat` alternating repetitions (each measures the two in turn: a shared machine's load
-moves under a single pair). Scaling: `ParallelSampler` with 1 and with 2
+envpool is never a dependency; `benchmarks/envpool_rate.py` runs there). `CentralSampler` (and
+its alternating mode) against `ParallelSampler` is printed apart: the samplers open at once and
+take turns, one `collect()` each (a shared machine's load moves within seconds, so each sees
+the same load), and each of `--repeat` repetitions of about `--seconds` of each gives a ratio;
+the table has their median; so does `ParallelSampler` against a one-process `SyncVectorEnv`.
+`--crossover` measures where the alternating mode starts
+to pay with the MLP: CartPole with extra CPU work in every environment step, from none to more
+than the network's call costs. Scaling: `ParallelSampler` with 1 and with 2
 workers of 8 environments, against 1 and 2 plain processes stepping 8 environments each with
 no framework (the machine's own ceiling). Prints the tables and the load average before and
 after (a shared machine's figures mean little without it). `mujoco` and `stable-baselines3`
@@ -21,11 +25,13 @@ have them, `pip install -c constraints.txt "gymnasium[mujoco]" stable-baselines3
     python benchmarks/samplers.py                 # about ten minutes
     python benchmarks/samplers.py --seconds 2 --tasks CartPole-v1   # a quicker look
     python benchmarks/samplers.py --envpool-python ../envpool-venv/bin/python
+    python benchmarks/samplers.py --tasks --crossover   # the alternating mode's crossover only
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import multiprocessing as mp
 import os
@@ -136,6 +142,37 @@ def make_cheetah() -> gym.Env:
     return gym.make("HalfCheetah-v5")
 
 
+class BusyStep(gym.Wrapper):
+    """An environment whose every step also does `work` iterations of a Python loop (CPU)."""
+
+    def __init__(self, env: gym.Env, work: int) -> None:
+        super().__init__(env)
+        self.work = work
+
+    def step(self, action):
+        total = 0
+        for i in range(self.work):
+            total += i
+        return self.env.step(action)
+
+
+def make_busy_cartpole(work: int) -> gym.Env:
+    return BusyStep(gym.make("CartPole-v1"), work)
+
+
+def loop_us() -> float:
+    """Microseconds of one iteration of `BusyStep`'s loop here (best of 5)."""
+    env = BusyStep(gym.make("CartPole-v1"), 100_000)
+    env.reset(seed=0)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        env.step(0)
+        best = min(best, time.perf_counter() - start)
+    env.close()
+    return best / env.work * 1e6
+
+
 def timed(step: Callable[[], int], seconds: float) -> float:
     """Call `step` (returns env steps taken) for about `seconds` after one warm-up; steps/s."""
     step()
@@ -189,6 +226,137 @@ def sampler_rate(cls, env_fn, agent, seconds: float, **kwargs) -> float:
             return batch.rewards.size
 
         return timed(step, seconds)
+
+
+COMPARED = {
+    "ParallelSampler 2x8": (ParallelSampler, {}),
+    "CentralSampler 2x8": (CentralSampler, {}),
+    "CentralSampler 2x8 alternating": (CentralSampler, {"alternating": True}),
+}
+"""The samplers compared by turns (`interleaved`): label -> (class, extra arguments)."""
+
+
+def interleaved(env_fn, make_agent, seconds: float, repeat: int) -> dict[str, list[float]]:
+    """Each `COMPARED` sampler's env steps/s in each of `repeat` repetitions, taking turns.
+
+    The samplers are open at once (each with its own agent and workers) and collect one batch
+    each in turn, the first of a round moving on by one every round, until each has spent
+    `seconds` collecting in the repetition: the load of a shared machine, which moves within
+    seconds, falls on all of them alike.
+    """
+    rates: dict[str, list[float]] = {label: [] for label in COMPARED}
+    with contextlib.ExitStack() as stack:
+        samplers = {
+            label: stack.enter_context(
+                cls(
+                    env_fn,
+                    make_agent(),
+                    num_workers=WORKERS,
+                    envs_per_worker=ENVS_PER_WORKER,
+                    horizon=HORIZON,
+                    seed=0,
+                    **kwargs,
+                )
+            )
+            for label, (cls, kwargs) in COMPARED.items()
+        }
+        for sampler in samplers.values():
+            sampler.collect()  # warm-up
+        labels = list(samplers)
+        for _ in range(repeat):
+            steps = dict.fromkeys(labels, 0)
+            spent = dict.fromkeys(labels, 0.0)
+            turn = 0
+            while min(spent.values()) < seconds:
+                for i in range(len(labels)):
+                    label = labels[(turn + i) % len(labels)]
+                    start = time.perf_counter()
+                    steps[label] += samplers[label].collect().rewards.size
+                    spent[label] += time.perf_counter() - start
+                turn += 1
+            for label in labels:
+                rates[label].append(steps[label] / spent[label])
+    return rates
+
+
+def parallel_over_sync(env_fn, make_agent, seconds: float, repeat: int) -> list[float]:
+    """ParallelSampler 2x8 over a one-process `SyncVectorEnv` of 16, by turns, per repetition.
+
+    Both open at once, each with its own agent, one `collect()` (or `HORIZON` vector steps)
+    each in turn until each has spent `seconds` in the repetition.
+    """
+    envs = gym.vector.SyncVectorEnv(
+        [env_fn] * N_ALL, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    agent = make_agent()
+    state = {"obs": envs.reset(seed=0)[0]}
+
+    def vector_steps() -> int:
+        for _ in range(HORIZON):
+            state["obs"], *_ = envs.step(agent.sample(state["obs"]))
+        return HORIZON * N_ALL
+
+    ratios = []
+    try:
+        with ParallelSampler(
+            env_fn, make_agent(), WORKERS, ENVS_PER_WORKER, horizon=HORIZON, seed=0
+        ) as sampler:
+            sides = [vector_steps, lambda: sampler.collect().rewards.size]
+            for side in sides:
+                side()  # warm-up
+            for _ in range(repeat):
+                steps, spent, turn = [0, 0], [0.0, 0.0], 0
+                while min(spent) < seconds:
+                    for i in (turn % 2, 1 - turn % 2):
+                        start = time.perf_counter()
+                        steps[i] += sides[i]()
+                        spent[i] += time.perf_counter() - start
+                    turn += 1
+                ratios.append((steps[1] / spent[1]) / (steps[0] / spent[0]))
+    finally:
+        envs.close()
+    return ratios
+
+
+def compare_line(rates: dict[str, list[float]], i: int) -> tuple[float, ...]:
+    """Repetition `i`'s rate of each `COMPARED` sampler but the first over ParallelSampler's."""
+    parallel = rates["ParallelSampler 2x8"][i]
+    return tuple(rates[label][i] / parallel for label in list(COMPARED)[1:])
+
+
+def crossover(seconds: float, repeat: int) -> None:
+    """The alternating mode against the plain one with the MLP, as env steps cost more."""
+    per_iteration = loop_us()
+    print()
+    print(
+        f"Crossover: CartPole-v1 with the MLP 64x64, extra work in every env step "
+        f"(a loop's iterations, {per_iteration * 1000:.0f} ns each here), median of {repeat}:"
+    )
+    print(
+        "| extra work per env step | CentralSampler / ParallelSampler "
+        "| alternating / ParallelSampler | alternating / CentralSampler | load |"
+    )
+    print("|---:|---:|---:|---:|---|")
+    space = gym.spaces.Discrete(2)
+    for extra_us in (0, 10, 25, 50, 100, 200):
+        work = round(extra_us / per_iteration)
+        before = load()
+        rates = interleaved(
+            functools.partial(make_busy_cartpole, work),
+            functools.partial(TorchAgent, space, (4,)),
+            seconds,
+            repeat,
+        )
+        central, alternating, *_ = zip(
+            *(compare_line(rates, i) for i in range(repeat)), strict=True
+        )
+        versus = [a / c for a, c in zip(alternating, central, strict=True)]
+        print(
+            f"| {extra_us} µs ({work} iterations) | {statistics.median(central):.2f}x "
+            f"| {statistics.median(alternating):.2f}x "
+            f"| {statistics.median(versus):.2f}x ({spread(versus)}) | {before} -> {load()} |",
+            flush=True,
+        )
 
 
 def envpool_cell(python: str | None, task: str, seconds: float) -> float | None:
@@ -259,6 +427,42 @@ CELLS = [
 """(label, measure(env_fn, agent, seconds) -> env steps/s) of every collector compared."""
 
 
+def scaling_rates(seconds: float) -> tuple[float, float, float, float]:
+    """CartPole, random actions: ParallelSampler with 1 and 2 workers of 8 envs, 1 and 2 plain
+    processes of 8 envs (env steps/s each, measured one after the other)."""
+    env_fn = TASKS[0][1]
+    space = gym.spaces.Discrete(2)
+    one = sampler_rate(ParallelSampler, env_fn, RandomAgent(space), seconds, num_workers=1)
+    two = sampler_rate(ParallelSampler, env_fn, RandomAgent(space), seconds)
+    plain_one = plain_rate(env_fn, 1, ENVS_PER_WORKER, seconds)
+    plain_two = plain_rate(env_fn, 2, ENVS_PER_WORKER, seconds)
+    print(
+        f"scaling: ParallelSampler {one:.0f} -> {two:.0f}, plain processes {plain_one:.0f} -> "
+        f"{plain_two:.0f}  load {load()}",
+        flush=True,
+    )
+    return one, two, plain_one, plain_two
+
+
+def print_scaling(runs: list[tuple[float, float, float, float]]) -> None:
+    """The scaling table: each repetition, and the median of ParallelSampler's share."""
+    print()
+    print("| scaling, CartPole-v1, random actions | 1 x 8 envs | 2 x 8 envs | 2 vs 1 |")
+    print("|---|---:|---:|---:|")
+    shares = []
+    for one, two, plain_one, plain_two in runs:
+        print(f"| ParallelSampler (workers) | {one:,.0f} | {two:,.0f} | {two / one:.2f}x |")
+        print(
+            f"| plain processes | {plain_one:,.0f} | {plain_two:,.0f} "
+            f"| {plain_two / plain_one:.2f}x |"
+        )
+        shares.append((two / one) / (plain_two / plain_one))
+    print(
+        f"ParallelSampler's scaling against the machine's own, median of {len(runs)}: "
+        f"{100 * statistics.median(shares):.0f}% ({', '.join(f'{100 * x:.0f}%' for x in shares)})"
+    )
+
+
 def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -295,10 +499,16 @@ def main() -> None:
     parser.add_argument(
         "--envpool-python", help="a Python with envpool installed (for the envpool rows)"
     )
+    parser.add_argument(
+        "--crossover", action="store_true", help="also the alternating mode's crossover"
+    )
+    parser.add_argument(
+        "--no-scaling", action="store_true", help="leave out the 1 vs 2 workers scaling rows"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"load average before: {load()}  ({os.cpu_count()} cores)", flush=True)
-    parl.connect(cpu_num=WORKERS + 1, log_to_driver=False)
+    parl.connect(cpu_num=len(COMPARED) * WORKERS, log_to_driver=False)
     cells = [cell for cell in CELLS if "SB3" not in cell[0] or installed("stable_baselines3")]
     if len(cells) < len(CELLS):
         print("stable-baselines3 is not installed: no SubprocVecEnv rows")
@@ -310,10 +520,7 @@ def main() -> None:
             print(f"{task[4]} is not installed: no {task[0]} rows")
             continue
         tasks.append(task)
-    rows, ratios = [], []
-    compared = {
-        label: measure for label, measure in cells if label.startswith(("Parallel", "Central"))
-    }
+    rows, ratios, versus_sync = [], [], []
     for name, env_fn, network, network_label, _ in tasks:
         probe = env_fn()
         space, obs_shape = probe.action_space, probe.observation_space.shape
@@ -339,27 +546,27 @@ def main() -> None:
                     rows.append((name, agent_name, label, rate, rate / base))
                     line = f"{name:14} {agent_name:9} {label:34} {rate:10.0f} steps/s"
                     print(f"{line}  {rate / base:5.2f}x", flush=True)
-            central, alternating = [], []
-            for repetition in range(args.repeat):
-                if repetition:  # the first repetition is the table's
-                    for label, measure in compared.items():
-                        rates[label] = measure(env_fn, make_agent(), args.seconds)
-                parallel = rates["ParallelSampler 2x8"]
-                central.append(rates["CentralSampler 2x8"] / parallel)
-                alternating.append(rates["CentralSampler 2x8 alternating"] / parallel)
+            if random:
+                before = load()
+                over_sync = parallel_over_sync(env_fn, make_agent, args.seconds, args.repeat)
                 print(
-                    f"{'':14} CentralSampler / ParallelSampler: {central[-1]:.2f}x "
-                    f"(alternating {alternating[-1]:.2f}x)  load {load()}",
+                    f"{'':14} ParallelSampler / SyncVectorEnv by turns: {spread(over_sync)}"
+                    f"  load {before} -> {load()}",
                     flush=True,
                 )
-            ratios.append((name, agent_name, central, alternating))
-    # Scaling: 1 vs 2 workers against 1 vs 2 plain processes (random actions, CartPole).
-    env_fn = TASKS[0][1]
-    space = gym.spaces.Discrete(2)
-    one = sampler_rate(ParallelSampler, env_fn, RandomAgent(space), args.seconds, num_workers=1)
-    two = sampler_rate(ParallelSampler, env_fn, RandomAgent(space), args.seconds)
-    plain_one = plain_rate(env_fn, 1, ENVS_PER_WORKER, args.seconds)
-    plain_two = plain_rate(env_fn, 2, ENVS_PER_WORKER, args.seconds)
+                versus_sync.append((name, over_sync))
+            before = load()
+            compared = interleaved(env_fn, make_agent, args.seconds, args.repeat)
+            lines = [compare_line(compared, i) for i in range(args.repeat)]
+            columns = [list(values) for values in zip(*lines, strict=True)]
+            print(
+                f"{'':14} over ParallelSampler by turns: "
+                + "; ".join(spread(values) for values in columns)
+                + f"  load {before} -> {load()}",
+                flush=True,
+            )
+            ratios.append((name, agent_name, columns))
+    scaling = [] if args.no_scaling else [scaling_rates(args.seconds) for _ in range(args.repeat)]
     print()
     print("| task | agent | collector | env steps/s | vs SyncVectorEnv |")
     print("|---|---|---|---:|---:|")
@@ -367,27 +574,24 @@ def main() -> None:
         print(f"| {name} | {agent_name} | {label} | {rate:,.0f} | {ratio:.2f}x |")
     print()
     print(
-        f"CentralSampler / ParallelSampler, median of {args.repeat} alternating repetitions "
+        f"CentralSampler / ParallelSampler by turns, median of {args.repeat} repetitions "
         "(each repetition's ratio in brackets):"
     )
-    print("| task | agent | CentralSampler / ParallelSampler | alternating / ParallelSampler |")
-    print("|---|---|---:|---:|")
-    for name, agent_name, central, alternating in ratios:
-        print(
-            f"| {name} | {agent_name} | {statistics.median(central):.2f}x ({spread(central)}) "
-            f"| {statistics.median(alternating):.2f}x ({spread(alternating)}) |"
-        )
+    labels = list(COMPARED)[1:]
+    print("| task | agent | " + " | ".join(f"{label} / ParallelSampler" for label in labels) + " |")
+    print("|---|---|" + "---:|" * len(labels))
+    for name, agent_name, columns in ratios:
+        cells = [f"{statistics.median(values):.2f}x ({spread(values)})" for values in columns]
+        print(f"| {name} | {agent_name} | " + " | ".join(cells) + " |")
     print()
-    print("| scaling, CartPole-v1, random actions | 1 x 8 envs | 2 x 8 envs | 2 vs 1 |")
-    print("|---|---:|---:|---:|")
-    print(f"| ParallelSampler (workers) | {one:,.0f} | {two:,.0f} | {two / one:.2f}x |")
-    print(
-        f"| plain processes | {plain_one:,.0f} | {plain_two:,.0f} | {plain_two / plain_one:.2f}x |"
-    )
-    print(
-        f"ParallelSampler's scaling is {100 * (two / one) / (plain_two / plain_one):.0f}% of "
-        "the machine's own"
-    )
+    print()
+    print(f"ParallelSampler / SyncVectorEnv by turns, random actions, median of {args.repeat}:")
+    for name, over_sync in versus_sync:
+        print(f"| {name} | {statistics.median(over_sync):.2f}x ({spread(over_sync)}) |")
+    if scaling:
+        print_scaling(scaling)
+    if args.crossover:
+        crossover(args.seconds, args.repeat)
     print(f"load average after: {load()}")
     parl.disconnect()
 
