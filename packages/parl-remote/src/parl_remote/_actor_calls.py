@@ -156,7 +156,7 @@ class CallRunner:
         runs here and now, and a plain result goes straight back; every other call, and a
         call while others wait, takes the queue (`_queue_call`), as it would have.
         """
-        entry = self.methods.get(msg.name)
+        entry = self.methods.get(msg.name) or self._method(msg.name)
         if (
             entry is None
             or entry[1]

@@ -28,14 +28,11 @@ from typing import TYPE_CHECKING, Any, cast
 from parl_remote._call_core import INIT, ActorCore, Replies, message_id
 from parl_remote._exceptions import FutureGetRepeatedlyError, ProtocolError
 from parl_remote._transport import AsyncConnection, SyncConnection, open_async
-from parl_remote.protocol import messages as m
 
 if TYPE_CHECKING:
     from parl_remote._client import Client
 
 __all__ = ["BlockingDriver", "PipelinedDriver", "RemoteFuture", "arequest", "request"]
-
-_RESULT = m.Result
 
 
 def request(
@@ -102,14 +99,11 @@ class BlockingDriver:
 
     def call(self, kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run `name` on the actor and return its result: one round trip."""
-        core = self.core
-        if core.dead is not None:
-            raise core.died_error()
-        msg, buffers = core.call(kind, name, args, kwargs, copy=False)
+        if self.core.dead is not None:
+            raise self.core.died_error()
+        msg, buffers = self.core.call(kind, name, args, kwargs, copy=False)
         reply, rbuffers = self.request(msg, buffers)
-        if type(reply) is _RESULT and not reply.payload and not reply.shadowed:
-            return reply.value  # a plain value, sent as itself: a small call's path
-        return core.result(reply, rbuffers, name)
+        return self.core.result(reply, rbuffers, name)
 
     def request(self, msg: Any, buffers: list[Any]) -> tuple[Any, tuple[Any, ...]]:
         """Send `msg` on an idle connection (a new one if none is idle); return its reply.
