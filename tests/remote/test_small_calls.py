@@ -82,6 +82,9 @@ class Recorder:
     def exit_now(self, code):
         sys.exit(code)
 
+    def text(self, n):
+        return "y" * n
+
     def slow_record(self, source, seconds, started):
         import pathlib
         import time
@@ -292,6 +295,9 @@ def test_plain_calls_take_the_lane_and_others_the_general_path(connected):
     assert a.path(2**70) == "_call"  # beyond msgpack's ints
     assert a.path("é") == "_call"  # not ASCII
     assert a.pair(1, "b") == [1, "b"]  # run in the lane, its result pickled
+    assert a.path() == "lane"
+    for n in (10, 70_000, 3_000_000):  # replies of one read and of many, to a plain call
+        assert a.text(n) == "y" * n
     assert a.path() == "lane"
 
 
