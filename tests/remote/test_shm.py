@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -191,6 +192,42 @@ def test_awaitable_and_future_handles(client):
     pending = f.seen(mine)  # written into a segment before this returned: ours to change
     mine[:] = 0
     assert pending.get() == (True, float(x.sum()))
+
+
+def test_a_future_call_whose_connection_is_replaced_before_it_leaves(client):
+    """A future-mode call stages its arrays in a segment of the connection open when it is made.
+
+    If that connection is gone by the time the call leaves (on the client's loop), the call goes
+    on a new connection with the values it was made with, and the segment is free again at once
+    (not lent until the old connection's end).
+    """
+    f = FutureArrays()
+    assert f.pid().get(timeout=30)  # its connection is open: later calls stage their arrays
+    ref = f._parl_ref
+    loop = ref.client.loop
+    old = ref.drivers[loop]
+    link = old.conn.proto.shm
+    assert link is not None
+    go, after = threading.Event(), []
+
+    def hold_then_close():  # on the client's loop, ahead of the call: it leaves after this
+        go.wait(30)
+        old.close()
+
+    def look():  # right after the call was handed to a driver, before the old link closes
+        after.append((dict(link._staged), dict(link._lent)))
+
+    ref.client.run_soon(hold_then_close)
+    x = np.arange(MIN, dtype=np.float32)
+    pending = f.seen(x)
+    ref.client.run_soon(look)
+    (name,) = link._staged.values()  # written into a segment of the old connection
+    x[:] = 0  # the call carries the values it was made with
+    go.set()
+    assert pending.get(timeout=30)[1] == float(np.arange(MIN, dtype=np.float32).sum())
+    staged, lent = after[0]
+    assert not staged and name not in lent
+    assert ref.drivers[loop] is not old and f.seen(x).get(timeout=30)[1] == 0.0
 
 
 def test_torch_cpu_tensors(client):

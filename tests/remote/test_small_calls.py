@@ -11,6 +11,7 @@ import asyncio
 import math
 import os
 import signal
+import sys
 import threading
 
 import pytest
@@ -67,6 +68,35 @@ class Recorder:
         self.flag = getattr(self, "flag", None) or asyncio.Event()
         self.flag.set()
         return "set"
+
+    def path(self, *args, **kwargs):
+        """The function of the actor's call path that ran this method."""
+        return sys._getframe(1).f_code.co_name
+
+    def raise_path(self):
+        raise KeyError(sys._getframe(1).f_code.co_name)
+
+    def pair(self, a, b):
+        return [a, b]
+
+    def exit_now(self, code):
+        sys.exit(code)
+
+    def text(self, n):
+        return "y" * n
+
+    def slow_record(self, source, seconds, started):
+        import pathlib
+        import time
+
+        pathlib.Path(started).touch()
+        time.sleep(seconds)
+        self.seen.append((source, 0))
+        return len(self.seen)
+
+    def hide_pid(self, value):
+        self.pid = value  # an attribute that hides the method of that name
+        return value
 
 
 EDGES = [
@@ -253,3 +283,63 @@ def test_a_call_too_large_to_send_fails_alone_in_every_mode(module_cluster):
             return await now.aio.echo(4)
 
         assert asyncio.run(awaited()) == 4
+
+
+# -- the lane: a plain call that arrives alone runs at once (`CallRunner.lane`) ----------------
+def test_plain_calls_take_the_lane_and_others_the_general_path(connected):
+    a = Recorder()
+    assert a.path() == "lane"
+    assert a.path(1, -2.5, "s", None, True) == "lane"
+    assert a.path(1, k=2) == "_call"  # keywords: pickled
+    assert a.path([1]) == "_call"  # not a plain value
+    assert a.path(2**70) == "_call"  # beyond msgpack's ints
+    assert a.path("é") == "_call"  # not ASCII
+    assert a.pair(1, "b") == [1, "b"]  # run in the lane, its result pickled
+    assert a.path() == "lane"
+    for n in (10, 70_000, 3_000_000):  # replies of one read and of many, to a plain call
+        assert a.text(n) == "y" * n
+    assert a.path() == "lane"
+
+
+def test_exceptions_raised_in_the_lane(connected):
+    a = Recorder()
+    for _ in range(3):
+        with pytest.raises(KeyError, match="lane") as info:
+            a.raise_path()
+        assert isinstance(info.value, parl.RemoteError)
+        assert "raise_path" in "".join(info.value.__notes__)  # the remote traceback
+        assert a.path() == "lane"  # the actor goes on
+    with pytest.raises(TypeError):
+        a.pair(1)  # the method's own TypeError, from the lane
+    assert a.record("after", 5) == 5
+
+
+def test_a_plain_call_that_arrives_while_another_runs_waits_its_turn(connected, tmp_path):
+    a = Recorder()
+    started, answers = tmp_path / "started", []
+    slow = threading.Thread(
+        target=lambda: answers.append(("slow", a.slow_record("slow", 1.0, str(started))))
+    )
+    slow.start()
+    wait_until(started.exists, what="the slow call to start")
+    answers.append(("quick", a.record("quick", 1)))  # sent while the slow one runs
+    slow.join(30)
+    assert not slow.is_alive()
+    assert a.history() == [("slow", 0), ("quick", 1)]
+    assert sorted(answers) == [("quick", 1), ("slow", 1)]
+
+
+def test_an_attribute_set_in_the_lane_hides_its_method_for_the_caller(connected):
+    a = Recorder()
+    assert a.path() == "lane"
+    assert a.hide_pid(7) == 7  # the reply says that `pid` is hidden now
+    assert a.pid == 7
+    assert a.path() == "lane"
+
+
+def test_sys_exit_in_the_lane_is_a_dead_actor_for_the_caller(connected):
+    a = Recorder()
+    with pytest.raises(RemoteActorDiedError):
+        a.exit_now(3)
+    with pytest.raises(RemoteActorDiedError, match=r"sys.exit\(3\)"):
+        a.record("late", 1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import pickle
 import sys
@@ -22,15 +23,18 @@ from typing import Any, ClassVar
 
 from parl_remote import _serialize as ser
 from parl_remote._shadow import ShadowWatch
-from parl_remote._transport import AsyncConnection
+from parl_remote._transport import AsyncConnection, CloseHandler, MessageHandler
 from parl_remote._util import method_entry
 from parl_remote.protocol import messages as m
 
-__all__ = ["CallRunner", "unpickling_error"]
+__all__ = ["CallConnection", "CallRunner", "unpickling_error"]
+
+logger = logging.getLogger(__name__)
 
 _QUICK_S = 200e-6  # methods quicker than this may have their replies batched
 _METHOD = m.CallKind.METHOD
-_NONE: list[str] = []  # no news of hidden methods (shared, never changed)
+_CALL = m.Call
+_NONE: tuple[str, ...] = ()  # no news of hidden methods
 _NO_KEYWORDS: dict[str, Any] = {}  # never changed: a callee's **kwargs is a new dict
 
 
@@ -134,12 +138,8 @@ class CallRunner:
         start = perf_counter()
         try:
             result = fn(*args, **kwargs)
-        except SystemExit as exc:
-            self._exit_from_user(exc)
         except BaseException as exc:
-            self.calls += 1
-            self.errors += 1
-            self._send(conn, self._error(msg.id, name, exc))
+            self._raised(conn, msg.id, name, exc)
             return
         finally:
             took = perf_counter() - start
@@ -148,6 +148,53 @@ class CallRunner:
             durations[name] = took if took > _QUICK_S else 0.8 * last + 0.2 * took
         self.calls += 1
         self._reply(conn, msg.id, name, result)
+
+    def lane(self, conn: AsyncConnection, msg: m.Call) -> None:
+        """Run a call that arrived alone in its read (`CallConnection`): a small call's path.
+
+        A synchronous method with plain arguments, while nothing else is queued or running,
+        runs here and now, and a plain result goes straight back; every other call, and a
+        call while others wait, takes the queue (`_queue_call`), as it would have.
+        """
+        entry = self.methods.get(msg.name)
+        if entry is None and self.instance is not None:
+            entry = self._method(msg.name)
+        if (
+            entry is None
+            or entry[1]
+            or msg.payload
+            or msg.kind != _METHOD
+            or self._backlog
+            or self._gated
+            or self._async_starting
+            or self._corked
+        ):
+            self._queue_call(conn, msg, ())
+            return
+        start = perf_counter()
+        try:
+            result = entry[0](*msg.args)
+        except BaseException as exc:
+            self._raised(conn, msg.id, msg.name, exc)
+            return
+        took = perf_counter() - start
+        if took > _QUICK_S:  # a slow method's replies are never held back behind it
+            self._durations[msg.name] = took
+        self.calls += 1
+        shadow = self.shadow
+        if shadow.names or len(shadow.vars) != shadow.size or not ser.plain(result):
+            self._reply(conn, msg.id, msg.name, result)
+            return
+        # Nothing is batched (nothing corked): the reply leaves at once, as `_send` would do.
+        conn.transport.write(conn.proto.frame(m.Result(msg.id, b"", result)))  # type: ignore[union-attr]  # it was read from
+
+    def _raised(self, conn: AsyncConnection, call_id: int, name: str, exc: BaseException) -> None:
+        """A method raised `exc`: its caller gets it (`SystemExit` ends the process)."""
+        if isinstance(exc, SystemExit):
+            self._exit_from_user(exc)
+        self.calls += 1
+        self.errors += 1
+        self._send(conn, self._error(call_id, name, exc))
 
     def _where(self, name: str) -> str:
         return f"{self.class_name}.{name}"
@@ -186,12 +233,8 @@ class CallRunner:
             self._async_starting -= 1
             try:
                 result = await fn(*args, **kwargs)
-            except SystemExit as exc:
-                self._exit_from_user(exc)
             except BaseException as exc:
-                self.calls += 1
-                self.errors += 1
-                self._send(conn, self._error(call_id, name, exc))
+                self._raised(conn, call_id, name, exc)
                 return
             self.calls += 1
             self._reply(conn, call_id, name, result)
@@ -288,6 +331,36 @@ class CallRunner:
             except Exception:
                 pass
         os._exit(status)
+
+
+class CallConnection(AsyncConnection):
+    """A client's connection to the actor: a read that is one whole `Call` goes to `lane`.
+
+    Every other read takes the general path of `AsyncConnection`, to `on_message`.
+    """
+
+    def __init__(
+        self,
+        proto: Any,
+        runner: CallRunner,
+        on_message: MessageHandler,
+        on_close: CloseHandler | None = None,
+    ) -> None:
+        super().__init__(proto, on_message, on_close, exact_flow=True)
+        self.lane = runner.lane
+
+    def buffer_updated(self, nbytes: int) -> None:
+        msg = self.proto.whole_message(nbytes)
+        if type(msg) is not _CALL:
+            super().buffer_updated(nbytes)  # reads the frame(s) afresh
+            return
+        try:
+            self.lane(self, msg)
+        except Exception:
+            logger.exception(
+                "closing the connection from %s after an internal error", self.peername
+            )
+            self.close()
 
 
 def unpickling_error(call_id: int, text: str, exc: Exception) -> m.Error:

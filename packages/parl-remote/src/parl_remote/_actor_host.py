@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from parl_remote import _serialize as ser
 from parl_remote import _shm, _tls
-from parl_remote._actor_calls import CallRunner, unpickling_error
+from parl_remote._actor_calls import CallConnection, CallRunner, unpickling_error
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ClusterError, ProtocolError
 from parl_remote._loop import run
@@ -130,7 +130,7 @@ class ActorHost(CallRunner):
             self._connections -= 1
 
         sock, factory = _tls.adopt(  # a TLS connection moves with its session
-            conn, lambda: AsyncConnection(conn.proto, self._on_message, closed, exact_flow=True)
+            conn, lambda: CallConnection(conn.proto, self, self._on_message, closed)
         )
         task = loop.create_task(loop.connect_accepted_socket(factory, sock))
         self._tasks.add(task)

@@ -40,6 +40,7 @@ _NONE = pickle.dumps(None, protocol=5)
 _METHOD, _GETATTR, _SETATTR = m.CallKind.METHOD, m.CallKind.GETATTR, m.CallKind.SETATTR
 _CALL_IDS = (m.Call, m.Result, m.Error)
 _INIT_IDS = (m.Init, m.Ready)
+_NO_KEYWORDS: dict[str, Any] = {}  # never changed
 
 
 def message_id(msg: Any) -> int | None:
@@ -215,6 +216,15 @@ class ActorCore:
             elif copy and not _shared(buffers, shared_from):
                 buffers = _copied(buffers)
         return m.Call(next(self._ids), name, data, kind), buffers
+
+    def plain_call(self, name: str, args: tuple[Any, ...]) -> m.Call | None:
+        """The `Call` of method `name` with these positional arguments if all are plain.
+
+        Plain arguments travel as themselves (`call` sends them so too); None if any is not.
+        """
+        if ser.plain_args(args, _NO_KEYWORDS):
+            return m.Call(next(self._ids), name, b"", _METHOD, args)
+        return None
 
     def _unsendable(
         self, kind: m.CallKind, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -27,12 +27,17 @@ from typing import TYPE_CHECKING, Any, cast
 
 from parl_remote._call_core import INIT, ActorCore, Replies, message_id
 from parl_remote._exceptions import FutureGetRepeatedlyError, ProtocolError
-from parl_remote._transport import AsyncConnection, SyncConnection, open_async
+from parl_remote._transport import AsyncConnection, ConnectionClosed, SyncConnection, open_async
+from parl_remote.protocol import messages as m
+from parl_remote.protocol.connection import NEED_DATA
 
 if TYPE_CHECKING:
     from parl_remote._client import Client
 
 __all__ = ["BlockingDriver", "PipelinedDriver", "RemoteFuture", "arequest", "request"]
+
+_METHOD, _RESULT = m.CallKind.METHOD, m.Result
+_NOT_PLAIN = object()  # what `_lane` returns when it sent nothing
 
 
 def request(
@@ -101,9 +106,51 @@ class BlockingDriver:
         """Run `name` on the actor and return its result: one round trip."""
         if self.core.dead is not None:
             raise self.core.died_error()
+        if kind is _METHOD and not kwargs and self.pool:  # perhaps a small call: its lane
+            value = self._lane(name, args)
+            if value is not _NOT_PLAIN:
+                return value
         msg, buffers = self.core.call(kind, name, args, kwargs, copy=False)
         reply, rbuffers = self.request(msg, buffers)
         return self.core.result(reply, rbuffers, name)
+
+    def _lane(self, name: str, args: tuple[Any, ...]) -> Any:
+        """A call with plain arguments on an idle connection, in one piece; or `_NOT_PLAIN`.
+
+        What `call` does, without its layers: the request is framed and written, and a reply
+        read whole in one read is decoded where it lies (any other read goes on through the
+        protocol as `receive` would). Returns `_NOT_PLAIN`, having sent nothing, when an
+        argument is not plain.
+        """
+        core = self.core
+        msg = core.plain_call(name, args)
+        if msg is None:
+            return _NOT_PLAIN
+        pool = self.pool
+        try:
+            conn = pool.pop()
+        except IndexError:  # taken meanwhile by another thread
+            conn = self._open()
+        proto, sock = conn.proto, conn.sock
+        try:
+            sock.sendall(proto.frame(msg))
+            n = sock.recv_into(proto.get_buffer())
+            if n == 0:
+                raise ConnectionClosed("the peer closed the connection")
+            reply, rbuffers = proto.whole_message(n), ()
+            if reply is None:
+                event = proto.received(n)
+                reply, rbuffers = event if event is not NEED_DATA else conn.receive()
+        except (ConnectionError, OSError):
+            self._discard(conn)
+            raise core.fate_error(self._fate()) from None
+        except BaseException:
+            self._discard(conn)  # interrupted mid-call: the reply would confuse the next caller
+            raise
+        pool.append(conn)
+        if type(reply) is _RESULT and not reply.payload and not reply.shadowed:
+            return reply.value  # a plain value, sent as itself
+        return core.result(reply, rbuffers, name)
 
     def request(self, msg: Any, buffers: list[Any]) -> tuple[Any, tuple[Any, ...]]:
         """Send `msg` on an idle connection (a new one if none is idle); return its reply.

@@ -222,7 +222,7 @@ class RayHost:
         if not names:
             return reply
         data, buffers = reply if isinstance(reply, tuple) else (reply, ())
-        result = m.Result(call_id, data, shadowed=list(names))
+        result = m.Result(call_id, data, shadowed=tuple(names))
         return (result, buffers) if buffers else result
 
     def _missing(self, msg: m.Call) -> m.Error:

@@ -55,9 +55,9 @@ class ShadowWatch:
                 self.told.clear()
         return self.names
 
-    def news(self, conn: Any) -> list[str]:
-        """The hidden names to report to `conn` now (all of them), or [] when it knows them."""
+    def news(self, conn: Any) -> tuple[str, ...]:
+        """The hidden names to report to `conn` now (all of them), or () when it knows them."""
         if not self.current() or conn in self.told:
-            return []
+            return ()
         self.told.add(conn)
-        return list(self.names)
+        return self.names

@@ -137,9 +137,11 @@ class SyncConnection:
 
     def send(self, msg: Any, buffers: list[Any] | tuple[Any, ...] = ()) -> None:
         """Write one message and its buffers (scatter-gather, no copy of the buffers)."""
-        frames = self.proto.send(msg, buffers)
+        frames = self.proto.send(msg, buffers) if buffers else None
         try:
-            if len(frames) == 1:
+            if frames is None:
+                self.sock.sendall(self.proto.frame(msg))
+            elif len(frames) == 1:
                 self.sock.sendall(frames[0])
             else:
                 self._sendmsg_all(frames)

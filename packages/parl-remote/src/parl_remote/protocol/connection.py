@@ -111,15 +111,12 @@ class Connection(Handshake):
     # -- sending ---------------------------------------------------------------------------
     def send(self, msg: m.Message, buffers: list[Any] | tuple[Any, ...] = ()) -> list[Any]:
         """Return the buffers to write for `msg` and its out-of-band `buffers` (not copied)."""
+        if not buffers:
+            return [self.frame(msg)]
         if self._hs != _OPEN:
             raise ProtocolError(f"cannot send {type(msg).__name__} before the handshake completed")
         envelope = m.encoder.encode(msg)
         shm = self.shm  # segments are handed back only once nothing can fail the frame
-        if not buffers:
-            if len(envelope) > self.max_message_bytes:
-                raise ProtocolError(self._too_large(len(envelope)))
-            pre = shm.returns(RETURN_FLAG) if shm is not None and shm.owed else b""
-            return [pre + _HEADER.pack(len(envelope), 0) + envelope]
         raws: list[Any] = [
             b.raw() if isinstance(b, pickle.PickleBuffer) else memoryview(b).cast("B")
             for b in buffers
@@ -142,6 +139,17 @@ class Connection(Handshake):
             raws = [bytes(r) for r in raws]
         head = _HEADER.pack(len(envelope), len(raws)) + struct.pack(f"<{len(raws)}Q", *lengths)
         return [pre + head + envelope, *raws]
+
+    def frame(self, msg: m.Message) -> bytes:
+        """The bytes to write for `msg`, a message without buffers: `send(msg)`'s one buffer."""
+        if self._hs != _OPEN:
+            raise ProtocolError(f"cannot send {type(msg).__name__} before the handshake completed")
+        envelope = m.encoder.encode(msg)
+        if len(envelope) > self.max_message_bytes:
+            raise ProtocolError(self._too_large(len(envelope)))
+        shm = self.shm  # segments are handed back only once nothing can fail the frame
+        frame = _HEADER.pack(len(envelope), 0) + envelope
+        return frame if shm is None or not shm.owed else shm.returns(RETURN_FLAG) + frame
 
     def _too_large(self, size: int) -> str:
         return (
@@ -173,11 +181,21 @@ class Connection(Handshake):
             self.receive_data(self._scratch[:nbytes])
 
     def received(self, nbytes: int) -> Any:
-        """`buffer_updated(nbytes)`, then `next_event()`: the first event now available.
+        """`buffer_updated(nbytes)`, then `next_event()`: the first event now available."""
+        msg = self.whole_message(nbytes)
+        if msg is not None:
+            return (msg, ())
+        self.buffer_updated(nbytes)
+        return self.next_event()
+
+    def whole_message(self, nbytes: int) -> Any:
+        """The message of a read that is one whole small frame, decoded in place; else None.
 
         The common case of a small call or its reply -- an authenticated connection, nothing
-        received before but not yet taken, and the bytes just read into the scratch area
-        exactly one whole frame without buffers -- is decoded there and returned at once.
+        received before but not yet taken, and the `nbytes` just read into the scratch area
+        exactly one whole frame without buffers -- is decoded there, and nothing else changes:
+        the read is consumed. Otherwise (None) nothing is consumed: `received(nbytes)` or
+        `buffer_updated(nbytes)` takes the read, and says what is wrong with it if anything is.
         """
         if (
             nbytes > _HEADER.size
@@ -193,11 +211,10 @@ class Connection(Handshake):
                 try:
                     msg = m.decoder.decode(scratch[_HEADER.size : nbytes])
                 except Exception:
-                    msg = None  # the general path below says what is wrong with it
-                if msg is not None and type(msg) not in _HANDSHAKE_SET:
-                    return (msg, ())
-        self.buffer_updated(nbytes)
-        return self.next_event()
+                    return None  # the general path says what is wrong with it
+                if type(msg) not in _HANDSHAKE_SET:
+                    return msg
+        return None
 
     def receive_data(self, data: bytes | memoryview) -> None:
         """Feed received bytes; complete messages become available from `next_event()`."""
