@@ -1,0 +1,264 @@
+"""The DQN family through `parl-train` beside its peers, and what memory and actors buy.
+
+Three sections, each a table; every run is a `parl-train` command (or a peer's) in a fresh
+process with one torch thread, seed by seed so that both sides of a row see the same load.
+
+`peers`: the shipped configs `dqn/<env>` and `qrdqn/<env>` on CartPole-v1 (QR-DQN only: the
+light schedule), Acrobot-v1 and LunarLander-v3 (box2d) against Stable-Baselines3's DQN and
+sb3-contrib's QR-DQN given the same hyperparameters (read from the config: layers, learning
+rate, batch, replay size, warm-up, updates per step, target period, epsilon schedule, quantiles).
+Each run stops when the mean return of the last 10 training episodes first reaches the config's
+`target_return`, or at its `total_steps` (the cap, which the epsilon schedule of both sides is
+a fraction of). The table gives the median over the seeds of the env steps and seconds of
+training to the threshold (a miss counts as the cap and its full time, and says so). The
+configs' DQN uses the plain target, as SB3's does; SB3 decays epsilon from step 0, PARL from
+the end of the warm-up (`learning_starts`, 0 in the Acrobot and LunarLander configs).
+
+`masked`: CartPole-v1 with the velocities masked out (`CartPoleNoVelocity-v1`), where a
+feed-forward Q-network has no way to know which way the pole moves: `parl-train
+r2d2/cartpole-masked --mode async` (2 actors) against plain DQN (the `dqn/cartpole` config on
+the light schedule of the QR-DQN config, feed-forward) with R2D2's budget and threshold (100).
+Besides the steps to 100, it reports each seed's mean return of its last 10 training episodes
+(at the threshold, or at the end of the budget).
+
+`apex`: Ape-X (`duelingdqn/cartpole` with 3-step returns and prioritized replay, in `async`
+mode: 2 actors with their own epsilons) against the same learner in one process (`single`),
+both on the light schedule, for the same budget and past the threshold: env steps per second
+of training, the seconds of training until the mean return first reaches the threshold, and
+the whole command's seconds (the actors' start included).
+
+    nice python benchmarks/dqn_peers.py peers --seeds 1,2,3
+    nice python benchmarks/dqn_peers.py peers --envs acrobot --algos qrdqn --seeds 1
+    nice python benchmarks/dqn_peers.py masked apex --seeds 1
+    nice python benchmarks/dqn_peers.py peers --sb3-python /path/to/venv/bin/python
+
+The peers run in a virtual environment of their own (`--sb3-python`, or the one
+`benchmarks/learning.py` makes under `.benchmarks/`, git-ignored, to which this script adds
+`gymnasium[box2d]`), through `benchmarks/sb3_runner.py`; they are never a dependency of this
+repository. Each table's
+heading gives the load average when the section started and ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from learning import REPO, SB3_RUNNER, SB3_VERSION, ensure_sb3, run_parl_train
+
+ENVS = {"cartpole": ("qrdqn",), "acrobot": ("dqn", "qrdqn"), "lunarlander": ("dqn", "qrdqn")}
+# The light schedule of the QR-DQN and Rainbow configs: 64-unit layers, 16 updates every 64
+# env steps after 500.
+LIGHT = ["--agent.hidden_size", "64", "--agent.learning_starts", "500"]
+LIGHT += ["--agent.train_freq", "64", "--agent.gradient_steps", "16"]
+LIGHT += ["--agent.exploration_fraction", "0.16", "--agent.eps_end", "0.04"]
+APEX = ["--agent.n_step", "3", "--agent.prioritized", "true", *LIGHT]
+APEX_CONFIG = "duelingdqn/cartpole"
+APEX_THRESHOLD = 150.0
+APEX_STEPS = int(os.environ.get("PARL_BENCH_APEX_STEPS", "30000"))
+MASKED_STEPS = 60_000
+MASKED_THRESHOLD = 100.0
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def sb3_python(python: str | None) -> str:
+    """The peers' python: `python` if given, else learning.py's SB3 venv, with box2d added."""
+    if python:
+        return python
+    python = ensure_sb3()
+    if subprocess.run([python, "-c", "import Box2D"], capture_output=True).returncode != 0:
+        constraints = os.path.join(REPO, "constraints.txt")
+        subprocess.run(
+            [python, "-m", "pip", "install", "--quiet", "-c", constraints, "gymnasium[box2d]"],
+            check=True,
+        )
+    return python
+
+
+def to_threshold(threshold: float, cap: int, seed: int) -> list[str]:
+    return [
+        "--train.seed", str(seed), "--train.total_steps", str(cap),
+        "--train.target_return", str(threshold), "--train.stop_at_target", "true",
+        "--train.eval_every", "0", "--train.checkpoint_every", str(cap),
+    ]  # fmt: skip
+
+
+def run_to_threshold(config: str, flags: Sequence[str], timeout: float) -> dict:
+    """`run_parl_train`, its `seconds` those to the threshold where it was reached."""
+    run = run_parl_train(config, flags, timeout)
+    run["seconds"] = run["reached_seconds"] or run["seconds"]
+    return run
+
+
+def run_peer(config_name: str, seed: int, sb3_python: str, timeout: float) -> dict:
+    """sb3_runner.py with the config's hyperparameters: SB3's DQN or sb3-contrib's QR-DQN."""
+    from parl_algos.train import load_config
+
+    config = load_config(config_name)
+    args = {**dataclasses.asdict(config.agent), "env_id": config.env.id, "torch_threads": 1}
+    spec = {
+        "algo": config.algorithm.lower(),
+        "threshold": config.train.target_return,
+        "cap": config.train.total_steps,
+        "seed": seed,
+        "args": args,
+    }
+    out = subprocess.run(
+        [sb3_python, SB3_RUNNER, json.dumps(spec)],
+        capture_output=True, text=True, timeout=timeout, check=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    line = next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[7:])
+
+
+def _steps_cell(runs: list[dict], cap: int) -> str:
+    steps = [r["reached_at"] if r["reached_at"] is not None else cap for r in runs]
+    seconds = [r["seconds"] for r in runs]
+    missed = sum(r["reached_at"] is None for r in runs)
+    median = statistics.median(steps)
+    text = f">{cap // 1000}k" if missed > len(runs) // 2 else f"{median / 1000:.1f}k"
+    text += f" / {statistics.median(seconds):.1f} s"
+    text += f" ({', '.join(f'{s / 1000:.1f}k' for s in steps)})"
+    return text + (f", {missed}/{len(runs)} missed" if missed else "")
+
+
+def run_peers(args: argparse.Namespace) -> str:
+    from parl_algos.train import load_config
+
+    python = sb3_python(args.sb3_python)
+    lines, start = [], load()
+    for env in args.envs.split(","):
+        for algo in [a for a in ENVS[env] if a in args.algos.split(",")]:
+            name = f"{algo}/{env}"
+            config = load_config(name)
+            threshold, cap = config.train.target_return, config.train.total_steps
+            ours, peers = [], []
+            for seed in args.seeds:
+                flags = to_threshold(threshold, cap, seed)
+                ours.append(run_to_threshold(name, flags, args.timeout))
+                print(f"{name} parl seed {seed}: {ours[-1]}", flush=True)
+                peers.append(run_peer(name, seed, python, args.timeout))
+                print(f"{name} sb3 seed {seed}: {peers[-1]}", flush=True)
+            peer = "sb3-contrib QR-DQN" if algo == "qrdqn" else "SB3 DQN"
+            lines.append(
+                f"| `{name}` ({config.env.id}, ≥ {threshold:g}, cap {cap // 1000}k) "
+                f"| {_steps_cell(ours, cap)} | {peer}: {_steps_cell(peers, cap)} |"
+            )
+    head = [
+        f"\nenv steps / seconds of training to the threshold, median of seeds "
+        f"{','.join(map(str, args.seeds))} (each seed's steps); load average {start} -> {load()}\n",
+        f"| config | parl-train | peer (SB3 {SB3_VERSION}), same hyperparameters |",
+        "|---|---|---|",
+    ]
+    return "\n".join(head + lines)
+
+
+def _final(runs: list[dict]) -> str:
+    return ", ".join(
+        f"{r['final_mean_return']:.1f}" if r["final_mean_return"] is not None else "-" for r in runs
+    )
+
+
+def run_masked(args: argparse.Namespace) -> str:
+    start = load()
+    runs: dict[str, list[dict]] = {"r2d2": [], "dqn": []}
+    for seed in args.seeds:
+        flags = to_threshold(MASKED_THRESHOLD, MASKED_STEPS, seed)
+        r2d2 = [*flags, "--mode", "async", "--actors", "2"]
+        runs["r2d2"].append(run_to_threshold("r2d2/cartpole-masked", r2d2, args.timeout))
+        print(f"masked r2d2 seed {seed}: {runs['r2d2'][-1]}", flush=True)
+        dqn = [*flags, "--env.id", "CartPoleNoVelocity-v1", *LIGHT]
+        runs["dqn"].append(run_to_threshold("dqn/cartpole", dqn, args.timeout))
+        print(f"masked dqn seed {seed}: {runs['dqn'][-1]}", flush=True)
+    names = {
+        "r2d2": "`r2d2/cartpole-masked --mode async`, 2 actors (LSTM)",
+        "dqn": "`dqn/cartpole --env.id CartPoleNoVelocity-v1`, light schedule (feed-forward)",
+    }
+    lines = [
+        f"\nCartPoleNoVelocity-v1, ≥ {MASKED_THRESHOLD:g} within {MASKED_STEPS // 1000}k env "
+        f"steps, seeds {','.join(map(str, args.seeds))}; load average {start} -> {load()}\n",
+        "| run | steps / seconds to the threshold (each seed) | mean of the last 10 episodes |",
+        "|---|---|---|",
+    ]
+    for who, results in runs.items():
+        lines.append(f"| {names[who]} | {_steps_cell(results, MASKED_STEPS)} | {_final(results)} |")
+    return "\n".join(lines)
+
+
+def run_apex(args: argparse.Namespace) -> str:
+    start = load()
+    runs: dict[str, list[dict]] = {"single": [], "async": []}
+    for seed in args.seeds:
+        for mode in runs:
+            flags = to_threshold(APEX_THRESHOLD, APEX_STEPS, seed)
+            flags = [*flags, "--train.stop_at_target", "false", "--mode", mode, *APEX]
+            if mode == "async":
+                flags += ["--actors", "2"]
+            runs[mode].append(run_parl_train(APEX_CONFIG, flags, args.timeout))
+            print(f"apex {mode} seed {seed}: {runs[mode][-1]}", flush=True)
+    single = statistics.median(r["env_steps"] / r["seconds"] for r in runs["single"])
+    lines = [
+        f"\nApe-X vs one process: `{APEX_CONFIG}` with {' '.join(APEX[:4])} and the light "
+        f"schedule, {APEX_STEPS // 1000}k env steps, seeds {','.join(map(str, args.seeds))} "
+        f"(medians); load average {start} -> {load()}\n",
+        f"| run | env steps / s of training (x single) | seconds of training to "
+        f"{APEX_THRESHOLD:g} (env steps) | final mean return | whole command, s |",
+        "|---|---|---|---|---|",
+    ]
+    names = {"single": "`--mode single`", "async": "`--mode async --actors 2` (Ape-X)"}
+    for mode, results in runs.items():
+        rate = statistics.median(r["env_steps"] / r["seconds"] for r in results)
+        reached = [r for r in results if r["reached_at"] is not None]
+        cell = "missed"
+        if reached:
+            seconds = statistics.median(r["reached_seconds"] for r in reached)
+            steps = statistics.median(r["reached_at"] for r in reached)
+            cell = f"{seconds:.1f} ({steps / 1000:.1f}k)"
+            if len(reached) < len(results):
+                cell += f", {len(results) - len(reached)} missed"
+        final = [r["final_mean_return"] for r in results if r["final_mean_return"] is not None]
+        final_cell = f"{statistics.median(final):.1f}" if final else "-"
+        command = statistics.median(r["command_seconds"] for r in results)
+        lines.append(
+            f"| {names[mode]} | {rate:.0f} ({rate / single:.2f}x) | {cell} | {final_cell} "
+            f"| {command:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+SECTIONS = {"peers": run_peers, "masked": run_masked, "apex": run_apex}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("sections", nargs="+", choices=list(SECTIONS))
+    parser.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
+    parser.add_argument("--envs", default=",".join(ENVS), help="peers: comma-separated envs")
+    parser.add_argument("--algos", default="dqn,qrdqn", help="peers: comma-separated algorithms")
+    parser.add_argument("--sb3-python", help="peers: the python of a venv with SB3 installed")
+    parser.add_argument("--json", help="write every table to this file too")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    args = parser.parse_args()
+    args.seeds = [int(s) for s in args.seeds.split(",")]
+    tables = {}
+    for name in args.sections:
+        tables[name] = SECTIONS[name](args)
+        print(tables[name], flush=True)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(tables, indent=2))
+
+
+if __name__ == "__main__":
+    main()
