@@ -249,4 +249,3 @@ def test_iql_beats_behaviour_cloning_on_a_mixed_pendulum_dataset():
     print(f"data {data_return:.0f}, BC {bc_return:.0f}, IQL {iql_return:.0f}")
     assert iql_return > bc_return + 150  # measured: data -795, BC -792, IQL -385
     assert iql_return > -500
-
