@@ -41,7 +41,7 @@ repository.
     nice python benchmarks/learning.py --tasks mujoco --seeds 1       # needs parl-algos[mujoco]
 
 Two sections measure returns rather than steps to a threshold. `offline` makes one Pendulum
-dataset (`examples/offline_pendulum`: SAC trains online, a medium snapshot collects it), then
+dataset (`examples/offline_pendulum`: SAC trains online, a noisy copy of it collects it), then
 learns BC, CQL and IQL from that same file with each seed, and reports each one's final mean
 evaluation return, mean and median over the seeds (and the median's score, 0 for a random
 policy, 1 for the SAC that made the data, whose own return is the table's last row).

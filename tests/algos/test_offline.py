@@ -20,6 +20,7 @@ from parl_algos.cql import cql_penalty
 from parl_algos.iql import awr_weights, expectile_loss
 from parl_algos.nets import ContinuousActorCriticMLP, ValueMLP
 from parl_algos.rollout import make_rescaled_env
+from parl_algos.train import scale_rewards
 from parl_algos.training import evaluate
 
 # -- CQL ----------------------------------------------------------------------------------
@@ -169,6 +170,25 @@ def test_bc_learns_the_datasets_mean_action():
     assert stats.actor_loss == pytest.approx(0.16, abs=0.03)  # the variance of the actions
     predicted = agent.alg.predict(torch.as_tensor(obs[:100])).numpy()
     assert abs(predicted.mean() - 0.4) < 0.05
+
+
+def test_scale_rewards_scales_only_the_rewards_and_a_config_refuses_a_bad_scale():
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(4, 3)).astype(np.float32)
+    flags = np.array([False, True, False, True])
+    d = OfflineDataset(obs, obs[:, :1], np.arange(4.0), obs, flags, ~flags)
+    scaled = scale_rewards(d, 0.1, seed=0)
+    np.testing.assert_allclose(scaled.reward, [0.0, 0.1, 0.2, 0.3])
+    assert scaled.obs is d.obs and scaled.terminated is d.terminated
+    assert scale_rewards(d, 1.0) is d
+    from parl_algos.train import ConfigError, load_config
+    from parl_algos.train._offline import check_offline
+
+    config = load_config("iql/pendulum")
+    assert config.agent.reward_scale == 0.1
+    config.agent.reward_scale = 0.0
+    with pytest.raises(ConfigError, match="agent.reward_scale=0.0 must be positive"):
+        check_offline(config)
 
 
 # -- learning from a self-made Pendulum dataset (slow) -------------------------------------

@@ -19,7 +19,7 @@ from parl_algos.train._config import (
     load_config,
     shipped_configs,
 )
-from parl_algos.train._offline import OfflineEnvSection, make_sac_dataset
+from parl_algos.train._offline import OfflineEnvSection, make_sac_dataset, scale_rewards
 from parl_algos.train._runner import ProgressLog, RunResult, latest_checkpoint, run_single
 
 __all__ = [
@@ -40,5 +40,6 @@ __all__ = [
     "main",
     "make_sac_dataset",
     "run_single",
+    "scale_rewards",
     "shipped_configs",
 ]

@@ -10,6 +10,11 @@ whole episodes into an `EpisodeMemory`, one update after each, epsilon-greedy ac
 so that their state is in the checkpoint but for the environments: a resumed run makes them
 anew (MADDPG's episode under way starts again). `total_steps` counts env steps, each moving
 every agent.
+
+MAPPO also runs in `sync` mode: its `num_envs` environments live on `train.actors` actors of
+the cluster (`train.address`, or an embedded one), which step them while the learner picks
+every agent's action in one batch (`_marl_actors.EnvGroups`); evaluations stay in the
+learner's process.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from parl_algos.multiagent import EpisodeMemory, MultiAgentReplayMemory, Stacked
 from parl_algos.qmix import QMIX, QMixer, QMIXStats, RNNAgent
 from parl_algos.rollout import Episode
 from parl_algos.train._config import Config, ConfigError
+from parl_algos.train._marl_actors import EnvGroups
 
 __all__ = [
     "MADDPGSection",
@@ -206,7 +212,11 @@ def _eval_env(config: Config, agent: StackedAgent) -> _EvalEnv:
 # -- builders ------------------------------------------------------------------------------------
 
 
-def _build(config: Config, _: Any) -> tuple[Any, Any, dict[str, Any]]:
+def _build(config: Config, remote: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """The agent, the evaluation environment and the loop's objects.
+
+    `remote`: MAPPO's environments on `train.actors` actors of the connected cluster.
+    """
     a, seed = config.agent, config.train.seed
     torch.manual_seed(seed)
     env = make_mpe_env(config.env)
@@ -243,7 +253,8 @@ def _build(config: Config, _: Any) -> tuple[Any, Any, dict[str, Any]]:
             seed=seed,
         )
         env.close()
-        env = [make_mpe_env(config.env) for _ in range(a.num_envs)]
+        env = EnvGroups(config.env, a.num_envs, actors=config.train.actors if remote else None)
+        objects["dims"] = (arrays.n_agents, arrays.max_obs_dim, arrays.state_dim)
     else:
         n = arrays.n_agents
         model = RNNAgent(arrays.max_obs_dim + n, n_actions[0], a.hidden_size)
@@ -319,54 +330,69 @@ def _mappo_loop(
     config: Config, run: Any, agent: StackedAgent, objects: dict[str, Any], total: int
 ) -> None:
     a, envs, alg = config.agent, objects["env"], agent.alg
-    T, E = config.env.max_cycles, len(envs)
-    N, D = envs[0].arrays.n_agents, envs[0].arrays.max_obs_dim
+    (N, D, S), T, E = objects["dims"], config.env.max_cycles, len(envs)
     run.start()
-    while run.env_steps < total and not run.done:
-        obs = np.zeros((T + 1, E, N, D), np.float32)
-        state = np.zeros((T + 1, E, envs[0].arrays.state_dim), np.float32)
-        action = torch.zeros((T, E, N), dtype=torch.int64)
-        reward = np.zeros((T, E, N), np.float32)
-        terminated = np.zeros((T, E, N), np.float32)
-        done = np.zeros((T, E, N), np.float32)
-        for e, env in enumerate(envs):
-            obs[0, e], state[0, e] = _reset(env, objects)
-        for t in range(T):
-            action[t] = alg.sample(
-                pack_agent_inputs(torch.from_numpy(obs[t]), torch.from_numpy(state[t]))
-            )
-            for e, env in enumerate(envs):
-                o, _, term, trunc, info = env.step(action[t, e].numpy())
-                obs[t + 1, e], state[t + 1, e], reward[t, e] = o, info["state"], info["rewards"]
-                terminated[t, e], done[t, e] = term, term or trunc
-        b_obs, b_state = torch.from_numpy(obs), torch.from_numpy(state)
-        with torch.no_grad():
-            values = alg.model.value(pack_agent_inputs(b_obs, b_state))
-            log_prob = alg.distribution(pack_agent_inputs(b_obs[:-1], b_state[:-1])).log_prob(
-                action
-            )
-        advantage = gae(
-            torch.from_numpy(reward),
-            values[:-1],
-            values[1:],
-            torch.from_numpy(terminated),
-            torch.from_numpy(done),
-            a.gamma,
-            a.gae_lambda,
-        )
-        stats = alg.learn(
-            b_obs[:-1].flatten(0, 1),
-            b_state[:-1].flatten(0, 1),
-            action.flatten(0, 1),
-            advantage.flatten(0, 1),
-            (advantage + values[:-1]).flatten(0, 1),
-            values[:-1].flatten(0, 1),
-            log_prob.flatten(0, 1),
-        )
-        steps = run.env_steps + T * E
-        returns = reward.sum(0).mean(-1)  # each environment's episode, mean over agents
-        run.record(steps, [Episode(steps, float(r), T) for r in returns], stats)
-        run.maybe_evaluate(agent.predict)
+    try:
+        while run.env_steps < total and not run.done:
+            obs = np.zeros((T + 1, E, N, D), np.float32)
+            state = np.zeros((T + 1, E, S), np.float32)
+            action = torch.zeros((T, E, N), dtype=torch.int64)
+            reward = np.zeros((T, E, N), np.float32)
+            terminated = np.zeros((T, E, N), np.float32)
+            done = np.zeros((T, E, N), np.float32)
+            seeds = [int(objects["rng"].integers(2**31)) for _ in range(E)]
+            obs[0], state[0] = envs.reset(seeds)
+            for t in range(T):
+                action[t] = alg.sample(
+                    pack_agent_inputs(torch.from_numpy(obs[t]), torch.from_numpy(state[t]))
+                )
+                o, s, r, term, end = envs.step(action[t].numpy())
+                obs[t + 1], state[t + 1], reward[t] = o, s, r
+                terminated[t], done[t] = term[:, None], end[:, None]
+            _mappo_update(a, run, alg, obs, state, action, reward, terminated, done)
+            run.maybe_evaluate(agent.predict)
+    finally:
+        envs.close()
+
+
+def _mappo_update(
+    a: Any,
+    run: Any,
+    alg: MAPPO,
+    obs: np.ndarray,
+    state: np.ndarray,
+    action: torch.Tensor,
+    reward: np.ndarray,
+    terminated: np.ndarray,
+    done: np.ndarray,
+) -> None:
+    """PPO's epochs on one iteration's `(T, E, ...)` episodes; record them."""
+    T, E = reward.shape[:2]
+    b_obs, b_state = torch.from_numpy(obs), torch.from_numpy(state)
+    with torch.no_grad():
+        values = alg.model.value(pack_agent_inputs(b_obs, b_state))
+        log_prob = alg.distribution(pack_agent_inputs(b_obs[:-1], b_state[:-1])).log_prob(action)
+    advantage = gae(
+        torch.from_numpy(reward),
+        values[:-1],
+        values[1:],
+        torch.from_numpy(terminated),
+        torch.from_numpy(done),
+        a.gamma,
+        a.gae_lambda,
+    )
+    stats = alg.learn(
+        b_obs[:-1].flatten(0, 1),
+        b_state[:-1].flatten(0, 1),
+        action.flatten(0, 1),
+        advantage.flatten(0, 1),
+        (advantage + values[:-1]).flatten(0, 1),
+        values[:-1].flatten(0, 1),
+        log_prob.flatten(0, 1),
+    )
+    steps = run.env_steps + T * E
+    returns = reward.sum(0).mean(-1)  # each environment's episode, mean over agents
+    run.record(steps, [Episode(steps, float(r), T) for r in returns], stats)
 
 
 def _qmix_loop(
@@ -400,6 +426,16 @@ def _qmix_loop(
 _LOOPS = {"MADDPG": _maddpg_loop, "MAPPO": _mappo_loop, "QMIX": _qmix_loop}
 
 
+def _connect(config: Config, logdir: str) -> bool:
+    """`OwnLoop.prepare`: in `sync` mode, connect to the run's cluster; whether it did."""
+    if config.train.mode != "sync":
+        return False
+    from parl_algos.train._sessions import connect
+
+    connect(config)
+    return True
+
+
 def run_multi_agent(config: Config, logdir: str, *, resume: bool = False) -> Any:
     """Train a multi-agent config in this process (see the module's docstring)."""
     from parl_algos.train._own_loop import OwnLoop, run_own_loop
@@ -408,7 +444,7 @@ def run_multi_agent(config: Config, logdir: str, *, resume: bool = False) -> Any
     # PettingZoo's environments do not survive pickling: a resumed run makes them anew and
     # starts a new episode (MAPPO and QMIX start one at every iteration anyway).
     skip = ("env", "obs", "ret", "length")
-    own = OwnLoop(lambda config, logdir: None, _build, loop, skip=skip)
+    own = OwnLoop(_connect, _build, loop, skip=skip)
     return run_own_loop(config, logdir, own, resume=resume)
 
 
@@ -416,8 +452,9 @@ def _build_learner(config: Config, obs_space: Any, act_space: Any) -> Any:
     """`AlgorithmSpec.build`: the agent (its environment decides the spaces)."""
     from parl_algos.train._algorithms import Learner
 
-    agent, eval_env, _ = _build(config, None)
+    agent, eval_env, objects = _build(config, False)
     eval_env.close()
+    objects["env"].close()
     return Learner(agent)
 
 
@@ -429,14 +466,14 @@ MULTI_AGENT_SPECS: list[dict[str, Any]] = [
         agent=section,
         stats=stats,
         build=_build_learner,
-        modes=("single",),
+        modes=modes,
         check=check_multi_agent,
         run=run_multi_agent,
     )
-    for name, section, stats in (
-        ("MADDPG", MADDPGSection, MADDPGStats),
-        ("MAPPO", MAPPOSection, MAPPOStats),
-        ("QMIX", QMIXSection, QMIXStats),
+    for name, section, stats, modes in (
+        ("MADDPG", MADDPGSection, MADDPGStats, ("single",)),
+        ("MAPPO", MAPPOSection, MAPPOStats, ("single", "sync")),
+        ("QMIX", QMIXSection, QMIXStats, ("single",)),
     )
 ]
 """The fields of the multi-agent algorithms' `AlgorithmSpec`s (registered in `SPECS`)."""

@@ -46,6 +46,7 @@ __all__ = [
     "make_sac_dataset",
     "noisy_policy",
     "run_offline",
+    "scale_rewards",
 ]
 
 DATA_POLICIES = ("final", "medium")
@@ -111,6 +112,8 @@ class CQLSection(OfflineSection):
     """The soft maximum's temperature."""
     target_action_gap: float | None = None
     """None: a fixed weight; else CQL-Lagrange aiming the penalty at this gap."""
+    reward_scale: float = 1.0
+    """Every reward of the dataset is multiplied by this before learning."""
 
 
 @dataclass
@@ -126,6 +129,8 @@ class IQLSection(OfflineSection):
     """Inverse temperature of the advantage weights."""
     max_weight: float = 100.0
     """Upper clip of the advantage weights."""
+    reward_scale: float = 1.0
+    """Every reward of the dataset is multiplied by this before learning."""
 
 
 def check_offline(config: Config) -> None:
@@ -144,6 +149,8 @@ def check_offline(config: Config) -> None:
             raise ConfigError(f"env.{key}={getattr(env, key)} must be at least 1")
     if config.agent.batch_size < 1:
         raise ConfigError(f"agent.batch_size={config.agent.batch_size} must be at least 1")
+    if getattr(config.agent, "reward_scale", 1.0) <= 0:
+        raise ConfigError(f"agent.reward_scale={config.agent.reward_scale} must be positive")
 
 
 # -- the self-made dataset -----------------------------------------------------------------------
@@ -241,6 +248,24 @@ def make_sac_dataset(
     return info
 
 
+def scale_rewards(
+    dataset: OfflineDataset, scale: float, *, seed: int | None = None
+) -> OfflineDataset:
+    """`dataset` with every reward multiplied by `scale` (its other arrays shared, not copied).
+
+    Offline learners are sensitive to the rewards' scale: Pendulum's rewards reach -16 a
+    step, so its values reach -1600 with `gamma = 0.99`, and IQL's advantage weights
+    `exp(beta * A)` and CQL's penalty, against the Bellman error, act on that scale. As the
+    IQL paper normalises its datasets' rewards, the Pendulum configs scale them by 0.1.
+    """
+    if scale == 1.0:
+        return dataset
+    d = dataset
+    return OfflineDataset(
+        d.obs, d.action, d.reward * scale, d.next_obs, d.terminated, d.truncated, seed=seed
+    )
+
+
 def load_offline_dataset(config: Config, logdir: str) -> OfflineDataset:
     """The run's dataset: `env.dataset` (a `.npz` or a minari id), or the run's own.
 
@@ -312,6 +337,7 @@ def _build(config: Config, dataset: OfflineDataset) -> tuple[Any, Any, dict[str,
             f"({act_dim},)"
         )
     agent = ContinuousAgent(build_offline(config, obs_dim, act_dim))
+    dataset = scale_rewards(dataset, getattr(config.agent, "reward_scale", 1.0))
     # The generator that draws the minibatches: saved with each checkpoint, so that a
     # resumed run draws the batches the uninterrupted one would have.
     rng = np.random.default_rng(config.train.seed)
