@@ -34,6 +34,7 @@ repository.
     python benchmarks/learning.py --tasks ppo,sac --seeds 1
     python benchmarks/learning.py --baseline sb3 --json results.json
     python benchmarks/learning.py --tasks ppo,dqn --via parl-train  # the shipped configs
+    python benchmarks/learning.py --tasks ppo,sac --via both        # configs beside examples
     python benchmarks/learning.py --tasks a2c_parallel,impala       # remote actors vs one process
     python benchmarks/learning.py --tasks a3c,ga3c,r2d2,r2d2_memoryless,dqn_masked
     python benchmarks/learning.py --tasks qrdqn,rainbow --baseline sb3
@@ -50,12 +51,13 @@ policy, 1 for the SAC that made the data, whose own return is the table's last r
 return after training and the mean of the last 50 training episodes.
 
 `mujoco` runs `parl-train ppo/hopper` (PPO on Hopper-v5, whose step is costly enough for
-parallel sampling to pay) in `single`, `sync` and `async` modes, 2 actors each, for the same
-budget of env steps (`PARL_BENCH_MUJOCO_STEPS`, default 40k), then Stable-Baselines3's PPO with
-the config's hyperparameters on a `SubprocVecEnv` of as many processes as the config has
-environments (2). It reports env steps per second of training (and the ratio to `single`),
-the seconds until the mean return of the last 10 episodes first reaches 200 (the runs go on
-past it), the final mean return and the whole command's seconds.
+parallel sampling to pay) in `single`, `sync` and `async` modes, 2 actors each, then
+Stable-Baselines3's PPO with the config's hyperparameters, its 8 environments in 2 processes
+(`sb3_runner.GroupedSubprocVecEnv`), each run until the mean return of the last 10 episodes
+first reaches `PARL_BENCH_MUJOCO_THRESHOLD` (default 200) or `PARL_BENCH_MUJOCO_STEPS` env
+steps (default 40k). It prints, side by side from the one invocation, env steps per second of
+training and the ratio to `single`'s, seconds to the threshold and the ratio to SB3's, and the
+load average over the runs.
 """
 
 from __future__ import annotations
@@ -228,7 +230,13 @@ def run_single(task: Task, seed: int, timeout: float) -> dict:
 
 
 def ensure_sb3() -> str:
-    """Create the baseline's virtual environment once; return its python."""
+    """Create the baseline's virtual environment once; return its python.
+
+    `PARL_BENCH_SB3_PYTHON` names the python of an environment made beforehand instead (one
+    with stable-baselines3, and sb3-contrib for QR-DQN, gymnasium[mujoco] for `mujoco`).
+    """
+    if os.environ.get("PARL_BENCH_SB3_PYTHON"):
+        return os.environ["PARL_BENCH_SB3_PYTHON"]
     python = os.path.join(SB3_VENV, "bin", "python")
     marker = os.path.join(SB3_VENV, ".installed")
     if not os.path.exists(marker) or pathlib.Path(marker).read_text() != SB3_MARKER:
@@ -399,7 +407,8 @@ def run_marl(seeds: Sequence[int], timeout: float, json_path: str | None = None)
 
 MUJOCO_CONFIG = "ppo/hopper"
 MUJOCO_STEPS = int(os.environ.get("PARL_BENCH_MUJOCO_STEPS", "40000"))
-MUJOCO_THRESHOLD = 200.0
+MUJOCO_THRESHOLD = float(os.environ.get("PARL_BENCH_MUJOCO_THRESHOLD", "200"))
+MUJOCO_ACTORS = 2
 PARL_TRAIN = os.path.join(os.path.dirname(sys.executable), "parl-train")
 
 
@@ -434,27 +443,34 @@ def _number(text: str) -> float | None:
 def run_mujoco(seeds: Sequence[int], timeout: float, json_path: str | None = None) -> str:
     """PPO on Hopper-v5 through parl-train in each mode (2 actors), beside SB3's SubprocVecEnv.
 
-    Every run takes the same budget of env steps (`PARL_BENCH_MUJOCO_STEPS`, default 40k)
-    and goes on past the threshold, so that env steps per second of training and seconds to
-    the threshold come from one run. SB3's PPO gets the config's hyperparameters and a
-    `SubprocVecEnv` of as many processes as the config has environments.
+    Every run stops when the mean return of the last 10 training episodes first reaches
+    `PARL_BENCH_MUJOCO_THRESHOLD` (default 200), or at `PARL_BENCH_MUJOCO_STEPS` env steps
+    (default 40k). SB3's PPO gets the config's hyperparameters and its environments in as many
+    processes as there are actors (`sb3_runner.GroupedSubprocVecEnv`: SB3's `SubprocVecEnv`
+    with `num_envs / 2` environments a process). The table gives each run's env steps per
+    second of training over the ratio to `single`'s, and its seconds to the threshold over the
+    ratio to SB3's, every number from this one invocation, with the load average around it.
     """
     from parl_algos.train import load_config
 
     config = load_config(MUJOCO_CONFIG)
     a, env = dataclasses.asdict(config.agent), config.env
     sb3_args = {**a, "env_id": env.id, "num_envs": env.num_envs, "torch_threads": 1}
-    sb3_args["subproc"] = True
+    sb3_args["processes"] = MUJOCO_ACTORS
     common = ["--train.total_steps", str(MUJOCO_STEPS), "--train.eval_every", "0"]
-    common += ["--train.target_return", str(MUJOCO_THRESHOLD), "--actors", "2"]
+    common += ["--train.target_return", str(MUJOCO_THRESHOLD), "--actors", str(MUJOCO_ACTORS)]
+    common += ["--train.stop_at_target", "true"]
     runs: dict[str, list[dict]] = {"single": [], "sync": [], "async": [], "sb3": []}
+    loads = [os.getloadavg()[0]]
     for seed in seeds:  # seed by seed, so that every mode sees the same load
         for mode in ("single", "sync", "async"):
             flags = [*common, "--mode", mode, "--train.seed", str(seed)]
             runs[mode].append(run_parl_train(MUJOCO_CONFIG, flags, timeout))
+            loads.append(os.getloadavg()[0])
             print(f"mujoco {mode} seed {seed}: {runs[mode][-1]}", flush=True)
         spec = {"algo": "ppo", "threshold": MUJOCO_THRESHOLD, "cap": MUJOCO_STEPS, "seed": seed}
-        spec.update(args=sb3_args, stop_at_threshold=False)
+        spec.update(args=sb3_args, stop_at_threshold=True)
+        start = time.perf_counter()
         out = subprocess.run(
             [ensure_sb3(), SB3_RUNNER, json.dumps(spec)],
             capture_output=True, text=True, timeout=timeout, check=True,
@@ -464,29 +480,50 @@ def run_mujoco(seeds: Sequence[int], timeout: float, json_path: str | None = Non
             next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:]
         )
         run["reached_seconds"], run["seconds"] = run["seconds"], run["total_seconds"]
+        run["command_seconds"] = round(time.perf_counter() - start, 1)
         runs["sb3"].append(run)
+        loads.append(os.getloadavg()[0])
         print(f"mujoco sb3 seed {seed}: {run}", flush=True)
     _dump(json_path, "mujoco", runs)
-    single = statistics.median(r["env_steps"] / r["seconds"] for r in runs["single"])
+
+    def rate(results: list[dict]) -> float:
+        return statistics.median(r["env_steps"] / r["seconds"] for r in results)
+
+    def to_threshold(results: list[dict]) -> float | None:
+        reached = [r["reached_seconds"] for r in results if r["reached_at"] is not None]
+        return statistics.median(reached) if len(reached) == len(results) else None
+
+    single, sb3 = rate(runs["single"]), to_threshold(runs["sb3"])
     lines = [
-        f"\nPPO on {env.id} ({MUJOCO_CONFIG}, {env.num_envs} environments), "
-        f"{MUJOCO_STEPS // 1000}k env steps, seeds {','.join(map(str, seeds))} (medians)\n",
+        f"\nPPO on {env.id} ({MUJOCO_CONFIG}: {env.num_envs} environments, "
+        f"{a['n_steps'] * env.num_envs} steps a batch; {MUJOCO_ACTORS} actors), until the mean "
+        f"return of the last 10 episodes reaches {MUJOCO_THRESHOLD:g} or "
+        f"{MUJOCO_STEPS // 1000}k env steps, seeds {','.join(map(str, seeds))} (medians), "
+        f"load average {min(loads):.1f}-{max(loads):.1f} (1 minute, between runs)\n",
         f"| run | env steps / s of training (x single) | seconds to {MUJOCO_THRESHOLD:g} "
-        "| final mean return | whole command, s |",
+        "(x SB3) | env steps to it | whole command, s |",
         "|---|---|---|---|---|",
     ]
     for who, results in runs.items():
-        rate = statistics.median(r["env_steps"] / r["seconds"] for r in results)
-        reached = [r["reached_seconds"] for r in results if r["reached_at"] is not None]
-        to_threshold = f"{statistics.median(reached):.1f}" if reached else "missed"
-        if len(reached) not in (0, len(results)):
-            to_threshold += f" ({len(results) - len(reached)} missed)"
-        final = [r["final_mean_return"] for r in results if r["final_mean_return"] is not None]
-        command = [r["command_seconds"] for r in results if "command_seconds" in r]
-        name = "SB3 2.9.2, SubprocVecEnv" if who == "sb3" else f"parl-train --mode {who}"
-        row = f"| {name} | {rate:.0f} ({rate / single:.2f}x) | {to_threshold} |"
-        row += f" {statistics.median(final):.1f} |" if final else " - |"
-        lines.append(row + (f" {statistics.median(command):.1f} |" if command else " - |"))
+        seconds = to_threshold(results)
+        if seconds is None:
+            missed = sum(r["reached_at"] is None for r in results)
+            reached = f"missed ({missed}/{len(results)})"
+        else:
+            reached = f"{seconds:.1f}" + (f" ({seconds / sb3:.2f}x)" if sb3 else "")
+        steps = [r["reached_at"] for r in results if r["reached_at"] is not None]
+        at = f"{statistics.median(steps) / 1000:.1f}k" if steps else "-"
+        command = statistics.median(r["command_seconds"] for r in results)
+        name = (
+            f"SB3 2.9.2 PPO, {MUJOCO_ACTORS} processes of {env.num_envs // MUJOCO_ACTORS} "
+            "environments"
+            if who == "sb3"
+            else f"parl-train --mode {who}"
+        )
+        lines.append(
+            f"| {name} | {rate(results):.0f} ({rate(results) / single:.2f}x) | {reached} "
+            f"| {at} | {command:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -504,9 +541,10 @@ def main() -> None:
     parser.add_argument("--baseline", choices=["sb3"], help="also run Stable-Baselines3")
     parser.add_argument(
         "--via",
-        choices=["example", "parl-train"],
+        choices=["example", "parl-train", "both"],
         default="example",
-        help=f"run {', '.join(sorted(CONFIG_TASKS))} by their example scripts or shipped configs",
+        help=f"run {', '.join(sorted(CONFIG_TASKS))} by their example scripts, their shipped "
+        "configs, or both (side by side, seed by seed)",
     )
     parser.add_argument("--json", help="write every run's numbers to this file")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
@@ -520,9 +558,12 @@ def main() -> None:
         return
 
     results: dict[str, dict] = {}
+    loads = [os.getloadavg()[0]]  # the 1-minute load average, before and after each run
     for task in tasks:
-        via_config = args.via == "parl-train" and task.algo in CONFIG_TASKS
+        via_config = args.via != "example" and task.algo in CONFIG_TASKS
         runners = [("parl", run_config if via_config else run_ours)]
+        if via_config and args.via == "both":
+            runners.append(("example", run_ours))
         if task.single is not None:
             runners.append(("single", run_single))
         elif args.baseline and task.algo in SB3_ALGOS:
@@ -531,24 +572,33 @@ def main() -> None:
         for seed in seeds:  # seed by seed, so that both sides see the same load
             for who, runner in runners:
                 run = runner(task, seed, args.timeout)
+                loads.append(os.getloadavg()[0])
                 print(f"{task.algo} {task.env_id} {who} seed {seed}: {run}", flush=True)
                 runs[who].append({"seed": seed, **run})
         results[task.algo] = {who: summarise(task, r) for who, r in runs.items()}
 
     print(f"\nmedian of seeds {args.seeds}: env steps until the mean return of the last 10 "
-          "episodes first reaches the threshold, and wall seconds to get there\n")  # fmt: skip
+          "episodes first reaches the threshold, and wall seconds to get there; load average "
+          f"{min(loads):.1f}-{max(loads):.1f} (1 minute, between runs)\n")  # fmt: skip
     alone = [task for task in tasks if task.single is None]
     if alone:
         header = "| task (threshold, cap) | PARL: steps / seconds |"
         rule = "|---|---|"
+        columns = ["parl"]
+        if args.via == "both":
+            header = "| task (threshold, cap) | parl-train: steps / seconds |"
+            header += " the example script: steps / seconds |"
+            rule += "---|"
+            columns.append("example")
         if args.baseline:
             header += " SB3 2.9.2: steps / seconds |"
             rule += "---|"
+            columns.append("sb3")
         print(header)
         print(rule)
         for task in alone:
             row = f"| {_name(task)} |"
-            for who in ["parl", "sb3"] if args.baseline else ["parl"]:
+            for who in columns:
                 summary = results[task.algo].get(who)
                 row += f" {cell(summary, task, len(seeds)) if summary else 'no peer'} |"
             print(row)

@@ -1,7 +1,9 @@
 """One Stable-Baselines3 run for benchmarks/learning.py, inside the baseline's own venv.
 
 Reads a JSON spec (algorithm, threshold, cap, seed, and the PARL example's `Args` as a dict,
-with `subproc` for a `SubprocVecEnv`; `stop_at_threshold` false runs on to the cap) from argv,
+with `subproc` for a `SubprocVecEnv`, and `processes` to step `num_envs` environments in that
+many processes, `num_envs / processes` each, as PARL's actors do; `stop_at_threshold` false
+runs on to the cap) from argv,
 maps the example's hyperparameters onto the SB3 algorithm of the same name (QR-DQN:
 sb3-contrib's), trains until the mean return of the last 10 training episodes reaches the
 threshold or the cap, and prints `RESULT {json}`. Imports nothing of PARL: only SB3 (and
@@ -11,6 +13,7 @@ sb3-contrib), gymnasium, numpy and torch.
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import sys
 import time
 
@@ -22,7 +25,116 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.noise import NormalActionNoise
-from stable_baselines3.common.vec_env import SubprocVecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
+from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper
+
+
+def _group_worker(remote, parent_remote, env_fns: CloudpickleWrapper) -> None:
+    """A process of `GroupedSubprocVecEnv`: its share of the environments, in a DummyVecEnv."""
+    parent_remote.close()
+    venv = DummyVecEnv(env_fns.var)
+    try:
+        while True:
+            command, data = remote.recv()
+            if command == "step":
+                venv.step_async(data)
+                remote.send(venv.step_wait())
+            elif command == "reset":
+                venv._seeds, venv._options = data  # what VecEnv.seed and set_options stored
+                remote.send((venv.reset(), venv.reset_infos))
+            elif command == "spaces":
+                remote.send((venv.observation_space, venv.action_space))
+            elif command == "call":
+                name, args, kwargs = data
+                remote.send(getattr(venv, name)(*args, **kwargs))
+            elif command == "close":
+                venv.close()
+                return
+    finally:
+        remote.close()
+
+
+class GroupedSubprocVecEnv(VecEnv):
+    """`SubprocVecEnv` with several environments a process (`processes` of them).
+
+    SB3's `SubprocVecEnv` runs one environment a process; this one splits the environments
+    into `processes` equal groups, each stepped by a `DummyVecEnv` in a process of its own,
+    so that SB3 steps as many environments in as many processes as PARL's actors.
+    """
+
+    def __init__(self, env_fns: list, processes: int = 2) -> None:
+        if len(env_fns) % processes:
+            raise ValueError(f"{len(env_fns)} environments do not split over {processes}")
+        per = len(env_fns) // processes
+        self.groups = [range(g * per, (g + 1) * per) for g in range(processes)]
+        ctx = mp.get_context(
+            "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        )
+        self.remotes, work_remotes = zip(*[ctx.Pipe() for _ in range(processes)], strict=True)
+        self.processes = []
+        for group, work_remote, remote in zip(self.groups, work_remotes, self.remotes, strict=True):
+            fns = CloudpickleWrapper([env_fns[i] for i in group])
+            process = ctx.Process(
+                target=_group_worker, args=(work_remote, remote, fns), daemon=True
+            )
+            process.start()
+            self.processes.append(process)
+            work_remote.close()
+        self.remotes[0].send(("spaces", None))
+        observation_space, action_space = self.remotes[0].recv()
+        super().__init__(len(env_fns), observation_space, action_space)
+
+    def step_async(self, actions: np.ndarray) -> None:
+        for group, remote in zip(self.groups, self.remotes, strict=True):
+            remote.send(("step", actions[group.start : group.stop]))
+
+    def step_wait(self):
+        obs, rewards, dones, infos = zip(*[remote.recv() for remote in self.remotes], strict=True)
+        flat_infos = [info for group in infos for info in group]
+        return np.concatenate(obs), np.concatenate(rewards), np.concatenate(dones), flat_infos
+
+    def reset(self):
+        for group, remote in zip(self.groups, self.remotes, strict=True):
+            seeds = [self._seeds[i] for i in group]
+            remote.send(("reset", (seeds, [self._options[i] for i in group])))
+        obs, infos = zip(*[remote.recv() for remote in self.remotes], strict=True)
+        self.reset_infos = [info for group in infos for info in group]
+        self._reset_seeds()
+        self._reset_options()
+        return np.concatenate(obs)
+
+    def close(self) -> None:
+        for remote in self.remotes:
+            remote.send(("close", None))
+        for process in self.processes:
+            process.join()
+
+    def _call(self, name: str, indices, *args, **kwargs) -> list:
+        """`DummyVecEnv.<name>(*args, indices=..., **kwargs)` in each group; the flat results."""
+        wanted = set(self._get_indices(indices))
+        asked = []
+        for group, remote in zip(self.groups, self.remotes, strict=True):
+            local = [i - group.start for i in group if i in wanted]
+            if local:
+                remote.send(("call", (name, args, {**kwargs, "indices": local})))
+                asked.append(remote)
+        return [result for remote in asked for result in remote.recv()]
+
+    def get_attr(self, attr_name: str, indices=None) -> list:
+        return self._call("get_attr", indices, attr_name)
+
+    def set_attr(self, attr_name: str, value, indices=None) -> None:
+        for group, remote in zip(self.groups, self.remotes, strict=True):
+            local = [i - group.start for i in group if i in set(self._get_indices(indices))]
+            if local:
+                remote.send(("call", ("set_attr", (attr_name, value), {"indices": local})))
+                remote.recv()
+
+    def env_method(self, method_name: str, *method_args, indices=None, **method_kwargs) -> list:
+        return self._call("env_method", indices, method_name, *method_args, **method_kwargs)
+
+    def env_is_wrapped(self, wrapper_class, indices=None) -> list[bool]:
+        return self._call("env_is_wrapped", indices, wrapper_class)
 
 
 class StopAtThreshold(BaseCallback):
@@ -59,8 +171,18 @@ def linear(initial: float):
 def build(algo: str, a: dict, seed: int, cap: int):
     hidden = [a["hidden_size"], a["hidden_size"]]
     if algo in ("ppo", "a2c"):
-        vec_env_cls = SubprocVecEnv if a.get("subproc") else None  # a process per environment
-        env = make_vec_env(a["env_id"], n_envs=a["num_envs"], seed=seed, vec_env_cls=vec_env_cls)
+        vec_env_cls, vec_env_kwargs = None, None
+        if a.get("processes"):  # num_envs / processes environments a process
+            vec_env_cls, vec_env_kwargs = GroupedSubprocVecEnv, {"processes": a["processes"]}
+        elif a.get("subproc"):  # a process per environment
+            vec_env_cls = SubprocVecEnv
+        env = make_vec_env(
+            a["env_id"],
+            n_envs=a["num_envs"],
+            seed=seed,
+            vec_env_cls=vec_env_cls,
+            vec_env_kwargs=vec_env_kwargs,
+        )
         common = dict(
             n_steps=a["n_steps"],
             gamma=a["gamma"],
