@@ -1,6 +1,10 @@
 """`parl-train` runs: every shipped config in each of its modes, the run directory, resume, Ctrl-C.
 
-Each run is the real command in a subprocess with a budget of a few hundred env steps.
+Each run is the real command in a subprocess with a budget of a few hundred env steps. The
+sync and async runs of every shipped config share one real cluster of the module (`--address`),
+whose warm actor processes have already imported what the actors need; an embedded cluster a
+run (what `parl-train` starts without `--address`) costs seconds of start each. Two of them
+(`ON_AN_EMBEDDED_CLUSTER`) and the sync and async resume tests run on embedded clusters.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import pytest
 
 from parl_algos.train import latest_checkpoint, load_config, shipped_configs
 from parl_algos.train._algorithms import get_spec, stat_columns
+from tests.remote.conftest import make_cluster
 
 PARL_TRAIN = str(Path(sys.executable).with_name("parl-train"))
 # Small schedules: rows, checkpoints and an evaluation within a few hundred steps.
@@ -97,21 +102,44 @@ MODES = [
     for n in shipped_configs()
     for m in get_spec(load_config(n).algorithm).modes
 ]
+# These start a cluster of their own (`actors + 1` slots), as without `--address`; the other
+# sync and async runs share the module's `cluster`.
+ON_AN_EMBEDDED_CLUSTER = {("a2c/cartpole", "sync"), ("impala/cartpole", "async")}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One real cluster (master and worker on 127.0.0.1) for the module's sync and async runs.
+
+    Twice the slots of one run (2 actors and the evaluation actor): the next run never waits
+    for the slots of the last to come back. Stopped by PID at the end of the module, even on
+    failure.
+    """
+    root = tmp_path_factory.mktemp("cluster")
+    cluster = make_cluster(root, workers=(6,), OMP_NUM_THREADS=1)
+    yield cluster
+    cluster.stop()
 
 
 @pytest.mark.parametrize(("name", "mode"), MODES)
-def test_every_shipped_config_takes_a_few_steps(name, mode, tmp_path):
+def test_every_shipped_config_takes_a_few_steps(name, mode, tmp_path, request):
     logdir = tmp_path / "run"
     budget = 300
+    address, env = [], None
+    if mode != "single" and (name, mode) not in ON_AN_EMBEDDED_CLUSTER:
+        cluster = request.getfixturevalue("cluster")
+        address, env = ["--address", cluster.address], cluster.env
     proc = parl_train(
         name,
         "--mode",
         mode,
+        *address,
         "--train.total_steps",
         str(budget),
         "--logdir",
         str(logdir),
         *small_args(name),
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     written = rows(logdir)
