@@ -256,8 +256,12 @@ def test_async_batches_say_which_worker_and_which_weights(cluster):
         learner.set_weights({"w": -old})
         sampler.sync_weights()
         assert sampler.weights_version == 1
-        versions = []
-        for _ in range(12):  # two queued rollouts a worker go out with the old weights
+        versions: list[tuple[int, int]] = []
+        # Two queued rollouts a worker go out with the old weights. Batches come from whichever
+        # worker finishes first, so one worker may deliver many before the other: collect (a
+        # bounded number) until both have delivered one made with the new weights.
+        while len(versions) < 12 or {w for w, v in versions if v == 1} != {0, 1}:
+            assert len(versions) < 200, versions
             batch = sampler.collect()
             versions.append((batch.worker, batch.weights_version))
             by_worker[batch.worker].append(batch)
