@@ -40,7 +40,6 @@ _NONE = pickle.dumps(None, protocol=5)
 _METHOD, _GETATTR, _SETATTR = m.CallKind.METHOD, m.CallKind.GETATTR, m.CallKind.SETATTR
 _CALL_IDS = (m.Call, m.Result, m.Error)
 _INIT_IDS = (m.Init, m.Ready)
-_NO_KEYWORDS: dict[str, Any] = {}  # never changed
 
 
 def message_id(msg: Any) -> int | None:
@@ -159,7 +158,7 @@ class ActorCore:
         self.actor_id = assigned.actor_id
         self.host, self.port, self.pid = assigned.host, assigned.port, assigned.pid
         self.dead: str | None = None
-        self._ids = itertools.count(1)
+        self.ids = itertools.count(1)  # every call's id, whichever driver carries it
         self.on_shadowed: Callable[[tuple[str, ...]], None] = _ignore  # set by the handles
 
     def __repr__(self) -> str:
@@ -202,7 +201,7 @@ class ActorCore:
         try:
             if kind == _METHOD:
                 if ser.plain_args(args, kwargs):  # sent as themselves: nothing to pickle
-                    return m.Call(next(self._ids), name, b"", kind, args), []
+                    return m.Call(next(self.ids), name, b"", kind, args), []
                 data, buffers = ser.dumps((args, kwargs))
             elif kind == _GETATTR:
                 data, buffers = _NONE, []
@@ -215,16 +214,7 @@ class ActorCore:
                 buffers = stage.stage(buffers) or _copied(buffers)
             elif copy and not _shared(buffers, shared_from):
                 buffers = _copied(buffers)
-        return m.Call(next(self._ids), name, data, kind), buffers
-
-    def plain_call(self, name: str, args: tuple[Any, ...]) -> m.Call | None:
-        """The `Call` of method `name` with these positional arguments if all are plain.
-
-        Plain arguments travel as themselves (`call` sends them so too); None if any is not.
-        """
-        if ser.plain_args(args, _NO_KEYWORDS):
-            return m.Call(next(self._ids), name, b"", _METHOD, args)
-        return None
+        return m.Call(next(self.ids), name, data, kind), buffers
 
     def _unsendable(
         self, kind: m.CallKind, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]

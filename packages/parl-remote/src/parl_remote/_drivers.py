@@ -23,21 +23,27 @@ import contextlib
 import threading
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from parl_remote._call_core import INIT, ActorCore, Replies, message_id
 from parl_remote._exceptions import FutureGetRepeatedlyError, ProtocolError
-from parl_remote._transport import AsyncConnection, ConnectionClosed, SyncConnection, open_async
+from parl_remote._serialize import _INT_MAX, _INT_MIN, _PLAIN_MAX, _PLAIN_OTHER
+from parl_remote._transport import AsyncConnection, SyncConnection, open_async
 from parl_remote.protocol import messages as m
-from parl_remote.protocol.connection import NEED_DATA
 
 if TYPE_CHECKING:
     from parl_remote._client import Client
 
 __all__ = ["BlockingDriver", "PipelinedDriver", "RemoteFuture", "arequest", "request"]
 
-_METHOD, _RESULT = m.CallKind.METHOD, m.Result
-_NOT_PLAIN = object()  # what `_lane` returns when it sent nothing
+_METHOD, _RESULT, _CALL = m.CallKind.METHOD, m.Result, m.Call
+
+
+class _Connection(SyncConnection):
+    """A blocking driver's connection, with the lane of its small calls (`Connection.exchanger`)."""
+
+    exchange: Callable[[m.Message], Any]
 
 
 def request(
@@ -88,9 +94,11 @@ class BlockingDriver:
     def __init__(self, core: ActorCore, client: Client) -> None:
         self.core = core
         self.client = client
-        self.pool: deque[SyncConnection] = deque()  # idle connections, the last used on top
-        self.conns: set[SyncConnection] = set()
+        self.pool: deque[_Connection] = deque()  # idle connections, the last used on top
+        self.conns: set[_Connection] = set()
         self.lock = threading.Lock()
+        self.call = self._lane()
+        """`call(kind, name, args, kwargs)`: run `name` on the actor and return its result."""
 
     def create(self, payload: bytes, buffers: list[Any], bundle: bytes) -> tuple[str, ...]:
         """Build the actor from `init_payload`'s pickle; raise what its constructor raised.
@@ -102,54 +110,60 @@ class BlockingDriver:
         hidden: tuple[str, ...] = self.core.result(reply, rbuffers, INIT)
         return hidden
 
-    def call(self, kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run `name` on the actor and return its result: one round trip."""
-        if self.core.dead is not None:
-            raise self.core.died_error()
-        if kind is _METHOD and not kwargs and self.pool:  # perhaps a small call: its lane
-            value = self._lane(name, args)
-            if value is not _NOT_PLAIN:
-                return value
-        msg, buffers = self.core.call(kind, name, args, kwargs, copy=False)
-        reply, rbuffers = self.request(msg, buffers)
-        return self.core.result(reply, rbuffers, name)
+    def _lane(self) -> Callable[[Any, str, tuple[Any, ...], dict[str, Any]], Any]:
+        """`call`: a small call takes its lane, in one function; every other, `call_general`.
 
-    def _lane(self, name: str, args: tuple[Any, ...]) -> Any:
-        """A call with plain arguments on an idle connection, in one piece; or `_NOT_PLAIN`.
-
-        What `call` does, without its layers: the request is framed and written, and a reply
-        read whole in one read is decoded where it lies (any other read goes on through the
-        protocol as `receive` would). Returns `_NOT_PLAIN`, having sent nothing, when an
-        argument is not plain.
+        A method call with plain arguments on an idle connection is framed, written and its
+        reply read by the connection's `exchange`, and a plain value read whole in one read
+        comes straight back: what `call_general` does, without its layers. Every attribute
+        this needs per call is looked up once, here.
         """
+        core, pool, general = self.core, self.pool, self.call_general
+        ids, broken = core.ids, self._broken
+        int_min, int_max, str_max, other = _INT_MIN, _INT_MAX, _PLAIN_MAX, _PLAIN_OTHER
+
+        def call(kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            if kind is not _METHOD or kwargs or not pool or core.dead is not None:
+                return general(kind, name, args, kwargs)
+            for value in args:  # `_serialize.plain_args`, inlined: this runs for every call
+                cls = type(value)
+                if cls is int:
+                    if not int_min <= value <= int_max:
+                        return general(kind, name, args, kwargs)
+                elif cls is str:
+                    if not (value.isascii() and len(value) <= str_max):
+                        return general(kind, name, args, kwargs)
+                elif cls not in other:
+                    return general(kind, name, args, kwargs)
+            try:
+                conn = pool.pop()
+            except IndexError:  # taken meanwhile by another thread
+                return general(kind, name, args, kwargs)
+            rbuffers: tuple[Any, ...] = ()
+            try:
+                reply = conn.exchange(_CALL(next(ids), name, b"", _METHOD, args))
+                if reply is None:  # not one whole frame: read on through the protocol
+                    reply, rbuffers = conn.receive()
+                    if not conn.proto.idle:
+                        raise ProtocolError("more arrived than the reply to one call")
+            except BaseException as exc:
+                broken(conn, exc)
+            pool.append(conn)
+            if type(reply) is _RESULT and not reply.payload and not reply.shadowed:
+                return reply.value  # a plain value, sent as itself
+            return core.result(reply, rbuffers, name)
+
+        return call
+
+    def call_general(
+        self, kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """Run `name` on the actor and return its result: one round trip, arguments pickled."""
         core = self.core
-        msg = core.plain_call(name, args)
-        if msg is None:
-            return _NOT_PLAIN
-        pool = self.pool
-        try:
-            conn = pool.pop()
-        except IndexError:  # taken meanwhile by another thread
-            conn = self._open()
-        proto, sock = conn.proto, conn.sock
-        try:
-            sock.sendall(proto.frame(msg))
-            n = sock.recv_into(proto.get_buffer())
-            if n == 0:
-                raise ConnectionClosed("the peer closed the connection")
-            reply, rbuffers = proto.whole_message(n), ()
-            if reply is None:
-                event = proto.received(n)
-                reply, rbuffers = event if event is not NEED_DATA else conn.receive()
-        except (ConnectionError, OSError):
-            self._discard(conn)
-            raise core.fate_error(self._fate()) from None
-        except BaseException:
-            self._discard(conn)  # interrupted mid-call: the reply would confuse the next caller
-            raise
-        pool.append(conn)
-        if type(reply) is _RESULT and not reply.payload and not reply.shadowed:
-            return reply.value  # a plain value, sent as itself
+        if core.dead is not None:
+            raise core.died_error()
+        msg, buffers = core.call(kind, name, args, kwargs, copy=False)
+        reply, rbuffers = self.request(msg, buffers)
         return core.result(reply, rbuffers, name)
 
     def request(self, msg: Any, buffers: list[Any]) -> tuple[Any, tuple[Any, ...]]:
@@ -164,14 +178,24 @@ class BlockingDriver:
         try:
             conn.send(msg, buffers)
             reply = conn.receive()
-        except (ConnectionError, OSError):
-            self._discard(conn)
-            raise self.core.fate_error(self._fate()) from None
-        except BaseException:
-            self._discard(conn)  # interrupted mid-call: the reply would confuse the next caller
-            raise
+            if not conn.proto.idle:
+                raise ProtocolError("more arrived than the reply to one request")
+        except BaseException as exc:
+            self._broken(conn, exc)
         self.pool.append(conn)
         return reply
+
+    def _broken(self, conn: _Connection, exc: BaseException) -> NoReturn:
+        """A request on `conn` failed with `exc`: close `conn`, raise what its caller sees.
+
+        A connection that broke raises what the master says of the actor; anything else (an
+        interrupt, a bad frame) is raised as it is, and the connection, whose reply would
+        confuse the next caller, goes too.
+        """
+        self._discard(conn)
+        if isinstance(exc, ConnectionError | OSError):
+            raise self.core.fate_error(self._fate()) from None
+        raise exc
 
     def close(self, *, wake_only: bool = False) -> None:
         """Close every connection (thread-safe), or only wake the threads blocked on them."""
@@ -187,19 +211,23 @@ class BlockingDriver:
         reason = self.core.dead
         return self.client.fate(self.core.actor_id) if reason is None else reason
 
-    def _open(self) -> SyncConnection:
+    def _open(self) -> _Connection:
         core = self.core
         try:
-            conn = SyncConnection.open(
-                core.host, core.port, token=self.client.token, role="client", expect="actor"
+            conn = cast(
+                _Connection,
+                _Connection.open(
+                    core.host, core.port, token=self.client.token, role="client", expect="actor"
+                ),
             )
         except (OSError, ConnectionError) as exc:
             raise core.fate_error(self._fate()) from exc
+        conn.exchange = conn.proto.exchanger(conn.sock.sendall, conn.sock.recv_into)
         with self.lock:
             self.conns.add(conn)
         return conn
 
-    def _discard(self, conn: SyncConnection) -> None:
+    def _discard(self, conn: _Connection) -> None:
         conn.close()
         with self.lock:
             self.conns.discard(conn)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import pickle
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -215,6 +216,53 @@ class Connection(Handshake):
                 if type(msg) not in _HANDSHAKE_SET:
                     return msg
         return None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing received that was not taken: no event waiting, no frame begun."""
+        return self._state == _HEAD and not self._in and not self._events
+
+    def exchanger(
+        self, sendall: Callable[[bytes], Any], recv_into: Callable[[memoryview], int]
+    ) -> Callable[[m.Message], Any]:
+        """A blocking caller's round trip of one small message, framed here, in one function.
+
+        The function returned sends `msg` (a message without buffers) with `sendall`, reads
+        once with `recv_into`, and returns the reply when that read is one whole frame without
+        buffers, decoded where it lies. Otherwise the protocol takes the read and it returns
+        None: `next_event()` then has the reply, or more is to be read. A message that cannot
+        leave on its own (segments are owed to the peer, or it is too large) goes as `frame`
+        makes it. For an authenticated connection that is `idle`, one request at a time: the
+        blocking driver's lane for small calls (`_drivers.py`). The I/O is the caller's.
+        """
+        limit, shm, head = self.max_message_bytes, self.shm, _HEADER.size
+        scratch = self._scratch[: limit + head]  # a read taken whole is never over the limit
+        encode, decode = m.encoder.encode, m.decoder.decode
+        pack, unpack_from, handshake = _HEADER.pack, _HEADER.unpack_from, _HANDSHAKE_SET
+
+        def exchange(msg: m.Message) -> Any:
+            envelope = encode(msg)
+            if len(envelope) <= limit and (shm is None or not shm.owed):
+                sendall(pack(len(envelope), 0) + envelope)
+            else:
+                sendall(self.frame(msg))  # segments handed back first; or too large: raises
+            n = recv_into(scratch)
+            if n > head:
+                env_len, nbuf = unpack_from(scratch)
+                if nbuf == 0 and env_len + head == n:
+                    try:
+                        reply = decode(scratch[head:n])
+                    except Exception:
+                        pass  # the general path says what is wrong with it
+                    else:
+                        if type(reply) not in handshake:
+                            return reply
+            elif n == 0:
+                raise ConnectionError("the peer closed the connection")
+            self.buffer_updated(n)  # the same memory: `get_buffer`'s scratch area
+            return None
+
+        return exchange
 
     def receive_data(self, data: bytes | memoryview) -> None:
         """Feed received bytes; complete messages become available from `next_event()`."""
