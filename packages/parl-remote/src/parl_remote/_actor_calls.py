@@ -18,6 +18,7 @@ import os
 import pickle
 import sys
 from collections import deque
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any, ClassVar
 
@@ -33,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 _QUICK_S = 200e-6  # methods quicker than this may have their replies batched
 _METHOD = m.CallKind.METHOD
-_CALL = m.Call
+_CALL, _RESULT = m.Call, m.Result
 _NONE: tuple[str, ...] = ()  # no news of hidden methods
 _NO_KEYWORDS: dict[str, Any] = {}  # never changed: a callee's **kwargs is a new dict
 
@@ -149,44 +150,58 @@ class CallRunner:
         self.calls += 1
         self._reply(conn, msg.id, name, result)
 
-    def lane(self, conn: AsyncConnection, msg: m.Call) -> None:
-        """Run a call that arrived alone in its read (`CallConnection`): a small call's path.
+    def lane_for(self, conn: AsyncConnection) -> Callable[[m.Call], None]:
+        """The lane of `conn`'s small calls: a `Call` that arrived alone in its read runs here.
 
         A synchronous method with plain arguments, while nothing else is queued or running,
-        runs here and now, and a plain result goes straight back; every other call, and a
-        call while others wait, takes the queue (`_queue_call`), as it would have.
+        runs at once, and a plain result goes straight back; every other call, and a call
+        while others wait, takes the queue (`_queue_call`), as it would have. What it needs
+        per call is looked up once, here.
         """
-        entry = self.methods.get(msg.name)
-        if entry is None and self.instance is not None:
-            entry = self._method(msg.name)
-        if (
-            entry is None
-            or entry[1]
-            or msg.payload
-            or msg.kind != _METHOD
-            or self._backlog
-            or self._gated
-            or self._async_starting
-            or self._corked
-        ):
-            self._queue_call(conn, msg, ())
-            return
-        start = perf_counter()
-        try:
-            result = entry[0](*msg.args)
-        except BaseException as exc:
-            self._raised(conn, msg.id, msg.name, exc)
-            return
-        took = perf_counter() - start
-        if took > _QUICK_S:  # a slow method's replies are never held back behind it
-            self._durations[msg.name] = took
-        self.calls += 1
-        shadow = self.shadow
-        if shadow.names or len(shadow.vars) != shadow.size or not ser.plain(result):
-            self._reply(conn, msg.id, msg.name, result)
-            return
-        # Nothing is batched (nothing corked): the reply leaves at once, as `_send` would do.
-        conn.transport.write(conn.proto.frame(m.Result(msg.id, b"", result)))  # type: ignore[union-attr]  # it was read from
+        methods, backlog, durations = self.methods, self._backlog, self._durations
+        queue, plain, frame = self._queue_call, ser.plain, conn.proto.frame
+
+        def lane(msg: m.Call) -> None:
+            try:
+                name = msg.name
+                entry = methods.get(name)
+                if entry is None and self.instance is not None:
+                    entry = self._method(name)
+                if (
+                    entry is None
+                    or entry[1]
+                    or msg.payload
+                    or msg.kind is not _METHOD
+                    or backlog
+                    or self._gated
+                    or self._async_starting
+                    or self._corked
+                ):
+                    queue(conn, msg, ())
+                    return
+                start = perf_counter()
+                try:
+                    result = entry[0](*msg.args)
+                except BaseException as exc:
+                    self._raised(conn, msg.id, name, exc)
+                    return
+                took = perf_counter() - start
+                if took > _QUICK_S:  # a slow method's replies are never held back behind it
+                    durations[name] = took
+                self.calls += 1
+                shadow = self.shadow
+                if shadow.names or len(shadow.vars) != shadow.size or not plain(result):
+                    self._reply(conn, msg.id, name, result)
+                    return
+                # Nothing is batched (nothing corked): the reply leaves at once, as `_send` would.
+                conn.transport.write(frame(_RESULT(msg.id, b"", result)))  # type: ignore[union-attr]  # it was read from
+            except Exception:
+                logger.exception(
+                    "closing the connection from %s after an internal error", conn.peername
+                )
+                conn.close()
+
+        return lane
 
     def _raised(self, conn: AsyncConnection, call_id: int, name: str, exc: BaseException) -> None:
         """A method raised `exc`: its caller gets it (`SystemExit` ends the process)."""
@@ -334,7 +349,7 @@ class CallRunner:
 
 
 class CallConnection(AsyncConnection):
-    """A client's connection to the actor: a read that is one whole `Call` goes to `lane`.
+    """A client's connection to the actor: a read that is one whole `Call` goes to its lane.
 
     Every other read takes the general path of `AsyncConnection`, to `on_message`.
     """
@@ -347,20 +362,10 @@ class CallConnection(AsyncConnection):
         on_close: CloseHandler | None = None,
     ) -> None:
         super().__init__(proto, on_message, on_close, exact_flow=True)
-        self.lane = runner.lane
-
-    def buffer_updated(self, nbytes: int) -> None:
-        msg = self.proto.whole_message(nbytes)
-        if type(msg) is not _CALL:
-            super().buffer_updated(nbytes)  # reads the frame(s) afresh
-            return
-        try:
-            self.lane(self, msg)
-        except Exception:
-            logger.exception(
-                "closing the connection from %s after an internal error", self.peername
-            )
-            self.close()
+        # The loop calls this instance's `buffer_updated`: small calls first (`lane_for`).
+        self.buffer_updated = proto.dispatcher(  # type: ignore[method-assign]  # same signature
+            _CALL, runner.lane_for(self), super().buffer_updated
+        )
 
 
 def unpickling_error(call_id: int, text: str, exc: Exception) -> m.Error:

@@ -264,6 +264,37 @@ class Connection(Handshake):
 
         return exchange
 
+    def dispatcher(
+        self, kind: type, on_message: Callable[[Any], None], on_other: Callable[[int], None]
+    ) -> Callable[[int], None]:
+        """A `buffer_updated` for a server's small messages, framed here, in one function.
+
+        The function returned hands a read that is one whole frame of a `kind` message
+        without buffers, with nothing received before it that was not taken, to
+        `on_message(msg)`, decoded in place; it hands every other read to `on_other(nbytes)`,
+        which must give it to `buffer_updated` (the actor's lane for small calls,
+        `_actor_calls.py`). For an authenticated connection whose events are all taken.
+        """
+        head, limit = _HEADER.size, self.max_message_bytes
+        scratch = self._scratch[: limit + head]  # a read taken whole is never over the limit
+        decode, unpack_from = m.decoder.decode, _HEADER.unpack_from
+
+        def dispatch(nbytes: int) -> None:
+            if nbytes > head and self._state == _HEAD and not self._in and self._hs == _OPEN:
+                env_len, nbuf = unpack_from(scratch)
+                if nbuf == 0 and env_len + head == nbytes:
+                    try:
+                        msg = decode(scratch[head:nbytes])
+                    except Exception:
+                        pass  # the general path says what is wrong with it
+                    else:
+                        if type(msg) is kind:
+                            on_message(msg)
+                            return
+            on_other(nbytes)
+
+        return dispatch
+
     def receive_data(self, data: bytes | memoryview) -> None:
         """Feed received bytes; complete messages become available from `next_event()`."""
         if self._error is not None:
