@@ -343,3 +343,98 @@ def test_sys_exit_in_the_lane_is_a_dead_actor_for_the_caller(connected):
         a.exit_now(3)
     with pytest.raises(RemoteActorDiedError, match=r"sys.exit\(3\)"):
         a.record("late", 1)
+
+
+# -- the lanes' framing, with bytes (`Connection.exchanger`, `Connection.dispatcher`) -----------
+def _ends(**kwargs):
+    from parl_remote.protocol.connection import Connection
+
+    client = Connection("client", is_server=False, token=None, trusted=True, **kwargs)
+    actor = Connection("actor", is_server=True, token=None, trusted=True, **kwargs)
+    return client, actor
+
+
+class _Wire:
+    """The client's socket: what it wrote, and the reads it is given, one by one."""
+
+    def __init__(self, *reads):
+        self.sent, self.reads = [], list(reads)
+
+    def sendall(self, data):
+        self.sent.append(bytes(data))
+
+    def recv_into(self, view):  # as a socket does: at most what fits
+        data = self.reads.pop(0)
+        n = min(len(data), len(view))
+        view[:n] = data[:n]
+        if n < len(data):
+            self.reads.insert(0, data[n:])
+        return n
+
+
+def test_the_exchange_decodes_a_whole_reply_and_leaves_the_rest_to_the_protocol():
+    from parl_remote.protocol.connection import NEED_DATA
+
+    client, actor = _ends()
+    call = m.Call(7, "add", b"", m.CallKind.METHOD, (1, 2))
+    reply = actor.frame(m.Result(7, b"", 3))
+    wire = _Wire(reply)
+    assert client.exchanger(wire.sendall, wire.recv_into)(call) == m.Result(7, b"", 3)
+    actor.receive_data(wire.sent[0])  # what was written is the frame of the call
+    assert actor.next_event() == (call, ()) and client.idle
+    wire = _Wire(reply[:5], reply[5:])  # the reply in two reads: the protocol has the first
+    exchange = client.exchanger(wire.sendall, wire.recv_into)
+    assert exchange(call) is None and client.next_event() is NEED_DATA and not client.idle
+    client.receive_data(reply[5:])
+    assert client.next_event() == (m.Result(7, b"", 3), ()) and client.idle
+    both = reply + actor.frame(m.Result(8, b"", 4))  # two frames in one read: both kept
+    wire = _Wire(both)
+    assert client.exchanger(wire.sendall, wire.recv_into)(call) is None
+    assert [e[0].id for e in client.take_events()] == [7, 8]
+
+
+def test_the_exchange_refuses_what_the_protocol_refuses():
+    client, _ = _ends(max_message_bytes=64)
+    wire = _Wire(b"")
+    with pytest.raises(ProtocolError, match="exceeds the limit"):  # nothing sent
+        client.exchanger(wire.sendall, wire.recv_into)(m.Call(1, "x" * 100, b""))
+    assert wire.sent == []
+    with pytest.raises(ConnectionError, match="closed"):
+        client.exchanger(wire.sendall, wire.recv_into)(m.Call(1, "add", b""))
+    wire = _Wire((100).to_bytes(4, "little") + bytes(104))  # over the limit when it arrives
+    with pytest.raises(ProtocolError, match="limits"):
+        client.exchanger(wire.sendall, wire.recv_into)(m.Call(1, "add", b""))
+    client, _ = _ends()
+    hello = m.encoder.encode(m.Refused("no"))
+    wire = _Wire(len(hello).to_bytes(4, "little") + bytes(4) + hello)
+    with pytest.raises(ProtocolError, match="after the handshake"):
+        client.exchanger(wire.sendall, wire.recv_into)(m.Call(1, "add", b""))
+
+
+def test_the_dispatcher_hands_on_a_whole_call_and_every_other_read_goes_the_general_way():
+    from parl_remote.protocol.connection import NEED_DATA
+
+    client, actor = _ends()
+    calls, others = [], []
+
+    def general(nbytes):
+        others.append(nbytes)
+        actor.buffer_updated(nbytes)
+
+    dispatch = actor.dispatcher(m.Call, calls.append, general)
+    call = m.Call(3, "add", b"", m.CallKind.METHOD, (1, 2))
+
+    def read(data):
+        actor.get_buffer()[: len(data)] = data
+        dispatch(len(data))
+
+    frame = client.frame(call)
+    read(frame)
+    assert calls == [call] and others == [] and actor.next_event() is NEED_DATA
+    read(frame[:3])  # a frame begun: this read and the next go the general way
+    read(frame[3:])
+    assert calls == [call] and others == [3, len(frame) - 3]
+    assert actor.take_events() == [(call, ())]
+    read(client.frame(m.Result(1, b"", 2)))  # not a Call
+    read(frame + frame)  # two frames
+    assert calls == [call] and len(others) == 4 and len(actor.take_events()) == 3
