@@ -7,7 +7,10 @@ absolute times do.
 
     W1  sync call latency, add(1, 2), serial: median and p99 us     target <= 1.5x raw echo
         (a blocking-socket client of the echo server), as the median ratio of 20 alternating
-        blocks of 200 calls each
+        blocks of 200 calls each; a second median row times the same client against an echo
+        server in a session of its own, as every actor process runs (under load the kernel
+        schedules a process of another session later than one of the caller's own: 1.14x
+        for the same echo server at load 14)
     W2  4 actors, 1000 calls in flight (future and awaitable modes),  target >= 0.25x raw pipelined
         in calls/s, against two raw pipelines: one writing each wave of 1000 requests with
         one system call (the floor), one writing each request as it comes (a plain client)
@@ -63,9 +66,12 @@ HEADER = struct.Struct("<I")
 
 
 # -- the baseline ------------------------------------------------------------------------------
-def start_raw_server() -> tuple[subprocess.Popen, int, int]:
+def start_raw_server(own_session: bool = False) -> tuple[subprocess.Popen, int, int]:
     proc = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "_raw_echo.py")], stdout=subprocess.PIPE, text=True
+        [sys.executable, os.path.join(HERE, "_raw_echo.py")],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=own_session,  # as a worker starts an actor process
     )
     echo_port, raw_port = (int(p) for p in proc.stdout.readline().split())
     return proc, echo_port, raw_port
@@ -192,18 +198,23 @@ def parl_latency(actor, n: int) -> list[float]:
     return times
 
 
-def w1_rows(actor, echo_port: int, blocks: int, n: int = 200) -> list[tuple[str, ...]]:
+def w1_rows(
+    actor, echo_port: int, blocks: int, n: int = 200, own_port: int | None = None
+) -> list[tuple[str, ...]]:
     """W1: blocks of `n` calls, ours and the raw echo's in turn; the median of their ratios.
 
     Alternating blocks in one process see the same machine: a ratio survives CPU steal that
-    swings within a run, where two long runs one after the other would not.
+    swings within a run, where two long runs one after the other would not. With `own_port`
+    (an echo server in a session of its own), each turn times that one too, for a second row.
     """
     parl_latency(actor, 200)  # warm up both paths
     raw_latency(echo_port, 200)
-    ratios, ours, raw = [], [], []
+    ratios, own_ratios, ours, raw = [], [], [], []
     for _ in range(blocks):
         o, r = parl_latency(actor, n), raw_latency(echo_port, n)
         ratios.append(statistics.median(o) / statistics.median(r))
+        if own_port is not None:
+            own_ratios.append(statistics.median(o) / statistics.median(raw_latency(own_port, n)))
         ours += o
         raw += r
     rows = []
@@ -213,6 +224,9 @@ def w1_rows(actor, echo_port: int, blocks: int, n: int = 200) -> list[tuple[str,
         ratio = statistics.median(ratios) if name == "median" else o / r
         target = "<= 1.5x" if name == "median" else ""
         rows.append((f"W1 sync call {name} (us)", us(o), us(r), f"{ratio:5.2f}x", target))
+    if own_ratios:
+        ratio = statistics.median(own_ratios)
+        rows.append(("W1 median, echo in its own session", "", "", f"{ratio:5.2f}x", ""))
     return rows
 
 
@@ -455,6 +469,7 @@ def main() -> None:
     w3: list[tuple[str, ...]] = []
 
     server, echo_port, raw_port = start_raw_server()
+    own_server, own_port, _ = start_raw_server(own_session=True)
     client = parl.connect(cpu_num=6, log_to_driver=False)
     try:
         wait_for_vacant(client, 6)
@@ -470,7 +485,7 @@ def main() -> None:
             w3 = shm_table(Actor(), socket_only_actor(), raw_port, scale)
         else:
             one = Actor()
-            rows += w1_rows(one, echo_port, n_blocks)
+            rows += w1_rows(one, echo_port, n_blocks, own_port=own_port)
 
             raw_tp = raw_pipelined(echo_port, n_calls, 1000)
             raw_each = raw_pipelined(echo_port, n_calls, 1000, batched=False)
@@ -549,8 +564,9 @@ def main() -> None:
             )
     finally:
         parl.disconnect()
-        server.kill()
-        server.wait()
+        for proc in (server, own_server):
+            proc.kill()
+            proc.wait()
     load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     if rows:
         baseline = "PARL 2.x" if args.w4 else "raw baseline"
