@@ -97,8 +97,6 @@ class BlockingDriver:
         self.pool: deque[_Connection] = deque()  # idle connections, the last used on top
         self.conns: set[_Connection] = set()
         self.lock = threading.Lock()
-        self.call = self._lane()
-        """`call(kind, name, args, kwargs)`: run `name` on the actor and return its result."""
 
     def create(self, payload: bytes, buffers: list[Any], bundle: bytes) -> tuple[str, ...]:
         """Build the actor from `init_payload`'s pickle; raise what its constructor raised.
@@ -110,59 +108,48 @@ class BlockingDriver:
         hidden: tuple[str, ...] = self.core.result(reply, rbuffers, INIT)
         return hidden
 
-    def _lane(self) -> Callable[[Any, str, tuple[Any, ...], dict[str, Any]], Any]:
-        """`call`: a small call takes its lane, in one function; every other, `call_general`.
+    def call(self, kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run `name` on the actor and return its result: one round trip.
 
-        A method call with plain arguments on an idle connection is framed, written and its
-        reply read by the connection's `exchange`, and a plain value read whole in one read
-        comes straight back: what `call_general` does, without its layers. Every attribute
-        this needs per call is looked up once, here.
+        A method call with plain arguments on an idle connection takes its lane: the `Call`
+        is framed, written and its reply read by the connection's `exchange`, and a plain
+        value read whole in one read comes straight back. Every other call is pickled and
+        sent by `request`.
         """
-        core, pool, general = self.core, self.pool, self.call_general
-        ids, broken = core.ids, self._broken
-        int_min, int_max, str_max, other = _INT_MIN, _INT_MAX, _PLAIN_MAX, _PLAIN_OTHER
-
-        def call(kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            if kind is not _METHOD or kwargs or not pool or core.dead is not None:
-                return general(kind, name, args, kwargs)
+        core, pool = self.core, self.pool
+        if core.dead is not None:
+            raise self.core.died_error()
+        if kind is _METHOD and not kwargs and pool:  # perhaps a small call: its lane
             for value in args:  # `_serialize.plain_args`, inlined: this runs for every call
                 cls = type(value)
                 if cls is int:
-                    if not int_min <= value <= int_max:
-                        return general(kind, name, args, kwargs)
+                    if not _INT_MIN <= value <= _INT_MAX:
+                        break
                 elif cls is str:
-                    if not (value.isascii() and len(value) <= str_max):
-                        return general(kind, name, args, kwargs)
-                elif cls not in other:
-                    return general(kind, name, args, kwargs)
-            try:
-                conn = pool.pop()
-            except IndexError:  # taken meanwhile by another thread
-                return general(kind, name, args, kwargs)
-            rbuffers: tuple[Any, ...] = ()
-            try:
-                reply = conn.exchange(_CALL(next(ids), name, b"", _METHOD, args))
-                if reply is None:  # not one whole frame: read on through the protocol
-                    reply, rbuffers = conn.receive()
-                    if not conn.proto.idle:
-                        raise ProtocolError("more arrived than the reply to one call")
-            except BaseException as exc:
-                broken(conn, exc)
-            pool.append(conn)
-            if type(reply) is _RESULT and not reply.payload and not reply.shadowed:
-                return reply.value  # a plain value, sent as itself
-            return core.result(reply, rbuffers, name)
-
-        return call
-
-    def call_general(
-        self, kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        """Run `name` on the actor and return its result: one round trip, arguments pickled."""
-        core = self.core
-        if core.dead is not None:
-            raise core.died_error()
-        msg, buffers = core.call(kind, name, args, kwargs, copy=False)
+                    if not (value.isascii() and len(value) <= _PLAIN_MAX):
+                        break
+                elif cls not in _PLAIN_OTHER:
+                    break
+            else:
+                try:
+                    conn = pool.pop()
+                except IndexError:  # taken meanwhile by another thread: the general way
+                    pass
+                else:
+                    rbuffers: tuple[Any, ...] = ()
+                    try:
+                        reply = conn.exchange(_CALL(next(core.ids), name, b"", _METHOD, args))
+                        if reply is None:  # not one whole frame: read on through the protocol
+                            reply, rbuffers = conn.receive()
+                            if not conn.proto.idle:
+                                raise ProtocolError("more arrived than the reply to one call")
+                    except BaseException as exc:
+                        self._broken(conn, exc)
+                    pool.append(conn)
+                    if type(reply) is _RESULT and not reply.payload and not reply.shadowed:
+                        return reply.value  # a plain value, sent as itself
+                    return core.result(reply, rbuffers, name)
+        msg, buffers = self.core.call(kind, name, args, kwargs, copy=False)
         reply, rbuffers = self.request(msg, buffers)
         return core.result(reply, rbuffers, name)
 
