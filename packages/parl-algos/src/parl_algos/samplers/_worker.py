@@ -18,6 +18,7 @@ import numpy as np
 
 import parl
 from parl_algos.samplers._core import EnvColumns, Rollout, rollout_layout, seed_process
+from parl_algos.samplers._flags import FlagSignal, with_flags
 from parl_algos.samplers._shm import SharedArrays, host_id
 from parl_algos.samplers._signal import Signal, SignalClosed, connect_signal, short_slice
 
@@ -99,7 +100,7 @@ class EnvWorker:
         )
         self.rollouts = [Rollout.allocate(self.layout) for _ in range(slots)]
         self.segments: list[SharedArrays] = []
-        self.signal: Signal | None = None
+        self.signal: Signal | FlagSignal | None = None
         self.index = index
         self.weights_version = 0
 
@@ -115,17 +116,21 @@ class EnvWorker:
         if len(names) != len(self.rollouts):
             raise ValueError(f"attach: {len(names)} segments for {len(self.rollouts)} slots")
         try:
-            segments = [SharedArrays.attach(name, self.layout) for name in names]
+            segments = [SharedArrays.attach(name, with_flags(self.layout)) for name in names]
         except (OSError, ValueError):
             return False
         self.segments = segments
         self.rollouts = [Rollout(segment.arrays) for segment in segments]
         return True
 
-    def connect_signal(self, path: str, token: bytes, timeout: float) -> bool:
+    def connect_signal(
+        self, path: str, token: bytes, timeout: float, spin_s: float | None = None
+    ) -> bool:
         """Take step signals from the sampler's `SignalListener` at `path` (after `attach`).
 
-        Returns False (and keeps to step calls) where the socket cannot be reached.
+        With `spin_s`, steps come through the flags of slot 0's segment (`_flags`), spinning
+        that long before sleeping; else one byte a step on the socket. Returns False (and keeps
+        to step calls) where the socket cannot be reached.
         """
         if not self.segments:
             return False
@@ -135,7 +140,11 @@ class EnvWorker:
             return False
         if self.signal is not None:
             self.signal.close()
-        self.signal = signal
+        if spin_s is None:
+            self.signal = signal
+        else:
+            words = self.segments[0].arrays["flags"]
+            self.signal = FlagSignal(signal, words, sampler=False, spin_s=spin_s)
         return True
 
     def drive(self, slot: int = 0) -> tuple[dict, list] | None:
