@@ -27,7 +27,7 @@ import numpy as np
 
 from parl_algos.samplers._core import Batch, Rollout, act, stack_extras
 from parl_algos.samplers._flags import FlagSignal
-from parl_algos.samplers._group import WorkerGroup, offset_records
+from parl_algos.samplers._group import WorkerGroup
 from parl_algos.samplers._parallel import _ClusterSampler
 from parl_algos.samplers._signal import SignalClosed, short_slice
 from parl_algos.samplers._worker import ABORT, ERROR, READY, STEP
@@ -204,9 +204,7 @@ class _Collect:
                 self._wait_ready(w)
             else:
                 rows, worker_final, worker_ended = group.result(w, self.pending.pop(w))
-                more_final, more_ended = offset_records(
-                    w, group.envs_per_worker, worker_final, worker_ended
-                )
+                more_final, more_ended = group.records(w, 0, worker_final, worker_ended, cols.start)
                 final_obs.update(more_final)
                 ended += more_ended
                 if rows is not None:
@@ -227,8 +225,8 @@ class _Collect:
             out.truncated[:, cols] = shared.truncated
         for w in list(self.drives):
             worker_final, worker_ended = group.result(w, self.drives.pop(w))
-            more_final, more_ended = offset_records(
-                w, group.envs_per_worker, worker_final, worker_ended
+            more_final, more_ended = group.records(
+                w, 0, worker_final, worker_ended, self.cols[w].start
             )
             final_obs.update(more_final)
             ended += more_ended

@@ -16,14 +16,14 @@ import gymnasium as gym
 import numpy as np
 
 import parl
-from parl_algos.samplers._core import Rollout, rollout_layout
-from parl_algos.samplers._flags import FlagSignal, flags_available, with_flags
+from parl_algos.samplers._core import Rollout, read_records, rollout_layout, segment_layout
+from parl_algos.samplers._flags import FlagSignal, flags_available
 from parl_algos.samplers._shm import SharedArrays, host_id, shm_available, sweep_dead_owners
 from parl_algos.samplers._signal import Signal, SignalListener
 from parl_algos.samplers._worker import RemoteEnvWorker
 from parl_remote import ClusterError, RemoteActorDiedError, RemoteError
 
-__all__ = ["WorkerGroup", "connect", "offset_records"]
+__all__ = ["WorkerGroup", "connect"]
 
 
 def connect(address: str | None, cpu_num: int) -> None:
@@ -103,7 +103,7 @@ class WorkerGroup:
             for w, host in enumerate(hosts):
                 if host == here:
                     offered[w] = [
-                        SharedArrays.create(with_flags(self.layout)) for _ in range(slots)
+                        SharedArrays.create(segment_layout(self.layout)) for _ in range(slots)
                     ]
             calls = {
                 w: self.workers[w].attach([segment.name for segment in segments])
@@ -193,6 +193,28 @@ class WorkerGroup:
             f"{self.owner}: worker {w} died ({exc}); the sampler is closed"
         ) from None
 
+    def records(
+        self,
+        w: int,
+        slot: int,
+        final_obs: dict[tuple[int, int], np.ndarray] | None,
+        ended: list | None,
+        first_column: int,
+    ) -> tuple[dict[tuple[int, int], np.ndarray], list]:
+        """Worker `w`'s records of a rollout in `slot`: the call's, or (None) its segment's.
+
+        Columns are numbered from `first_column`.
+        """
+        segments = self.segments[w]
+        if final_obs is None or ended is None:
+            if segments is None:
+                raise RuntimeError(f"worker {w} left its records in a segment it does not have")
+            return read_records(segments[slot].arrays, first_column)
+        return (
+            {(t, first_column + j): obs for (t, j), obs in final_obs.items()},
+            [(t, first_column + j, ret, length) for t, j, ret, length in ended],
+        )
+
     def copy_out(
         self, w: int, arrays: dict[str, np.ndarray] | None, slot: int, out: Rollout, cols: slice
     ) -> None:
@@ -219,14 +241,3 @@ def _free(segments: list[SharedArrays]) -> None:
     for segment in segments:
         segment.unlink()
         segment.close()
-
-
-def offset_records(
-    w: int, width: int, final_obs: dict[tuple[int, int], np.ndarray], ended: list
-) -> tuple[dict[tuple[int, int], np.ndarray], list]:
-    """Worker `w`'s `final_obs` and episode records with its columns made batch-wide."""
-    base = w * width
-    return (
-        {(t, base + j): obs for (t, j), obs in final_obs.items()},
-        [(t, base + j, ret, length) for t, j, ret, length in ended],
-    )

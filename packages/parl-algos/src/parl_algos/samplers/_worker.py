@@ -17,8 +17,14 @@ import gymnasium as gym
 import numpy as np
 
 import parl
-from parl_algos.samplers._core import EnvColumns, Rollout, rollout_layout, seed_process
-from parl_algos.samplers._flags import FlagSignal, with_flags
+from parl_algos.samplers._core import (
+    EnvColumns,
+    Rollout,
+    rollout_layout,
+    seed_process,
+    segment_layout,
+)
+from parl_algos.samplers._flags import FlagSignal
 from parl_algos.samplers._shm import SharedArrays, host_id
 from parl_algos.samplers._signal import Signal, SignalClosed, connect_signal, short_slice
 
@@ -27,6 +33,7 @@ __all__ = [
     "ERROR",
     "EnvWorker",
     "READY",
+    "Records",
     "RemoteEnvWorker",
     "STEP",
     "StepResult",
@@ -42,16 +49,20 @@ STEP = b"s"
 ABORT = b"a"
 """Sampler to worker: the collect is given up; `drive` returns None."""
 
+Records = tuple[dict[tuple[int, int], np.ndarray] | None, list[tuple[int, int, float, int]] | None]
+"""A rollout's `(final_obs, ended)`; `(None, None)` where they lie in shared memory."""
+
 WorkerResult = tuple[
     dict[str, np.ndarray] | None,
     dict[str, np.ndarray],
-    dict[tuple[int, int], np.ndarray],
-    list[tuple[int, int, float, int]],
+    dict[tuple[int, int], np.ndarray] | None,
+    list[tuple[int, int, float, int]] | None,
     int,
 ]
 """What `EnvWorker.collect` returns: `(arrays, extras, final_obs, ended, weights_version)`.
 
-`arrays` is None where the rollout lies in shared memory; columns are the worker's own (0..n-1).
+`arrays`, `final_obs` and `ended` are None where the rollout lies in shared memory; columns
+are the worker's own (0..n-1).
 """
 
 StepResult = tuple[
@@ -116,7 +127,7 @@ class EnvWorker:
         if len(names) != len(self.rollouts):
             raise ValueError(f"attach: {len(names)} segments for {len(self.rollouts)} slots")
         try:
-            segments = [SharedArrays.attach(name, with_flags(self.layout)) for name in names]
+            segments = [SharedArrays.attach(name, segment_layout(self.layout)) for name in names]
         except (OSError, ValueError):
             return False
         self.segments = segments
@@ -147,13 +158,13 @@ class EnvWorker:
             self.signal = FlagSignal(signal, words, sampler=False, spin_s=spin_s)
         return True
 
-    def drive(self, slot: int = 0) -> tuple[dict, list] | None:
+    def drive(self, slot: int = 0) -> Records | None:
         """Step a rollout in shared-memory `slot` as the signal says, one byte a step each way.
 
         Writes the first observations and signals `READY`; then, `horizon` times, waits for
         `STEP` (the sampler wrote the actions), steps and signals `READY`, on short scheduler slices
         (`short_slice`). Returns the rollout's
-        `(final_obs, ended)`, or None where the sampler sent `ABORT`.
+        `Records` (in its segment), or None where the sampler sent `ABORT`.
         """
         signal = self.signal
         if signal is None:
@@ -175,7 +186,15 @@ class EnvWorker:
             with contextlib.suppress(SignalClosed):
                 signal.send(ERROR)
             raise
-        return columns.final_obs, columns.ended
+        return self._records(slot)
+
+    def _records(self, slot: int) -> Records:
+        """The rollout's records: written into `slot`'s segment where there is one."""
+        columns = self.columns
+        if not self.segments:
+            return columns.final_obs, columns.ended
+        columns.write_records(self.segments[slot].arrays)
+        return None, None
 
     def set_weights(self, weights: Any, version: int) -> None:
         """Load the learner's weights into the policy copy; `version` dates the next rollouts."""
@@ -189,7 +208,7 @@ class EnvWorker:
         columns = self.columns
         extras = columns.collect(self.agent, rollout)
         arrays = None if self.segments else rollout.arrays()
-        return arrays, extras, columns.final_obs, columns.ended, version
+        return arrays, extras, *self._records(slot), version
 
     def begin(self, slot: int = 0) -> np.ndarray | None:
         """Start a rollout in `slot` driven step by step; its first observations (None: shared)."""
