@@ -58,9 +58,10 @@ class CentralSampler(_ClusterSampler):
     _agent_on_workers = False
     _signal_timeout_s = 300.0
     """The longest wait for one step of a worker, or (in a worker) for the next actions."""
-    _spin_s = (50e-6, 50e-6)
+    _spin_s: tuple[float, float] | None = (50e-6, 50e-6)
     """How long this process spins for a worker's step, and a worker for its next actions,
-    before sleeping (where steps are handed over by flags in shared memory)."""
+    before sleeping, where steps are handed over by flags in shared memory (None: one byte a
+    step each way on the socket instead)."""
 
     def __init__(
         self,
