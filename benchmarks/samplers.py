@@ -26,6 +26,7 @@ have them, `pip install -c constraints.txt "gymnasium[mujoco]" stable-baselines3
     python benchmarks/samplers.py --seconds 2 --tasks CartPole-v1   # a quicker look
     python benchmarks/samplers.py --envpool-python ../envpool-venv/bin/python
     python benchmarks/samplers.py --tasks --crossover   # the alternating mode's crossover only
+    python benchmarks/samplers.py --tasks CartPole-v1 --socket-handoff   # flags against socket
 """
 
 from __future__ import annotations
@@ -234,6 +235,12 @@ COMPARED = {
     "CentralSampler 2x8 alternating": (CentralSampler, {"alternating": True}),
 }
 """The samplers compared by turns (`interleaved`): label -> (class, extra arguments)."""
+
+
+class SocketCentralSampler(CentralSampler):
+    """`CentralSampler` handing steps over by one byte each way on its socket, not by flags."""
+
+    _spin_s = None
 
 
 def interleaved(env_fn, make_agent, seconds: float, repeat: int) -> dict[str, list[float]]:
@@ -505,7 +512,14 @@ def main() -> None:
     parser.add_argument(
         "--no-scaling", action="store_true", help="leave out the 1 vs 2 workers scaling rows"
     )
+    parser.add_argument(
+        "--socket-handoff",
+        action="store_true",
+        help="also CentralSampler with steps handed over on its socket (not by flags), by turns",
+    )
     args = parser.parse_args()
+    if args.socket_handoff:
+        COMPARED["CentralSampler 2x8 socket hand-off"] = (SocketCentralSampler, {})
     torch.set_num_threads(1)
     print(f"load average before: {load()}  ({os.cpu_count()} cores)", flush=True)
     parl.connect(cpu_num=len(COMPARED) * WORKERS, log_to_driver=False)

@@ -226,6 +226,48 @@ def test_a_step_signal_checks_its_token_and_reads_a_gone_peer_as_closed():
     assert not os.path.exists(os.path.dirname(listener.path))
 
 
+@pytest.mark.skipif(
+    not __import__("parl_algos.samplers._flags").samplers._flags.flags_available(),
+    reason="step flags are used on Linux x86-64 only",
+)
+def test_step_flags_wake_a_sleeper_bound_their_waits_and_see_a_gone_peer():
+    import socket
+    import threading
+
+    from parl_algos.samplers._flags import FLAG_WORDS, FlagSignal
+    from parl_algos.samplers._shm import SharedArrays
+    from parl_algos.samplers._signal import Signal, SignalClosed
+
+    segment = SharedArrays.create([("flags", (FLAG_WORDS,), np.uint32)])
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    words = segment.arrays["flags"]
+    sampler = FlagSignal(Signal(a, 0.3), words, sampler=True, spin_s=20e-6)
+    worker = FlagSignal(Signal(b, 10.0), words, sampler=False, spin_s=20e-6)
+    try:
+        sampler.send(b"s")
+        assert worker.recv() == b"s"
+        worker.send(b"r")
+        assert sampler.recv() == b"r"
+        sampler.send(b"a")
+        assert worker.recv() == b"a"
+        late = threading.Timer(0.1, worker.send, (b"r",))  # past the spin: a sleeper woken
+        late.start()
+        assert sampler.recv() == b"r"
+        late.join(timeout=10)
+        with pytest.raises(SignalClosed, match="no signal within 0.3 s"):
+            sampler.recv()  # a bounded wait
+        worker.close()  # the worker's process is gone: its socket reads as end-of-file
+        with pytest.raises(SignalClosed, match="closed"):
+            sampler.recv()
+        with pytest.raises(SignalClosed, match="closed"):
+            worker.send(b"r")
+    finally:
+        sampler.close()
+        worker.close()
+        segment.unlink()
+        segment.close()
+
+
 def test_short_slice_asks_for_short_slices_inside_and_restores_the_threads_own():
     from parl_algos.samplers._signal import (
         _SCHED_ATTR,

@@ -109,6 +109,7 @@ class AsyncSampler(_ClusterSampler):
         arrays, extras, final_obs, ended, version = result
         out = Rollout.allocate(self._group.layout)
         self._group.copy_out(w, arrays, slot, out, slice(None))
+        final_obs, ended = self._group.records(w, slot, final_obs, ended, 0)
         self._start(w, slot)  # the slot is read: the worker may fill it again
         arrays = out.arrays()
         return self._make_batch(

@@ -6,11 +6,13 @@ are two groups, and one group steps while the caller chooses the other's actions
 alternating sampler).
 
 A step crosses to each worker and back. For a worker on this host both halves are in shared
-memory (the caller writes the actions, the worker the observations, rewards and flags) and a
-step costs one byte each way on a Unix-domain socket (`_signal`): one `drive` call a collect
+memory (the caller writes the actions, the worker the observations, rewards and flags), and so
+is the hand-over: a word each way in the worker's segment, which the waiting side watches for a
+short spin before it sleeps on a futex (`_flags`; one byte each way on a Unix-domain socket
+where futexes are not used, `_signal`). No message, no event loop: one `drive` call a collect
 runs the worker's side, and its result brings the episodes' records at the end. A worker on
 another host (or one whose signal could not connect) gets a `step` call a step instead. A
-worker that dies reads as end-of-file on its signal: `collect()` raises
+worker that dies reads as end-of-file on its signal's socket: `collect()` raises
 `parl.RemoteActorDiedError` naming it; every wait is bounded.
 """
 
@@ -24,7 +26,8 @@ import gymnasium as gym
 import numpy as np
 
 from parl_algos.samplers._core import Batch, Rollout, act, stack_extras
-from parl_algos.samplers._group import WorkerGroup, offset_records
+from parl_algos.samplers._flags import FlagSignal
+from parl_algos.samplers._group import WorkerGroup
 from parl_algos.samplers._parallel import _ClusterSampler
 from parl_algos.samplers._signal import SignalClosed, short_slice
 from parl_algos.samplers._worker import ABORT, ERROR, READY, STEP
@@ -55,6 +58,10 @@ class CentralSampler(_ClusterSampler):
     _agent_on_workers = False
     _signal_timeout_s = 300.0
     """The longest wait for one step of a worker, or (in a worker) for the next actions."""
+    _spin_s: tuple[float, float] | None = (50e-6, 50e-6)
+    """How long this process spins for a worker's step, and a worker for its next actions,
+    before sleeping, where steps are handed over by flags in shared memory (None: one byte a
+    step each way on the socket instead)."""
 
     def __init__(
         self,
@@ -71,7 +78,7 @@ class CentralSampler(_ClusterSampler):
             raise ValueError(f"alternating=True needs two groups of workers, got {num_workers=}")
         super().__init__(env_fn, agent, num_workers, envs_per_worker, horizon, seed, address)
         try:
-            self._group.connect_signals(self._signal_timeout_s)
+            self._group.connect_signals(self._signal_timeout_s, self._spin_s)
         except BaseException:
             self.close()
             raise
@@ -168,6 +175,7 @@ class _Collect:
     def start_step(self, t: int, members: list[int]) -> None:
         """Hand the members their actions of step `t` (written in `out.actions[t]`)."""
         group, actions = self.group, self.out.actions[t]
+        posted = []
         for w in members:
             shared = self.shared.get(w)
             if shared is None:
@@ -176,11 +184,17 @@ class _Collect:
             shared.actions[t] = actions[self.cols[w]]
             signal = self.signals.get(w)
             if signal is not None:
-                signal.send(STEP)
+                if isinstance(signal, FlagSignal):
+                    signal.post(STEP)
+                    posted.append(signal)
+                else:
+                    signal.send(STEP)
                 self.sent[w] += 1
                 self.awaiting.add(w)
             else:
                 self.pending[w] = group.workers[w].step(t)
+        for signal in posted:  # every worker's flag is up before the first of them runs
+            signal.wake()
 
     def finish_step(self, t: int, members: list[int], final_obs: dict, ended: list) -> None:
         """Wait for the members' step `t`; write its observations (called: all its rows)."""
@@ -191,9 +205,7 @@ class _Collect:
                 self._wait_ready(w)
             else:
                 rows, worker_final, worker_ended = group.result(w, self.pending.pop(w))
-                more_final, more_ended = offset_records(
-                    w, group.envs_per_worker, worker_final, worker_ended
-                )
+                more_final, more_ended = group.records(w, 0, worker_final, worker_ended, cols.start)
                 final_obs.update(more_final)
                 ended += more_ended
                 if rows is not None:
@@ -214,8 +226,8 @@ class _Collect:
             out.truncated[:, cols] = shared.truncated
         for w in list(self.drives):
             worker_final, worker_ended = group.result(w, self.drives.pop(w))
-            more_final, more_ended = offset_records(
-                w, group.envs_per_worker, worker_final, worker_ended
+            more_final, more_ended = group.records(
+                w, 0, worker_final, worker_ended, self.cols[w].start
             )
             final_obs.update(more_final)
             ended += more_ended

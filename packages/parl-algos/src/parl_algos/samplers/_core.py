@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from parl_algos.rollout import Trajectory
+from parl_algos.samplers._flags import with_flags
 
 __all__ = [
     "Batch",
@@ -26,8 +27,10 @@ __all__ = [
     "Layout",
     "Rollout",
     "act",
+    "read_records",
     "rollout_layout",
     "seed_process",
+    "segment_layout",
     "stack_extras",
 ]
 
@@ -101,6 +104,42 @@ def rollout_layout(
         ("terminated", (horizon, num_envs), np.dtype(bool)),
         ("truncated", (horizon, num_envs), np.dtype(bool)),
     ]
+
+
+def segment_layout(layout: Layout) -> Layout:
+    """A worker's shared-memory segment: its rollout, the episodes' records, a flag block.
+
+    The records are `final_obs` (`[horizon, num_envs, *obs_shape]`, written only where an
+    episode ended: the segment's other pages are never touched), and the ended episodes'
+    `returns` and `lengths`, so that a rollout's result needs no call to bring it.
+    """
+    _, (rows, num_envs, *obs_shape), obs_dtype = layout[0]
+    horizon = rows - 1
+    return with_flags(
+        [
+            *layout,
+            ("final_obs", (horizon, num_envs, *obs_shape), obs_dtype),
+            ("returns", (horizon, num_envs), np.dtype(np.float64)),
+            ("lengths", (horizon, num_envs), np.dtype(np.int64)),
+        ]
+    )
+
+
+def read_records(
+    arrays: Mapping[str, np.ndarray], first_column: int
+) -> tuple[dict[tuple[int, int], np.ndarray], list[tuple[int, int, float, int]]]:
+    """The `final_obs` and ended episodes that `EnvColumns.write_records` wrote into `arrays`.
+
+    Columns are numbered from `first_column`; the observations are copied out.
+    """
+    done = np.argwhere(arrays["terminated"] | arrays["truncated"])
+    final, returns, lengths = arrays["final_obs"], arrays["returns"], arrays["lengths"]
+    final_obs, ended = {}, []
+    for t, j in done.tolist():
+        k = first_column + j
+        final_obs[(t, k)] = final[t, j].copy()
+        ended.append((t, k, float(returns[t, j]), int(lengths[t, j])))
+    return final_obs, ended
 
 
 def _space_array(space: gym.Space, what: str) -> tuple[tuple[int, ...], np.dtype]:
@@ -217,6 +256,15 @@ class EnvColumns:
             self.step(t, actions)
             steps.append(extras)
         return stack_extras(steps)
+
+    def write_records(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Write the rollout's `final_obs` and ended episodes into `segment_layout`'s arrays."""
+        final, returns, lengths = arrays["final_obs"], arrays["returns"], arrays["lengths"]
+        for (t, j), obs in self.final_obs.items():
+            final[t, j] = obs
+        for t, j, ret, length in self.ended:
+            returns[t, j] = ret
+            lengths[t, j] = length
 
     def close(self) -> None:
         """Close every environment."""

@@ -16,13 +16,14 @@ import gymnasium as gym
 import numpy as np
 
 import parl
-from parl_algos.samplers._core import Rollout, rollout_layout
+from parl_algos.samplers._core import Rollout, read_records, rollout_layout, segment_layout
+from parl_algos.samplers._flags import FlagSignal, flags_available
 from parl_algos.samplers._shm import SharedArrays, host_id, shm_available, sweep_dead_owners
 from parl_algos.samplers._signal import Signal, SignalListener
 from parl_algos.samplers._worker import RemoteEnvWorker
 from parl_remote import ClusterError, RemoteActorDiedError, RemoteError
 
-__all__ = ["WorkerGroup", "connect", "offset_records"]
+__all__ = ["WorkerGroup", "connect"]
 
 
 def connect(address: str | None, cpu_num: int) -> None:
@@ -64,7 +65,7 @@ class WorkerGroup:
         self.envs_per_worker = envs_per_worker
         self.workers: list[Any] = []
         self.segments: list[list[SharedArrays] | None] = [None] * num_workers
-        self.signals: list[Signal | None] = [None] * num_workers
+        self.signals: list[Signal | FlagSignal | None] = [None] * num_workers
         connect(address, num_workers)
 
         def create(index: int) -> Any:
@@ -101,7 +102,9 @@ class WorkerGroup:
         try:
             for w, host in enumerate(hosts):
                 if host == here:
-                    offered[w] = [SharedArrays.create(self.layout) for _ in range(slots)]
+                    offered[w] = [
+                        SharedArrays.create(segment_layout(self.layout)) for _ in range(slots)
+                    ]
             calls = {
                 w: self.workers[w].attach([segment.name for segment in segments])
                 for w, segments in offered.items()
@@ -117,25 +120,35 @@ class WorkerGroup:
             else:  # the worker could not map them: it is on another host after all
                 _free(segments)
 
-    def connect_signals(self, timeout: float) -> None:
-        """Give every worker with shared memory a step signal (`_signal`); `timeout`: its waits.
+    def connect_signals(self, timeout: float, spin_s: tuple[float, float] | None = None) -> None:
+        """Give every worker with shared memory a step signal; `timeout`: its waits.
 
-        A worker that cannot connect keeps to step calls.
+        With `spin_s` (the sampler's spin, the workers' spin) and where `flags_available()`,
+        steps are handed over by flags in the segments (`_flags`), the socket only watched;
+        else one byte a step on the socket (`_signal`). A worker that cannot connect keeps to
+        step calls.
         """
         members = [w for w, segments in enumerate(self.segments) if segments is not None]
         if not members:
             return
+        flags = spin_s is not None and flags_available()
+        worker_spin = spin_s[1] if flags and spin_s is not None else None
         listener = SignalListener(len(members))
         try:
             calls = [
-                self.workers[w].connect_signal(listener.path, listener.token, timeout)
+                self.workers[w].connect_signal(listener.path, listener.token, timeout, worker_spin)
                 for w in members
             ]
             connected = {
                 w for w, ok in zip(members, self.gather(calls, members), strict=True) if ok
             }
             for w, signal in listener.accept(connected, 10.0, timeout).items():
-                self.signals[w] = signal
+                segments = self.segments[w]
+                if flags and spin_s is not None and segments is not None:
+                    words = segments[0].arrays["flags"]
+                    self.signals[w] = FlagSignal(signal, words, sampler=True, spin_s=spin_s[0])
+                else:
+                    self.signals[w] = signal
         finally:
             listener.close()
 
@@ -180,6 +193,28 @@ class WorkerGroup:
             f"{self.owner}: worker {w} died ({exc}); the sampler is closed"
         ) from None
 
+    def records(
+        self,
+        w: int,
+        slot: int,
+        final_obs: dict[tuple[int, int], np.ndarray] | None,
+        ended: list | None,
+        first_column: int,
+    ) -> tuple[dict[tuple[int, int], np.ndarray], list]:
+        """Worker `w`'s records of a rollout in `slot`: the call's, or (None) its segment's.
+
+        Columns are numbered from `first_column`.
+        """
+        segments = self.segments[w]
+        if final_obs is None or ended is None:
+            if segments is None:
+                raise RuntimeError(f"worker {w} left its records in a segment it does not have")
+            return read_records(segments[slot].arrays, first_column)
+        return (
+            {(t, first_column + j): obs for (t, j), obs in final_obs.items()},
+            [(t, first_column + j, ret, length) for t, j, ret, length in ended],
+        )
+
     def copy_out(
         self, w: int, arrays: dict[str, np.ndarray] | None, slot: int, out: Rollout, cols: slice
     ) -> None:
@@ -206,14 +241,3 @@ def _free(segments: list[SharedArrays]) -> None:
     for segment in segments:
         segment.unlink()
         segment.close()
-
-
-def offset_records(
-    w: int, width: int, final_obs: dict[tuple[int, int], np.ndarray], ended: list
-) -> tuple[dict[tuple[int, int], np.ndarray], list]:
-    """Worker `w`'s `final_obs` and episode records with its columns made batch-wide."""
-    base = w * width
-    return (
-        {(t, base + j): obs for (t, j), obs in final_obs.items()},
-        [(t, base + j, ret, length) for t, j, ret, length in ended],
-    )

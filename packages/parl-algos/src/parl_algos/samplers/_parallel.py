@@ -15,7 +15,7 @@ import numpy as np
 
 from parl_algos.samplers._base import BaseSampler
 from parl_algos.samplers._core import Batch, Rollout
-from parl_algos.samplers._group import WorkerGroup, offset_records
+from parl_algos.samplers._group import WorkerGroup
 
 __all__ = ["ParallelSampler"]
 
@@ -116,8 +116,8 @@ class ParallelSampler(_ClusterSampler):
             group.copy_out(w, arrays, 0, out, group.columns(w))
             for name, value in worker_extras.items():
                 extras.setdefault(name, []).append(value)
-            more_final, more_ended = offset_records(
-                w, self.envs_per_worker, worker_final, worker_ended
+            more_final, more_ended = group.records(
+                w, 0, worker_final, worker_ended, group.columns(w).start
             )
             final_obs.update(more_final)
             ended += more_ended

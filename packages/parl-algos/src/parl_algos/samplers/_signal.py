@@ -95,6 +95,10 @@ class Signal:
             raise SignalClosed("the signal's other end closed (its process exited)")
         return byte
 
+    def fileno(self) -> int:
+        """The socket's descriptor (-1 once closed): readable when the other end is gone."""
+        return self._fd
+
     def close(self) -> None:
         """Close this end (the other side's `recv` then reads end-of-file)."""
         self._fd = -1  # a closed end reads and writes nothing (never a reused descriptor)

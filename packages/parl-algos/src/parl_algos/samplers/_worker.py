@@ -17,7 +17,14 @@ import gymnasium as gym
 import numpy as np
 
 import parl
-from parl_algos.samplers._core import EnvColumns, Rollout, rollout_layout, seed_process
+from parl_algos.samplers._core import (
+    EnvColumns,
+    Rollout,
+    rollout_layout,
+    seed_process,
+    segment_layout,
+)
+from parl_algos.samplers._flags import FlagSignal
 from parl_algos.samplers._shm import SharedArrays, host_id
 from parl_algos.samplers._signal import Signal, SignalClosed, connect_signal, short_slice
 
@@ -26,6 +33,7 @@ __all__ = [
     "ERROR",
     "EnvWorker",
     "READY",
+    "Records",
     "RemoteEnvWorker",
     "STEP",
     "StepResult",
@@ -41,16 +49,20 @@ STEP = b"s"
 ABORT = b"a"
 """Sampler to worker: the collect is given up; `drive` returns None."""
 
+Records = tuple[dict[tuple[int, int], np.ndarray] | None, list[tuple[int, int, float, int]] | None]
+"""A rollout's `(final_obs, ended)`; `(None, None)` where they lie in shared memory."""
+
 WorkerResult = tuple[
     dict[str, np.ndarray] | None,
     dict[str, np.ndarray],
-    dict[tuple[int, int], np.ndarray],
-    list[tuple[int, int, float, int]],
+    dict[tuple[int, int], np.ndarray] | None,
+    list[tuple[int, int, float, int]] | None,
     int,
 ]
 """What `EnvWorker.collect` returns: `(arrays, extras, final_obs, ended, weights_version)`.
 
-`arrays` is None where the rollout lies in shared memory; columns are the worker's own (0..n-1).
+`arrays`, `final_obs` and `ended` are None where the rollout lies in shared memory; columns
+are the worker's own (0..n-1).
 """
 
 StepResult = tuple[
@@ -99,7 +111,7 @@ class EnvWorker:
         )
         self.rollouts = [Rollout.allocate(self.layout) for _ in range(slots)]
         self.segments: list[SharedArrays] = []
-        self.signal: Signal | None = None
+        self.signal: Signal | FlagSignal | None = None
         self.index = index
         self.weights_version = 0
 
@@ -115,17 +127,21 @@ class EnvWorker:
         if len(names) != len(self.rollouts):
             raise ValueError(f"attach: {len(names)} segments for {len(self.rollouts)} slots")
         try:
-            segments = [SharedArrays.attach(name, self.layout) for name in names]
+            segments = [SharedArrays.attach(name, segment_layout(self.layout)) for name in names]
         except (OSError, ValueError):
             return False
         self.segments = segments
         self.rollouts = [Rollout(segment.arrays) for segment in segments]
         return True
 
-    def connect_signal(self, path: str, token: bytes, timeout: float) -> bool:
+    def connect_signal(
+        self, path: str, token: bytes, timeout: float, spin_s: float | None = None
+    ) -> bool:
         """Take step signals from the sampler's `SignalListener` at `path` (after `attach`).
 
-        Returns False (and keeps to step calls) where the socket cannot be reached.
+        With `spin_s`, steps come through the flags of slot 0's segment (`_flags`), spinning
+        that long before sleeping; else one byte a step on the socket. Returns False (and keeps
+        to step calls) where the socket cannot be reached.
         """
         if not self.segments:
             return False
@@ -135,16 +151,20 @@ class EnvWorker:
             return False
         if self.signal is not None:
             self.signal.close()
-        self.signal = signal
+        if spin_s is None:
+            self.signal = signal
+        else:
+            words = self.segments[0].arrays["flags"]
+            self.signal = FlagSignal(signal, words, sampler=False, spin_s=spin_s)
         return True
 
-    def drive(self, slot: int = 0) -> tuple[dict, list] | None:
+    def drive(self, slot: int = 0) -> Records | None:
         """Step a rollout in shared-memory `slot` as the signal says, one byte a step each way.
 
         Writes the first observations and signals `READY`; then, `horizon` times, waits for
         `STEP` (the sampler wrote the actions), steps and signals `READY`, on short scheduler slices
         (`short_slice`). Returns the rollout's
-        `(final_obs, ended)`, or None where the sampler sent `ABORT`.
+        `Records` (in its segment), or None where the sampler sent `ABORT`.
         """
         signal = self.signal
         if signal is None:
@@ -166,7 +186,15 @@ class EnvWorker:
             with contextlib.suppress(SignalClosed):
                 signal.send(ERROR)
             raise
-        return columns.final_obs, columns.ended
+        return self._records(slot)
+
+    def _records(self, slot: int) -> Records:
+        """The rollout's records: written into `slot`'s segment where there is one."""
+        columns = self.columns
+        if not self.segments:
+            return columns.final_obs, columns.ended
+        columns.write_records(self.segments[slot].arrays)
+        return None, None
 
     def set_weights(self, weights: Any, version: int) -> None:
         """Load the learner's weights into the policy copy; `version` dates the next rollouts."""
@@ -180,7 +208,7 @@ class EnvWorker:
         columns = self.columns
         extras = columns.collect(self.agent, rollout)
         arrays = None if self.segments else rollout.arrays()
-        return arrays, extras, columns.final_obs, columns.ended, version
+        return arrays, extras, *self._records(slot), version
 
     def begin(self, slot: int = 0) -> np.ndarray | None:
         """Start a rollout in `slot` driven step by step; its first observations (None: shared)."""

@@ -1,0 +1,182 @@
+"""Step flags: a sampler and a worker of the same host hand steps over in shared memory.
+
+A lock-step exchange (the sampler wrote the actions; the worker wrote the observations) needs
+no message, only a word that the other side sees change. `FlagSignal` keeps one mailbox a
+direction in the worker's shared-memory segment, two 32-bit words each: the message and a
+count of messages sent. `send` writes the message, then the count, then wakes a sleeper of that
+word (a Linux futex: one system call, nothing to read). `recv` looks at the count first, then
+spins for a short while (`spin_s`, yielding the core every turn, so that on a busy machine the
+process it waits for gets to run), then sleeps on the futex in bounded slices. The process that
+would wake it may have died: between slices `recv` looks at the Unix-domain socket that the two
+sides connected through (`_signal`, token-checked), which reads as end-of-file once the other
+end is gone, and it gives up after `timeout` in all.
+
+The words are written after the data they announce and read before it, and both sides use
+plain loads and stores: that is in order on x86-64 (total store order), so the flags are used
+there (`flags_available`); elsewhere the samplers keep to one byte a step on the socket.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import platform
+import select
+import struct
+import time
+
+import numpy as np
+
+from parl_algos.samplers._signal import Signal, SignalClosed
+
+__all__ = ["FLAG_WORDS", "FlagSignal", "flags_available", "with_flags"]
+
+FLAG_WORDS = 32
+"""32-bit words of a worker's flag block: two mailboxes, each on a 64-byte line of its own."""
+
+_SYS_FUTEX = {"x86_64": 202}
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+_TIMESPEC = struct.Struct("ll")
+_SLICE_S = 0.05  # a futex sleep's bound: how soon a dead peer is noticed
+_MASK = 0xFFFFFFFF
+
+
+def with_flags(layout: list) -> list:
+    """A segment's layout: `layout` and a flag block (`flags`) after it."""
+    return [*layout, ("flags", (FLAG_WORDS,), np.dtype(np.uint32))]
+
+
+def flags_available() -> bool:
+    """Whether step flags work here (Linux on x86-64)."""
+    return platform.system() == "Linux" and platform.machine() in _SYS_FUTEX
+
+
+@functools.cache
+def _futex() -> tuple[ctypes._CFuncPtr, int]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    return syscall, _SYS_FUTEX[platform.machine()]
+
+
+class _Mailbox:
+    """Two words of a flag block: `[message, count]`; the count is the futex."""
+
+    def __init__(self, words: np.ndarray, first: int) -> None:
+        self._view = memoryview(words).cast("B").cast("I")
+        self._message, self._count = first, first + 1
+        self._addr = ctypes.c_void_p(words.ctypes.data + 4 * self._count)
+
+    def post(self, message: int, count: int) -> None:
+        view = self._view
+        view[self._message] = message
+        view[self._count] = count & _MASK
+
+    def wake(self) -> None:
+        syscall, number = _futex()
+        syscall(number, self._addr, _FUTEX_WAKE, 1, None, None, 0)
+
+    def count(self) -> int:
+        return self._view[self._count]
+
+    def message(self) -> int:
+        return self._view[self._message]
+
+    def sleep(self, seen: int, seconds: float) -> None:
+        """Sleep while the count is still `seen`, at most `seconds` (or until a signal)."""
+        syscall, number = _futex()
+        timeout = ctypes.create_string_buffer(
+            _TIMESPEC.pack(int(seconds), int(seconds % 1 * 1e9)), _TIMESPEC.size
+        )
+        syscall(number, self._addr, _FUTEX_WAIT, seen, timeout, None, 0)
+
+
+class FlagSignal:
+    """A `Signal`'s `send`/`recv` of single bytes, through a flag block in shared memory.
+
+    Args:
+        sock: the connected signal of the two sides (this object owns it): only watched, to
+            see the other side go.
+        words: the flag block, `FLAG_WORDS` uint32 in shared memory (zeroed before either side
+            uses it).
+        sampler: True on the sampler's side (it sends on the first mailbox).
+        spin_s: how long `recv` spins before it sleeps.
+    """
+
+    def __init__(self, sock: Signal, words: np.ndarray, sampler: bool, spin_s: float) -> None:
+        if words.dtype != np.uint32 or words.shape != (FLAG_WORDS,):
+            raise ValueError(f"a flag block is {FLAG_WORDS} uint32 words, got {words!r:.60}")
+        down, up = _Mailbox(words, 0), _Mailbox(words, FLAG_WORDS // 2)
+        self._out, self._in = (down, up) if sampler else (up, down)
+        self._sock = sock
+        self._sent = self._out.count()
+        self._received = self._in.count()
+        self.timeout = sock.timeout
+        self.spin_s = spin_s
+
+    def send(self, byte: bytes) -> None:
+        """Post one byte to the other side.
+
+        Raises:
+            SignalClosed: this end is closed.
+        """
+        if self._sock is None:
+            raise SignalClosed("the signal is closed")
+        self.post(byte)
+        self._out.wake()
+
+    def post(self, byte: bytes) -> None:
+        """Post one byte without waking the other side: `wake()` follows."""
+        if self._sock is None:
+            raise SignalClosed("the signal is closed")
+        self._sent = (self._sent + 1) & _MASK
+        self._out.post(byte[0], self._sent)
+
+    def wake(self) -> None:
+        """Wake the other side if it sleeps waiting for what was posted."""
+        self._out.wake()
+
+    def recv(self) -> bytes:
+        """The byte the other side posted since the last `recv`, waiting at most `timeout` s.
+
+        The two sides take turns (a byte each way a step): a mailbox holds one byte, so a
+        second `send` before the other side's `recv` replaces the first.
+
+        Raises:
+            SignalClosed: the other side is gone, or posted nothing within `timeout`.
+        """
+        box, seen = self._in, self._received
+        if box.count() == seen:
+            self._wait(box, seen)
+        self._received = box.count()
+        return bytes((box.message(),))
+
+    def _wait(self, box: _Mailbox, seen: int) -> None:
+        clock = time.perf_counter
+        start = clock()
+        while clock() - start < self.spin_s:
+            os.sched_yield()
+            if box.count() != seen:
+                return
+        deadline = start + self.timeout
+        while box.count() == seen:
+            if self._peer_gone():
+                raise SignalClosed("the signal's other end closed (its process exited)")
+            left = deadline - clock()
+            if left <= 0:
+                raise SignalClosed(f"no signal within {self.timeout:g} s")
+            box.sleep(seen, min(left, _SLICE_S))
+
+    def _peer_gone(self) -> bool:
+        sock = self._sock
+        if sock is None:
+            raise SignalClosed("the signal is closed")
+        fd = sock.fileno()
+        return fd < 0 or bool(select.select([fd], [], [], 0)[0])  # only end-of-file comes
+
+    def close(self) -> None:
+        """Close this end (the other side's `recv` then sees it gone within a slice)."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
