@@ -17,7 +17,8 @@ the end of the warm-up (`learning_starts`, 0 in the Acrobot and LunarLander conf
 `tianshou`: the shipped `c51/cartpole` and `rainbow/cartpole` configs against Tianshou's C51
 and Rainbow (`benchmarks/tianshou_runner.py`, which says where Tianshou's algorithms differ by
 design) given the same hyperparameters and the same schedule, to the config's threshold within
-its cap, as `peers` does.
+its cap, as `peers` does. Tianshou's collector acts without the noise of noisy layers, so its
+Rainbow gets the config's epsilon schedule; `--noise-only` gives it PARL's epsilon 0 instead.
 
 `masked`: CartPole-v1 with the velocities masked out (`CartPoleNoVelocity-v1`), where a
 feed-forward Q-network has no way to know which way the pole moves: `parl-train
@@ -37,6 +38,7 @@ the whole command's seconds (the actors' start included).
     nice python benchmarks/dqn_peers.py masked apex --seeds 1
     nice python benchmarks/dqn_peers.py peers --sb3-python /path/to/venv/bin/python
     nice python benchmarks/dqn_peers.py tianshou --algos c51,rainbow --seeds 1,2,3
+    nice python benchmarks/dqn_peers.py tianshou --algos rainbow --noise-only --seeds 1
 
 The peers run in virtual environments of their own, never dependencies of this repository:
 SB3 through `benchmarks/sb3_runner.py` (`--sb3-python`, or the venv `benchmarks/learning.py`
@@ -134,10 +136,16 @@ def run_to_threshold(config: str, flags: Sequence[str], timeout: float) -> dict:
 
 
 def run_peer(
-    config_name: str, seed: int, python: str, timeout: float, runner: str = SB3_RUNNER
+    config_name: str,
+    seed: int,
+    python: str,
+    timeout: float,
+    runner: str = SB3_RUNNER,
+    **extra: object,
 ) -> dict:
     """`runner` with the config's hyperparameters, in `python`'s venv: sb3_runner.py (SB3's
-    DQN or sb3-contrib's QR-DQN) or tianshou_runner.py (Tianshou's C51 or Rainbow)."""
+    DQN or sb3-contrib's QR-DQN) or tianshou_runner.py (Tianshou's C51 or Rainbow); `extra`
+    joins the runner's spec."""
     from parl_algos.train import load_config
 
     config = load_config(config_name)
@@ -148,6 +156,7 @@ def run_peer(
         "cap": config.train.total_steps,
         "seed": seed,
         "args": args,
+        **extra,
     }
     out = subprocess.run(
         [python, runner, json.dumps(spec)],
@@ -169,8 +178,11 @@ def _steps_cell(runs: list[dict], cap: int) -> str:
     return text + (f", {missed}/{len(runs)} missed" if missed else "")
 
 
-def _peer_row(name: str, peer: str, python: str, runner: str, args: argparse.Namespace) -> str:
-    """One table row: config `name` through `parl-train` and through `runner`, seed by seed."""
+def _peer_row(
+    name: str, peer: str, python: str, runner: str, args: argparse.Namespace, **extra: object
+) -> str:
+    """One table row: config `name` through `parl-train` and through `runner` (its spec with
+    `extra`), seed by seed."""
     from parl_algos.train import load_config
 
     config = load_config(name)
@@ -179,7 +191,7 @@ def _peer_row(name: str, peer: str, python: str, runner: str, args: argparse.Nam
     for seed in args.seeds:
         ours.append(run_to_threshold(name, to_threshold(threshold, cap, seed), args.timeout))
         print(f"{name} parl seed {seed}: {ours[-1]}", flush=True)
-        peers.append(run_peer(name, seed, python, args.timeout, runner))
+        peers.append(run_peer(name, seed, python, args.timeout, runner, **extra))
         print(f"{name} {peer} seed {seed}: {peers[-1]}", flush=True)
     return (
         f"| `{name}` ({config.env.id}, ≥ {threshold:g}, cap {cap // 1000}k) "
@@ -211,8 +223,12 @@ def run_tianshou(args: argparse.Namespace) -> str:
     python = tianshou_python(args.tianshou_python)
     lines, start = [], load()
     for algo in [a for a in args.algos.split(",") if a in TIANSHOU_CONFIGS]:
-        peer = "Tianshou C51" if algo == "c51" else "Tianshou Rainbow"
-        lines.append(_peer_row(TIANSHOU_CONFIGS[algo], peer, python, TIANSHOU_RUNNER, args))
+        peer, extra = "Tianshou C51", {}
+        if algo == "rainbow":
+            peer, extra = "Tianshou Rainbow", {"noise_only": args.noise_only}
+            peer += " (epsilon 0, noise only)" if args.noise_only else " (epsilon schedule)"
+        row = _peer_row(TIANSHOU_CONFIGS[algo], peer, python, TIANSHOU_RUNNER, args, **extra)
+        lines.append(row)
     return _peer_table(f"Tianshou {TIANSHOU_VERSION}", start, lines, args)
 
 
@@ -304,6 +320,12 @@ def main() -> None:
     )
     parser.add_argument("--sb3-python", help="peers: the python of a venv with SB3 installed")
     parser.add_argument("--tianshou-python", help="tianshou: the python of a venv with Tianshou")
+    parser.add_argument(
+        "--noise-only",
+        action="store_true",
+        help="tianshou: Tianshou's Rainbow with epsilon 0 after the warm-up, as PARL's (its "
+        "collector acts without the noise; by default it gets the config's epsilon schedule)",
+    )
     parser.add_argument("--json", help="write every table to this file too")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     args = parser.parse_args()

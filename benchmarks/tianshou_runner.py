@@ -19,7 +19,8 @@ as PARL's DQN (Tianshou's default is no clipping). Where Tianshou differs by des
 its own way: its C51 picks the next action with the online network (a double target; PARL's
 `c51` config has `double = false`); and its collector acts in eval mode, where `NoisyLinear`
 is noise-free, so its Rainbow explores with the config's epsilon schedule (as Tianshou's own
-Rainbow examples do with epsilon) where PARL's explores with the noise alone (epsilon 0).
+Rainbow examples do with epsilon) where PARL's explores with the noise alone (epsilon 0);
+`noise_only` true in the spec gives Tianshou's Rainbow PARL's epsilon 0 after the warm-up.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ def main() -> None:
     collector.reset(gym_reset_kwargs={"seed": seed})
     env.action_space[0].seed(seed)
     decay = max(int(a["exploration_fraction"] * cap) - a["learning_starts"], 1)
+    eps_start, eps_end = (0.0, 0.0) if spec.get("noise_only") else (1.0, a["eps_end"])
     returns: list[float] = []
     reached_at, reached_seconds, done_updates = None, None, 0
     start = time.perf_counter()  # like PARL's TrainingRun: after building
@@ -120,7 +122,7 @@ def main() -> None:
         for step in range(1, cap + 1):
             warm = step <= a["learning_starts"]
             frac = min((step - 1 - a["learning_starts"]) / decay, 1.0)
-            policy.set_eps_training(1.0 + frac * (a["eps_end"] - 1.0))
+            policy.set_eps_training(eps_start + frac * (eps_end - eps_start))
             stats = collector.collect(n_step=1, random=warm)
             returns.extend(float(r) for r in stats.returns)
             if step > a["learning_starts"] and step % a["train_freq"] == 0:
