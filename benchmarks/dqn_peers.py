@@ -1,6 +1,6 @@
 """The DQN family through `parl-train` beside its peers, and what memory and actors buy.
 
-Three sections, each a table; every run is a `parl-train` command (or a peer's) in a fresh
+Four sections, each a table; every run is a `parl-train` command (or a peer's) in a fresh
 process with one torch thread, seed by seed so that both sides of a row see the same load.
 
 `peers`: the shipped configs `dqn/<env>` and `qrdqn/<env>` on CartPole-v1 (QR-DQN only: the
@@ -13,6 +13,12 @@ a fraction of). The table gives the median over the seeds of the env steps and s
 training to the threshold (a miss counts as the cap and its full time, and says so). The
 configs' DQN uses the plain target, as SB3's does; SB3 decays epsilon from step 0, PARL from
 the end of the warm-up (`learning_starts`, 0 in the Acrobot and LunarLander configs).
+
+`tianshou`: the shipped `c51/cartpole` and `rainbow/cartpole` configs against Tianshou's C51
+and Rainbow (`benchmarks/tianshou_runner.py`, which says where Tianshou's algorithms differ by
+design) given the same hyperparameters and the same schedule, to the config's threshold within
+its cap, as `peers` does. Tianshou's collector acts without the noise of noisy layers, so its
+Rainbow gets the config's epsilon schedule; `--noise-only` gives it PARL's epsilon 0 instead.
 
 `masked`: CartPole-v1 with the velocities masked out (`CartPoleNoVelocity-v1`), where a
 feed-forward Q-network has no way to know which way the pole moves: `parl-train
@@ -31,11 +37,14 @@ the whole command's seconds (the actors' start included).
     nice python benchmarks/dqn_peers.py peers --envs acrobot --algos qrdqn --seeds 1
     nice python benchmarks/dqn_peers.py masked apex --seeds 1
     nice python benchmarks/dqn_peers.py peers --sb3-python /path/to/venv/bin/python
+    nice python benchmarks/dqn_peers.py tianshou --algos c51,rainbow --seeds 1,2,3
+    nice python benchmarks/dqn_peers.py tianshou --algos rainbow --noise-only --seeds 1
 
-The peers run in a virtual environment of their own (`--sb3-python`, or the one
-`benchmarks/learning.py` makes under `.benchmarks/`, git-ignored, to which this script adds
-`gymnasium[box2d]`), through `benchmarks/sb3_runner.py`; they are never a dependency of this
-repository. Each table's
+The peers run in virtual environments of their own, never dependencies of this repository:
+SB3 through `benchmarks/sb3_runner.py` (`--sb3-python`, or the venv `benchmarks/learning.py`
+makes under `.benchmarks/`, git-ignored, to which this script adds `gymnasium[box2d]`),
+Tianshou through `benchmarks/tianshou_runner.py` (`--tianshou-python`, or a venv this script
+makes under `.benchmarks/` with Tianshou and the repository's pinned torch). Each table's
 heading gives the load average when the section started and ended.
 """
 
@@ -49,10 +58,16 @@ import pathlib
 import statistics
 import subprocess
 import sys
+import venv
 from collections.abc import Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from learning import REPO, SB3_RUNNER, SB3_VERSION, ensure_sb3, run_parl_train
+
+TIANSHOU_VERSION = "2.0.1"
+TIANSHOU_VENV = os.path.join(REPO, ".benchmarks", f"tianshou-{TIANSHOU_VERSION}")
+TIANSHOU_RUNNER = os.path.join(REPO, "benchmarks", "tianshou_runner.py")
+TIANSHOU_CONFIGS = {"c51": "c51/cartpole", "rainbow": "rainbow/cartpole"}
 
 ENVS = {"cartpole": ("qrdqn",), "acrobot": ("dqn", "qrdqn"), "lunarlander": ("dqn", "qrdqn")}
 # The light schedule of the QR-DQN and Rainbow configs: 64-unit layers, 16 updates every 64
@@ -86,6 +101,25 @@ def sb3_python(python: str | None) -> str:
     return python
 
 
+def tianshou_python(python: str | None) -> str:
+    """The Tianshou peer's python: `python` if given, else a venv made once under .benchmarks/."""
+    if python:
+        return python
+    python = os.path.join(TIANSHOU_VENV, "bin", "python")
+    marker = os.path.join(TIANSHOU_VENV, ".installed")
+    if not os.path.exists(marker) or pathlib.Path(marker).read_text() != TIANSHOU_VERSION:
+        print(f"installing tianshou=={TIANSHOU_VERSION} into {TIANSHOU_VENV} ...", flush=True)
+        venv.create(TIANSHOU_VENV, with_pip=True, clear=True)
+        constraints = os.path.join(REPO, "constraints.txt")
+        subprocess.run(
+            [python, "-m", "pip", "install", "--quiet", "-c", constraints,
+             f"tianshou=={TIANSHOU_VERSION}", "torch"],
+            check=True,
+        )  # fmt: skip
+        pathlib.Path(marker).write_text(TIANSHOU_VERSION)
+    return python
+
+
 def to_threshold(threshold: float, cap: int, seed: int) -> list[str]:
     return [
         "--train.seed", str(seed), "--train.total_steps", str(cap),
@@ -101,8 +135,17 @@ def run_to_threshold(config: str, flags: Sequence[str], timeout: float) -> dict:
     return run
 
 
-def run_peer(config_name: str, seed: int, sb3_python: str, timeout: float) -> dict:
-    """sb3_runner.py with the config's hyperparameters: SB3's DQN or sb3-contrib's QR-DQN."""
+def run_peer(
+    config_name: str,
+    seed: int,
+    python: str,
+    timeout: float,
+    runner: str = SB3_RUNNER,
+    **extra: object,
+) -> dict:
+    """`runner` with the config's hyperparameters, in `python`'s venv: sb3_runner.py (SB3's
+    DQN or sb3-contrib's QR-DQN) or tianshou_runner.py (Tianshou's C51 or Rainbow); `extra`
+    joins the runner's spec."""
     from parl_algos.train import load_config
 
     config = load_config(config_name)
@@ -113,9 +156,10 @@ def run_peer(config_name: str, seed: int, sb3_python: str, timeout: float) -> di
         "cap": config.train.total_steps,
         "seed": seed,
         "args": args,
+        **extra,
     }
     out = subprocess.run(
-        [sb3_python, SB3_RUNNER, json.dumps(spec)],
+        [python, runner, json.dumps(spec)],
         capture_output=True, text=True, timeout=timeout, check=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
@@ -134,35 +178,58 @@ def _steps_cell(runs: list[dict], cap: int) -> str:
     return text + (f", {missed}/{len(runs)} missed" if missed else "")
 
 
-def run_peers(args: argparse.Namespace) -> str:
+def _peer_row(
+    name: str, peer: str, python: str, runner: str, args: argparse.Namespace, **extra: object
+) -> str:
+    """One table row: config `name` through `parl-train` and through `runner` (its spec with
+    `extra`), seed by seed."""
     from parl_algos.train import load_config
 
+    config = load_config(name)
+    threshold, cap = config.train.target_return, config.train.total_steps
+    ours, peers = [], []
+    for seed in args.seeds:
+        ours.append(run_to_threshold(name, to_threshold(threshold, cap, seed), args.timeout))
+        print(f"{name} parl seed {seed}: {ours[-1]}", flush=True)
+        peers.append(run_peer(name, seed, python, args.timeout, runner, **extra))
+        print(f"{name} {peer} seed {seed}: {peers[-1]}", flush=True)
+    return (
+        f"| `{name}` ({config.env.id}, ≥ {threshold:g}, cap {cap // 1000}k) "
+        f"| {_steps_cell(ours, cap)} | {peer}: {_steps_cell(peers, cap)} |"
+    )
+
+
+def _peer_table(peer: str, start: str, lines: list[str], args: argparse.Namespace) -> str:
+    head = [
+        f"\nenv steps / seconds of training to the threshold, median of seeds "
+        f"{','.join(map(str, args.seeds))} (each seed's steps); load average {start} -> {load()}\n",
+        f"| config | parl-train | peer ({peer}), same hyperparameters |",
+        "|---|---|---|",
+    ]
+    return "\n".join(head + lines)
+
+
+def run_peers(args: argparse.Namespace) -> str:
     python = sb3_python(args.sb3_python)
     lines, start = [], load()
     for env in args.envs.split(","):
         for algo in [a for a in ENVS[env] if a in args.algos.split(",")]:
-            name = f"{algo}/{env}"
-            config = load_config(name)
-            threshold, cap = config.train.target_return, config.train.total_steps
-            ours, peers = [], []
-            for seed in args.seeds:
-                flags = to_threshold(threshold, cap, seed)
-                ours.append(run_to_threshold(name, flags, args.timeout))
-                print(f"{name} parl seed {seed}: {ours[-1]}", flush=True)
-                peers.append(run_peer(name, seed, python, args.timeout))
-                print(f"{name} sb3 seed {seed}: {peers[-1]}", flush=True)
             peer = "sb3-contrib QR-DQN" if algo == "qrdqn" else "SB3 DQN"
-            lines.append(
-                f"| `{name}` ({config.env.id}, ≥ {threshold:g}, cap {cap // 1000}k) "
-                f"| {_steps_cell(ours, cap)} | {peer}: {_steps_cell(peers, cap)} |"
-            )
-    head = [
-        f"\nenv steps / seconds of training to the threshold, median of seeds "
-        f"{','.join(map(str, args.seeds))} (each seed's steps); load average {start} -> {load()}\n",
-        f"| config | parl-train | peer (SB3 {SB3_VERSION}), same hyperparameters |",
-        "|---|---|---|",
-    ]
-    return "\n".join(head + lines)
+            lines.append(_peer_row(f"{algo}/{env}", peer, python, SB3_RUNNER, args))
+    return _peer_table(f"SB3 {SB3_VERSION}", start, lines, args)
+
+
+def run_tianshou(args: argparse.Namespace) -> str:
+    python = tianshou_python(args.tianshou_python)
+    lines, start = [], load()
+    for algo in [a for a in args.algos.split(",") if a in TIANSHOU_CONFIGS]:
+        peer, extra = "Tianshou C51", {}
+        if algo == "rainbow":
+            peer, extra = "Tianshou Rainbow", {"noise_only": args.noise_only}
+            peer += " (epsilon 0, noise only)" if args.noise_only else " (epsilon schedule)"
+        row = _peer_row(TIANSHOU_CONFIGS[algo], peer, python, TIANSHOU_RUNNER, args, **extra)
+        lines.append(row)
+    return _peer_table(f"Tianshou {TIANSHOU_VERSION}", start, lines, args)
 
 
 def _final(runs: list[dict]) -> str:
@@ -238,7 +305,7 @@ def run_apex(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-SECTIONS = {"peers": run_peers, "masked": run_masked, "apex": run_apex}
+SECTIONS = {"peers": run_peers, "tianshou": run_tianshou, "masked": run_masked, "apex": run_apex}
 
 
 def main() -> None:
@@ -246,8 +313,19 @@ def main() -> None:
     parser.add_argument("sections", nargs="+", choices=list(SECTIONS))
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
     parser.add_argument("--envs", default=",".join(ENVS), help="peers: comma-separated envs")
-    parser.add_argument("--algos", default="dqn,qrdqn", help="peers: comma-separated algorithms")
+    parser.add_argument(
+        "--algos",
+        default="dqn,qrdqn,c51,rainbow",
+        help="peers (dqn, qrdqn) and tianshou (c51, rainbow): comma-separated algorithms",
+    )
     parser.add_argument("--sb3-python", help="peers: the python of a venv with SB3 installed")
+    parser.add_argument("--tianshou-python", help="tianshou: the python of a venv with Tianshou")
+    parser.add_argument(
+        "--noise-only",
+        action="store_true",
+        help="tianshou: Tianshou's Rainbow with epsilon 0 after the warm-up, as PARL's (its "
+        "collector acts without the noise; by default it gets the config's epsilon schedule)",
+    )
     parser.add_argument("--json", help="write every table to this file too")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     args = parser.parse_args()

@@ -1,0 +1,151 @@
+"""One Tianshou run (C51 or Rainbow) for benchmarks/dqn_peers.py, inside Tianshou's own venv.
+
+Reads a JSON spec from argv (`algo`: "c51" or "rainbow", `threshold`, `cap`, `seed`, and `args`:
+the `[agent]` section of a PARL config as a dict, with `env_id` and `torch_threads`), builds
+Tianshou's (2.x) `C51` or `RainbowDQN` with those hyperparameters and runs PARL's off-policy
+schedule step by step with Tianshou's own pieces (`Collector`, replay buffers, the algorithm's
+`update`): uniformly random actions for the first `learning_starts` steps, then epsilon falls
+linearly to `eps_end` at `exploration_fraction` of the cap; `gradient_steps` updates of
+`batch_size` every `train_freq` steps past the warm-up; the target network copied every
+`target_update_interval` env steps. It stops when the mean return of the last 10 training
+episodes reaches the threshold, or at the cap, and prints `RESULT {json}` (the fields of
+sb3_runner.py's). Imports nothing of PARL: only Tianshou, gymnasium, numpy and torch.
+
+The network is Tianshou's `Net`: `hidden_size`-unit ReLU layers, a softmax over `n_atoms` atoms
+on `[v_min, v_max]`; Rainbow's has a dueling head of `NoisyLinear` layers (one layer a stream,
+as PARL's `DuelingHead`), a `PrioritizedReplayBuffer` (alpha 0.6, beta 0.4 rising to 1 over the
+run's updates, as PARL's memory) and `n_step` returns. Gradients are clipped to a norm of 10,
+as PARL's DQN (Tianshou's default is no clipping). Where Tianshou differs by design, it keeps
+its own way: its C51 picks the next action with the online network (a double target; PARL's
+`c51` config has `double = false`); and its collector acts in eval mode, where `NoisyLinear`
+is noise-free, so its Rainbow explores with the config's epsilon schedule (as Tianshou's own
+Rainbow examples do with epsilon) where PARL's explores with the noise alone (epsilon 0);
+`noise_only` true in the spec gives Tianshou's Rainbow PARL's epsilon 0 after the warm-up.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from functools import partial
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tianshou.algorithm import C51, RainbowDQN
+from tianshou.algorithm.modelfree.c51 import C51Policy
+from tianshou.algorithm.optim import AdamOptimizerFactory
+from tianshou.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
+from tianshou.env import DummyVectorEnv
+from tianshou.utils.net.common import Net
+from tianshou.utils.net.discrete import NoisyLinear
+from tianshou.utils.torch_utils import policy_within_training_step
+
+MAX_GRAD_NORM = 10.0
+NEVER = 10**15  # Tianshou's own target copies: only at its first update (this loop copies)
+
+
+def _clipped(cls: type) -> type:
+    """`cls` whose optimizer clips the gradient's norm to `MAX_GRAD_NORM`."""
+
+    class Clipped(cls):
+        def _create_policy_optimizer(self, optim):
+            return self._create_optimizer(self.policy, optim, max_grad_norm=MAX_GRAD_NORM)
+
+    Clipped.__name__ = cls.__name__
+    return Clipped
+
+
+def build(algo: str, a: dict, env: gym.Env):
+    n_actions = int(env.action_space.n)
+    hidden = [a["hidden_size"], a["hidden_size"]]
+    dueling = None
+    if algo == "rainbow":
+        linear = partial(NoisyLinear, noisy_std=0.5) if a["noisy"] else torch.nn.Linear
+        dueling = ({"linear_layer": linear}, {"linear_layer": linear})
+    elif a.get("dueling") or a.get("noisy"):
+        raise ValueError("the c51 peer has neither a dueling head nor noisy layers")
+    net = Net(
+        state_shape=env.observation_space.shape,
+        action_shape=n_actions,
+        hidden_sizes=hidden,
+        softmax=True,
+        num_atoms=a["n_atoms"],
+        dueling_param=dueling,
+    )
+    policy = C51Policy(
+        model=net,
+        action_space=env.action_space,
+        observation_space=env.observation_space,
+        num_atoms=a["n_atoms"],
+        v_min=a["v_min"],
+        v_max=a["v_max"],
+    )
+    cls = _clipped(RainbowDQN if algo == "rainbow" else C51)
+    return cls(
+        policy=policy,
+        optim=AdamOptimizerFactory(lr=a["lr"]),
+        gamma=a["gamma"],
+        n_step_return_horizon=a["n_step"],
+        target_update_freq=NEVER,
+    )
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    a, cap, seed, threshold = spec["args"], spec["cap"], spec["seed"], spec["threshold"]
+    if spec["algo"] not in ("c51", "rainbow") or a.get("distributional") != "c51":
+        raise ValueError(f"the Tianshou peer runs C51 and Rainbow, not {spec['algo']!r}")
+    torch.set_num_threads(a["torch_threads"])
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    env = DummyVectorEnv([lambda: gym.make(a["env_id"])])
+    probe = gym.make(a["env_id"])
+    algorithm = build(spec["algo"], a, probe)
+    policy = algorithm.policy
+    updates = max(cap * a["gradient_steps"] // a["train_freq"], 1)
+    if a["prioritized"]:
+        buffer = PrioritizedReplayBuffer(a["buffer_size"], alpha=0.6, beta=0.4)
+    else:
+        buffer = ReplayBuffer(a["buffer_size"])
+    collector = Collector(policy, env, buffer, exploration_noise=True)
+    collector.reset(gym_reset_kwargs={"seed": seed})
+    env.action_space[0].seed(seed)
+    decay = max(int(a["exploration_fraction"] * cap) - a["learning_starts"], 1)
+    eps_start, eps_end = (0.0, 0.0) if spec.get("noise_only") else (1.0, a["eps_end"])
+    returns: list[float] = []
+    reached_at, reached_seconds, done_updates = None, None, 0
+    start = time.perf_counter()  # like PARL's TrainingRun: after building
+    step = 0
+    with policy_within_training_step(policy):
+        for step in range(1, cap + 1):
+            warm = step <= a["learning_starts"]
+            frac = min((step - 1 - a["learning_starts"]) / decay, 1.0)
+            policy.set_eps_training(eps_start + frac * (eps_end - eps_start))
+            stats = collector.collect(n_step=1, random=warm)
+            returns.extend(float(r) for r in stats.returns)
+            if step > a["learning_starts"] and step % a["train_freq"] == 0:
+                for _ in range(a["gradient_steps"]):
+                    if a["prioritized"]:
+                        buffer.set_beta(0.4 + 0.6 * min(done_updates / updates, 1.0))
+                    algorithm.update(buffer, sample_size=a["batch_size"])
+                    done_updates += 1
+            if step % a["target_update_interval"] == 0:
+                algorithm._update_lagged_network_weights()
+            if len(stats.returns) and len(returns) >= 10 and np.mean(returns[-10:]) >= threshold:
+                reached_at, reached_seconds = step, time.perf_counter() - start
+                break
+    total = time.perf_counter() - start
+    result = {
+        "reached_at": reached_at,
+        "seconds": round(reached_seconds or total, 2),
+        "total_seconds": round(total, 2),
+        "final_mean_return": float(np.mean(returns[-10:])) if returns else None,
+        "env_steps": step,
+    }
+    print("RESULT", json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
