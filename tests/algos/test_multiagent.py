@@ -4,8 +4,8 @@ Unit tests check the new losses and parts against hand-computed values (Gumbel-s
 straight-through sample, QMIX's monotonic mixing, MADDPG's critic targets, MAPPO's packed rows
 and centralized value); every algorithm then runs a few hundred steps on a real PettingZoo
 particle environment and round-trips a checkpoint; QMIX finds the optimum of the QMIX paper's
-two-step game where VDN settles for less; and (slow) MADDPG and MAPPO beat the random policy
-on `simple_spread` by a clear margin within a bounded budget.
+two-step game where VDN and independent Q-learners settle for less; and (slow) MADDPG and
+MAPPO beat the random policy on `simple_spread` by a clear margin within a bounded budget.
 """
 
 from __future__ import annotations
@@ -126,6 +126,36 @@ def test_qmix_learn_masks_padding_and_the_target_is_double_q():
     stats = qmix.learn(**batch)
     assert stats.loss == pytest.approx(((chosen - y) ** 2).mean().item(), rel=1e-5)
     assert stats.target_mean == pytest.approx(y.mean().item(), rel=1e-5)
+
+
+def test_qmix_without_a_mixer_regresses_each_agent_on_the_team_reward():
+    torch.manual_seed(0)
+    alg = QMIX(RNNAgent(3 + 2, 4, 8), None, n_agents=2, gamma=0.5, lr=1e-3)
+    assert alg.mixer is None and alg.target_mixer is None
+    B, T = 3, 2
+    batch = dict(
+        obs=torch.randn(B, T + 1, 2, 3),
+        state=torch.randn(B, T + 1, 6),
+        action=torch.randint(0, 4, (B, T, 2)),
+        reward=torch.randn(B, T),
+        terminated=torch.tensor([[0.0, 1.0]] * B),
+        mask=torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]]),
+    )
+    alg.sync_target()
+    with torch.no_grad():  # by hand: agent i's own Q on the team reward, no sum, no mixing
+        q = alg._unroll(alg.model, alg.agent_inputs(batch["obs"]))
+        chosen = q[:, :-1].gather(-1, batch["action"].unsqueeze(-1)).squeeze(-1)  # (B, T, 2)
+        next_q = q[:, 1:].max(-1).values
+        y = batch["reward"].unsqueeze(-1) + 0.5 * (1 - batch["terminated"].unsqueeze(-1)) * next_q
+        m = batch["mask"].unsqueeze(-1).expand(B, T, 2)
+    before = [p.clone() for p in alg.model.parameters()]
+    stats = alg.learn(**batch)
+    assert stats.loss == pytest.approx(((chosen - y) ** 2)[m == 1].mean().item(), rel=1e-5)
+    assert stats.q_tot_mean == pytest.approx(chosen[m == 1].mean().item(), rel=1e-5)
+    assert stats.target_mean == pytest.approx(y[m == 1].mean().item(), rel=1e-5)
+    assert any(not torch.equal(a, b) for a, b in zip(before, alg.model.parameters(), strict=True))
+    with pytest.raises(TypeError, match="parl.Model or None"):
+        QMIX(RNNAgent(5, 4, 8), torch.nn.Linear(2, 1), n_agents=2)
 
 
 # -- MADDPG --------------------------------------------------------------------------------------
@@ -404,8 +434,11 @@ def test_memories_refuse_bad_sizes_and_empty_samples():
 # -- QMIX on the two-step matrix game ------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("mixer", "expected"), [("qmix", 8.0), ("vdn", 7.0)])
-def test_qmix_finds_the_two_step_game_optimum_where_vdn_settles_for_seven(mixer, expected):
+@pytest.mark.parametrize(("mixer", "expected"), [("qmix", 8.0), ("vdn", 7.0), ("none", 7.0)])
+def test_qmix_finds_the_two_step_game_optimum_where_vdn_and_independent_learners_do_not(
+    mixer, expected
+):
+    # "none": independent Q-learners, each agent's own Q-value on the team reward, no mixer.
     example = _example("qmix_matrix")
     result = example["main"](example["Args"](mixer=mixer, seed=0))
     assert result["greedy_return"] == expected, result
