@@ -4,7 +4,8 @@
 agent's observation and action, decentralized actors, Gumbel-softmax for MPE's five discrete
 moves, the paper's hyperparameters: lr 1e-2, gamma 0.95, tau 0.01, batch 1024);
 `--algo mappo` trains `parl.algorithms.MAPPO` (one actor shared by the agents, fed their ids,
-and a value function on the global state). `--independent` gives each the same budget without
+and a value function on the global state; `--value-norm` standardises its targets by running
+statistics, as the MAPPO paper does). `--independent` gives each the same budget without
 centralization: critics on the agent's own observation and action (independent DDPG) or a
 value on its own observation (independent PPO). Environments come from `mpe2`, PettingZoo's
 particle environments: `simple_spread` (3 agents cover 3 landmarks without colliding) and
@@ -16,6 +17,7 @@ of the first and of the last 50 training episodes.
     python examples/mpe/train.py --algo maddpg
     python examples/mpe/train.py --algo mappo --env simple_adversary
     python examples/mpe/train.py --algo maddpg --independent
+    python examples/mpe/train.py --algo mappo --value-norm
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ class Args:
     """MAPPO: environments played per iteration, one episode each."""
     update_epochs: int = 10
     """MAPPO: passes over each batch."""
+    value_norm: bool = False
+    """MAPPO: standardise the value targets by their running statistics (the paper's setting)."""
     eval_episodes: int = 20
     """Greedy episodes of the evaluations before and after training."""
     torch_threads: int = 1
@@ -161,6 +165,7 @@ def train_mappo(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
         lr=args.lr or 7e-4,
         update_epochs=args.update_epochs,
         minibatch_size=T * E * N,
+        value_norm=args.value_norm,
         seed=args.seed,
     )
     gamma = args.gamma or 0.99
@@ -191,7 +196,7 @@ def train_mappo(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
         returns.extend(reward.sum(0).mean(-1).tolist())  # one episode per environment
         b_obs, b_state = torch.from_numpy(obs), torch.from_numpy(state)
         with torch.no_grad():
-            values = alg.model.value(pack_agent_inputs(b_obs, b_state))
+            values = alg.value(pack_agent_inputs(b_obs, b_state))
             log_prob = alg.distribution(pack_agent_inputs(b_obs[:-1], b_state[:-1])).log_prob(
                 action
             )
@@ -247,6 +252,7 @@ def main(args: Args) -> dict:
         "env": args.env,
         "seed": args.seed,
         "total_steps": args.total_steps,
+        "value_norm": args.value_norm,
         "random_return": summarize(eval_env, uniform),
         "final_return": summarize(eval_env, final),
         "train_return_first": float(np.mean(returns[:50])) if returns else None,

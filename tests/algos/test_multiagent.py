@@ -24,7 +24,7 @@ import parl
 from parl.algorithms import MADDPG, MAPPO, QMIX
 from parl.samplers import ParallelSampler, SerialSampler
 from parl_algos.maddpg import MultiAgentActorCriticMLP
-from parl_algos.mappo import MultiAgentPPOMLP, pack_agent_inputs
+from parl_algos.mappo import MultiAgentPPOMLP, ValueNormalizer, pack_agent_inputs
 from parl_algos.multiagent import (
     EpisodeMemory,
     MultiAgentReplayMemory,
@@ -249,6 +249,40 @@ def test_mappo_per_agent_actors_each_act_for_their_own_agent():
     logits = model.policy(pack_agent_inputs(obs, state))
     for i in range(3):
         torch.testing.assert_close(logits[:, i], model.actors[i](obs[:, i]))
+
+
+def test_value_normalizer_standardises_by_its_debiased_running_statistics():
+    norm = ValueNormalizer(beta=0.5)
+    x = torch.tensor([10.0, 20.0, 30.0, 40.0])
+    norm.update(x)  # one batch: the debiased statistics are the batch's own
+    mean, std = norm.stats()
+    assert mean.item() == pytest.approx(25.0)
+    assert std.item() == pytest.approx(x.std(unbiased=False).item())
+    torch.testing.assert_close(norm.denormalize(norm.normalize(x)), x)
+    norm.update(torch.tensor([0.0, 0.0]))  # by hand: weights 1/3 (old) and 2/3 (new) once debiased
+    assert norm.stats()[0].item() == pytest.approx(25.0 / 3)
+    mean_sq = (x**2).mean().item() / 3
+    assert norm.stats()[1].item() == pytest.approx(math.sqrt(mean_sq - (25.0 / 3) ** 2))
+    with pytest.raises(ValueError, match="beta"):
+        ValueNormalizer(beta=1.0)
+
+
+def test_mappo_with_value_norm_learns_standardised_returns_and_gives_them_back_unscaled():
+    torch.manual_seed(0)
+    model = MultiAgentPPOMLP(2, 3, 2, 4, (16,))
+    alg = MAPPO(model, value_norm=True, update_epochs=50, minibatch_size=64, ent_coef=0.0, seed=0)
+    obs, state = torch.randn(64, 2, 2), torch.randn(64, 3)
+    rows = pack_agent_inputs(obs, state)
+    target = 100.0 + 20.0 * state[:, :1].expand(64, 2)  # returns far from the network's scale
+    action = torch.randint(0, 4, (64, 2))
+    for _ in range(4):
+        alg.learn(obs, state, action, torch.zeros(64, 2), target, alg.value(rows))
+    assert alg.value_normalizer is not None
+    raw, value = model.value(rows), alg.value(rows)
+    torch.testing.assert_close(value, alg.value_normalizer.denormalize(raw))
+    assert raw.abs().mean() < 2.0  # the network's own output stays standardised
+    assert (value - target).abs().mean() < 0.2 * target.std()  # the values fit the returns
+    assert "value_normalizer" in alg.state_dict()  # its statistics are checkpointed
 
 
 # -- smoke runs on the particle environments -----------------------------------------------------
