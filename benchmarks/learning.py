@@ -51,7 +51,9 @@ policy, 1 for the SAC that made the data, whose own return is the table's last r
 `simple_spread` or, with `--marl-env simple_adversary`, `simple_adversary`; the same env steps
 each) with each seed, and reports the greedy policy's mean return after training and the mean
 of the last 50 training episodes; on `simple_adversary` also the greedy returns of the good
-agents and of the adversary apart (their rewards pull in opposite directions).
+agents and of the adversary apart (their rewards pull in opposite directions), and the
+cross-play table of `examples/mpe --cross-play` (each learner's good agents against each
+learner's adversary, the two learners of a pair trained in one process).
 
 `mujoco` runs `parl-train ppo/hopper` (PPO on Hopper-v5, whose step is costly enough for
 parallel sampling to pay) in `single`, `sync` and `async` modes, 2 actors each, then
@@ -397,13 +399,24 @@ def run_marl(
     if env not in MARL_ENVS:
         raise ValueError(f"marl: {env=} must be one of {', '.join(MARL_ENVS)}")
     runs: dict[str, list[dict]] = {name: [] for name in MARL_LEARNERS}
+    matches: dict[str, list[dict]] = {}
+    adversaries = env == "simple_adversary"
     for seed in seeds:  # seed by seed, so that every learner sees the same load
+        extra = ["--env", env, "--seed", str(seed), "--total-steps", str(MARL_STEPS)]
+        if adversaries:  # each pair in one process, its teams crossed
+            for algo in ("maddpg", "mappo"):
+                out = run_main(MARL_SCRIPT, ["--algo", algo, "--cross-play", *extra], timeout)
+                print(f"marl {algo} cross-play {env} seed {seed}: {out}", flush=True)
+                for result in out["learners"]:
+                    runs[result["algo"]].append(result)
+                for match, returns in out["cross_play"].items():
+                    matches.setdefault(match, []).append(returns)
+            continue
         for name, flags in MARL_LEARNERS.items():
-            extra = ["--env", env, "--seed", str(seed), "--total-steps", str(MARL_STEPS)]
             runs[name].append(run_main(MARL_SCRIPT, [*flags, *extra], timeout))
             print(f"marl {name} {env} seed {seed}: {runs[name][-1]}", flush=True)
-    _dump(json_path, "marl" if env == "simple_spread" else f"marl-{env}", runs)
-    parts = ["all", "good", "adversary"] if env == "simple_adversary" else ["all"]
+    _dump(json_path, f"marl-{env}" if adversaries else "marl", {**runs, "cross_play": matches})
+    parts = ["all", "good", "adversary"] if adversaries else ["all"]
     header = "| learner | greedy, mean ± std |"
     if len(parts) > 1:
         header += " good agents, greedy | adversary, greedy |"
@@ -420,6 +433,18 @@ def run_marl(
         last = [r["train_return_last"] for r in results]
         random = [r["random_return"]["all"] for r in results]
         lines.append(f"{row} {_mean_std(last, 1)} | {statistics.mean(random):.1f} |")
+    if matches:
+        lines += [
+            "\nCross-play (the MADDPG paper's test): good agents of one learner against the "
+            "adversary of another, greedy returns\n",
+            "| good agents vs adversary | good agents, mean ± std | adversary, mean ± std |",
+            "|---|---|---|",
+        ]
+        for match, results in matches.items():
+            good = _mean_std([r["good"] for r in results], 1)
+            lines.append(
+                f"| {match} | {good} | {_mean_std([r['adversary'] for r in results], 1)} |"
+            )
     return "\n".join(lines)
 
 

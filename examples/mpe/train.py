@@ -12,16 +12,22 @@ particle environments: `simple_spread` (3 agents cover 3 landmarks without colli
 `simple_adversary` (2 good agents and 1 adversary). Returns are episode sums of each agent's
 rewards; the result reports the greedy policy's after training and a uniformly random policy's
 (means over all agents, over the good agents and over the adversaries), and the mean over agents
-of the first and of the last 50 training episodes.
+of the first and of the last 50 training episodes. On `simple_adversary` each side's return
+is also a matter of the other side's skill; `--cross-play` trains both the centralized learner
+and its independent twin and sets the good agents of each against the adversary of each, the
+MADDPG paper's comparison (a better learner's good agents earn more against the same adversary,
+its adversary more against the same good agents).
 
     python examples/mpe/train.py --algo maddpg
     python examples/mpe/train.py --algo mappo --env simple_adversary
     python examples/mpe/train.py --algo maddpg --independent
     python examples/mpe/train.py --algo mappo --value-norm
+    python examples/mpe/train.py --algo maddpg --env simple_adversary --cross-play
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import random
 import time
@@ -75,6 +81,9 @@ class Args:
     """MAPPO: standardise the value targets by their running statistics (the paper's setting)."""
     eval_episodes: int = 20
     """Greedy episodes of the evaluations before and after training."""
+    cross_play: bool = False
+    """`simple_adversary`: train the centralized learner and its independent twin (`--independent`
+    is ignored), then evaluate the good agents of each against the adversary of each."""
     torch_threads: int = 1
     """Torch intra-op threads."""
 
@@ -221,9 +230,8 @@ def train_mappo(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
     return act, returns
 
 
-def main(args: Args) -> dict:
-    if args.algo not in ("maddpg", "mappo"):
-        raise ValueError(f"{args.algo=} must be 'maddpg' or 'mappo'")
+def train_and_evaluate(args: Args):
+    """Seed everything, train one learner and evaluate it: `(its act function, its result)`."""
     torch.set_num_threads(args.torch_threads)
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
@@ -265,7 +273,48 @@ def main(args: Args) -> dict:
         name, args.env, args.total_steps, seconds, result["final_return"], result["random_return"],
         result["train_return_first"], result["train_return_last"],
     )  # fmt: skip
-    return result
+    return act, result
+
+
+def cross_play(args: Args) -> dict:
+    """Train a centralized learner and its independent twin, then cross their teams.
+
+    On `simple_adversary`, the good agents of each meet the adversary of each, as in the MADDPG
+    paper's comparison.
+    """
+    if args.env != "simple_adversary":
+        raise ValueError(f"--cross-play needs a task with adversaries, not {args.env=}")
+    acts, learners = {}, []
+    for independent in (False, True):
+        one = dataclasses.replace(args, independent=independent, cross_play=False)
+        act, result = train_and_evaluate(one)
+        acts[result["algo"]] = act
+        learners.append(result)
+    eval_env = make_env(args)
+    good = ["adversary" not in agent for agent in eval_env.agents]
+    matches = {}
+    for good_name, good_act in acts.items():
+        for adversary_name, adversary_act in acts.items():
+
+            def act(env, obs, good_act=good_act, adversary_act=adversary_act):
+                ours, theirs = good_act(env, obs), adversary_act(env, obs)
+                return [o if g else t for o, t, g in zip(ours, theirs, good, strict=True)]
+
+            returns = evaluate(eval_env, act, args.eval_episodes, seed=10_000)
+            matches[f"{good_name} vs {adversary_name}"] = summarize(eval_env, returns)
+            logger.info(
+                "good agents of %s against the adversary of %s: %s",
+                good_name, adversary_name, matches[f"{good_name} vs {adversary_name}"],
+            )  # fmt: skip
+    return {"learners": learners, "cross_play": matches}
+
+
+def main(args: Args) -> dict:
+    if args.algo not in ("maddpg", "mappo"):
+        raise ValueError(f"{args.algo=} must be 'maddpg' or 'mappo'")
+    if args.cross_play:
+        return cross_play(args)
+    return train_and_evaluate(args)[1]
 
 
 if __name__ == "__main__":

@@ -502,6 +502,29 @@ def test_mpe_example_runs_and_reports_returns(algo, independent, env):
     assert ("good" in result["final_return"]) == (env == "simple_adversary")
 
 
+def test_mpe_example_cross_play_sets_each_learners_good_agents_against_each_adversary():
+    example = _example("mpe")
+    args = example["Args"](
+        algo="mappo", env="simple_adversary", cross_play=True, total_steps=200, num_envs=2,
+        update_epochs=2, eval_episodes=2,
+    )  # fmt: skip
+    result = example["main"](args)
+    names = [r["algo"] for r in result["learners"]]
+    assert names == ["MAPPO", "independent PPO"]
+    matches = result["cross_play"]
+    assert set(matches) == {f"{g} vs {a}" for g in names for a in names}
+    for learner in result["learners"]:  # a team against itself: the learner's own evaluation
+        assert matches[f"{learner['algo']} vs {learner['algo']}"] == learner["final_return"]
+    # Mixed teams differ from both pure ones (these greedy policies are not the same).
+    mixed = matches["MAPPO vs independent PPO"]
+    assert (
+        mixed != matches["MAPPO vs MAPPO"]
+        and mixed != matches["independent PPO vs independent PPO"]
+    )
+    with pytest.raises(ValueError, match="adversaries"):
+        example["main"](example["Args"](algo="mappo", env="simple_spread", cross_play=True))
+
+
 # -- learning on simple_spread (slow) ------------------------------------------------------------
 
 STEPS = {"maddpg": 25_000, "mappo": 25_000}  # 1000 episodes of 25 steps
