@@ -39,6 +39,7 @@ repository.
     python benchmarks/learning.py --tasks a3c,ga3c,r2d2,r2d2_memoryless,dqn_masked
     python benchmarks/learning.py --tasks qrdqn,rainbow --baseline sb3
     nice python benchmarks/learning.py --tasks offline,marl --seeds 1,2
+    nice python benchmarks/learning.py --tasks marl --marl-env simple_adversary --seeds 1,2
     nice python benchmarks/learning.py --tasks mujoco --seeds 1       # needs parl-algos[mujoco]
 
 Two sections measure returns rather than steps to a threshold. `offline` makes one Pendulum
@@ -47,8 +48,12 @@ learns BC, CQL and IQL from that same file with each seed, and reports each one'
 evaluation return, mean and median over the seeds (and the median's score, 0 for a random
 policy, 1 for the SAC that made the data, whose own return is the table's last row).
 `marl` trains MADDPG, independent DDPG, MAPPO and independent PPO (`examples/mpe`, MPE
-`simple_spread`, the same env steps each) with each seed, and reports the greedy policy's mean
-return after training and the mean of the last 50 training episodes.
+`simple_spread` or, with `--marl-env simple_adversary`, `simple_adversary`; the same env steps
+each) with each seed, and reports the greedy policy's mean return after training and the mean
+of the last 50 training episodes; on `simple_adversary` also the greedy returns of the good
+agents and of the adversary apart (their rewards pull in opposite directions), and the
+cross-play table of `examples/mpe --cross-play` (each learner's good agents against each
+learner's adversary, the two learners of a pair trained in one process).
 
 `mujoco` runs `parl-train ppo/hopper` (PPO on Hopper-v5, whose step is costly enough for
 parallel sampling to pay) in `single`, `sync` and `async` modes, 2 actors each, then
@@ -381,27 +386,65 @@ MARL_LEARNERS = {
 MARL_SCRIPT = os.path.join(REPO, "examples", "mpe", "train.py")
 
 
-def run_marl(seeds: Sequence[int], timeout: float, json_path: str | None = None) -> str:
-    """Centralized learners and their independent twins on MPE simple_spread, one budget."""
+MARL_ENVS = ("simple_spread", "simple_adversary")
+
+
+def run_marl(
+    seeds: Sequence[int],
+    timeout: float,
+    json_path: str | None = None,
+    env: str = "simple_spread",
+) -> str:
+    """Centralized learners and their independent twins on an MPE task, one budget."""
+    if env not in MARL_ENVS:
+        raise ValueError(f"marl: {env=} must be one of {', '.join(MARL_ENVS)}")
     runs: dict[str, list[dict]] = {name: [] for name in MARL_LEARNERS}
+    matches: dict[str, list[dict]] = {}
+    adversaries = env == "simple_adversary"
     for seed in seeds:  # seed by seed, so that every learner sees the same load
+        extra = ["--env", env, "--seed", str(seed), "--total-steps", str(MARL_STEPS)]
+        if adversaries:  # each pair in one process, its teams crossed
+            for algo in ("maddpg", "mappo"):
+                out = run_main(MARL_SCRIPT, ["--algo", algo, "--cross-play", *extra], timeout)
+                print(f"marl {algo} cross-play {env} seed {seed}: {out}", flush=True)
+                for result in out["learners"]:
+                    runs[result["algo"]].append(result)
+                for match, returns in out["cross_play"].items():
+                    matches.setdefault(match, []).append(returns)
+            continue
         for name, flags in MARL_LEARNERS.items():
-            extra = ["--seed", str(seed), "--total-steps", str(MARL_STEPS)]
             runs[name].append(run_main(MARL_SCRIPT, [*flags, *extra], timeout))
-            print(f"marl {name} seed {seed}: {runs[name][-1]}", flush=True)
-    _dump(json_path, "marl", runs)
+            print(f"marl {name} {env} seed {seed}: {runs[name][-1]}", flush=True)
+    _dump(json_path, f"marl-{env}" if adversaries else "marl", {**runs, "cross_play": matches})
+    parts = ["all", "good", "adversary"] if adversaries else ["all"]
+    header = "| learner | greedy, mean ± std |"
+    if len(parts) > 1:
+        header += " good agents, greedy | adversary, greedy |"
     lines = [
-        f"\nMPE simple_spread, {MARL_STEPS // 1000}k env steps, seeds "
+        f"\nMPE {env}, {MARL_STEPS // 1000}k env steps, seeds "
         f"{','.join(map(str, seeds))}: each agent's episode return, mean over agents\n",
-        "| learner | greedy, mean ± std | last 50 training episodes | uniformly random |",
-        "|---|---|---|---|",
+        f"{header} last 50 training episodes | uniformly random |",
+        "|---|" + "---|" * (len(parts) + 2),
     ]
     for name, results in runs.items():
-        greedy = [r["final_return"]["all"] for r in results]
+        row = f"| {name} |"
+        for part in parts:
+            row += f" {_mean_std([r['final_return'][part] for r in results], 1)} |"
         last = [r["train_return_last"] for r in results]
         random = [r["random_return"]["all"] for r in results]
-        row = f"| {name} | {_mean_std(greedy, 1)} | {_mean_std(last, 1)} |"
-        lines.append(f"{row} {statistics.mean(random):.1f} |")
+        lines.append(f"{row} {_mean_std(last, 1)} | {statistics.mean(random):.1f} |")
+    if matches:
+        lines += [
+            "\nCross-play (the MADDPG paper's test): good agents of one learner against the "
+            "adversary of another, greedy returns\n",
+            "| good agents vs adversary | good agents, mean ± std | adversary, mean ± std |",
+            "|---|---|---|",
+        ]
+        for match, results in matches.items():
+            good = _mean_std([r["good"] for r in results], 1)
+            lines.append(
+                f"| {match} | {good} | {_mean_std([r['adversary'] for r in results], 1)} |"
+            )
     return "\n".join(lines)
 
 
@@ -546,13 +589,22 @@ def main() -> None:
         help=f"run {', '.join(sorted(CONFIG_TASKS))} by their example scripts, their shipped "
         "configs, or both (side by side, seed by seed)",
     )
+    parser.add_argument(
+        "--marl-env",
+        choices=MARL_ENVS,
+        default="simple_spread",
+        help="the MPE task of the marl section",
+    )
     parser.add_argument("--json", help="write every run's numbers to this file")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     names = args.tasks.split(",")
     for name in [n for n in names if n in SECTIONS]:
-        print(SECTIONS[name](seeds, args.timeout, args.json), flush=True)
+        if name == "marl":
+            print(run_marl(seeds, args.timeout, args.json, env=args.marl_env), flush=True)
+        else:
+            print(SECTIONS[name](seeds, args.timeout, args.json), flush=True)
     tasks = [TASKS[name] for name in names if name not in SECTIONS]
     if not tasks:
         return

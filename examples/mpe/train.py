@@ -4,22 +4,30 @@
 agent's observation and action, decentralized actors, Gumbel-softmax for MPE's five discrete
 moves, the paper's hyperparameters: lr 1e-2, gamma 0.95, tau 0.01, batch 1024);
 `--algo mappo` trains `parl.algorithms.MAPPO` (one actor shared by the agents, fed their ids,
-and a value function on the global state). `--independent` gives each the same budget without
+and a value function on the global state; `--value-norm` standardises its targets by running
+statistics, as the MAPPO paper does). `--independent` gives each the same budget without
 centralization: critics on the agent's own observation and action (independent DDPG) or a
 value on its own observation (independent PPO). Environments come from `mpe2`, PettingZoo's
 particle environments: `simple_spread` (3 agents cover 3 landmarks without colliding) and
 `simple_adversary` (2 good agents and 1 adversary). Returns are episode sums of each agent's
 rewards; the result reports the greedy policy's after training and a uniformly random policy's
 (means over all agents, over the good agents and over the adversaries), and the mean over agents
-of the first and of the last 50 training episodes.
+of the first and of the last 50 training episodes. On `simple_adversary` each side's return
+is also a matter of the other side's skill; `--cross-play` trains both the centralized learner
+and its independent twin and sets the good agents of each against the adversary of each, the
+MADDPG paper's comparison (a better learner's good agents earn more against the same adversary,
+its adversary more against the same good agents).
 
     python examples/mpe/train.py --algo maddpg
     python examples/mpe/train.py --algo mappo --env simple_adversary
     python examples/mpe/train.py --algo maddpg --independent
+    python examples/mpe/train.py --algo mappo --value-norm
+    python examples/mpe/train.py --algo maddpg --env simple_adversary --cross-play
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import random
 import time
@@ -69,8 +77,13 @@ class Args:
     """MAPPO: environments played per iteration, one episode each."""
     update_epochs: int = 10
     """MAPPO: passes over each batch."""
+    value_norm: bool = False
+    """MAPPO: standardise the value targets by their running statistics (the paper's setting)."""
     eval_episodes: int = 20
     """Greedy episodes of the evaluations before and after training."""
+    cross_play: bool = False
+    """`simple_adversary`: train the centralized learner and its independent twin (`--independent`
+    is ignored), then evaluate the good agents of each against the adversary of each."""
     torch_threads: int = 1
     """Torch intra-op threads."""
 
@@ -161,6 +174,7 @@ def train_mappo(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
         lr=args.lr or 7e-4,
         update_epochs=args.update_epochs,
         minibatch_size=T * E * N,
+        value_norm=args.value_norm,
         seed=args.seed,
     )
     gamma = args.gamma or 0.99
@@ -191,7 +205,7 @@ def train_mappo(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
         returns.extend(reward.sum(0).mean(-1).tolist())  # one episode per environment
         b_obs, b_state = torch.from_numpy(obs), torch.from_numpy(state)
         with torch.no_grad():
-            values = alg.model.value(pack_agent_inputs(b_obs, b_state))
+            values = alg.value(pack_agent_inputs(b_obs, b_state))
             log_prob = alg.distribution(pack_agent_inputs(b_obs[:-1], b_state[:-1])).log_prob(
                 action
             )
@@ -216,9 +230,8 @@ def train_mappo(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
     return act, returns
 
 
-def main(args: Args) -> dict:
-    if args.algo not in ("maddpg", "mappo"):
-        raise ValueError(f"{args.algo=} must be 'maddpg' or 'mappo'")
+def train_and_evaluate(args: Args):
+    """Seed everything, train one learner and evaluate it: `(its act function, its result)`."""
     torch.set_num_threads(args.torch_threads)
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
@@ -247,6 +260,7 @@ def main(args: Args) -> dict:
         "env": args.env,
         "seed": args.seed,
         "total_steps": args.total_steps,
+        "value_norm": args.value_norm,
         "random_return": summarize(eval_env, uniform),
         "final_return": summarize(eval_env, final),
         "train_return_first": float(np.mean(returns[:50])) if returns else None,
@@ -259,7 +273,48 @@ def main(args: Args) -> dict:
         name, args.env, args.total_steps, seconds, result["final_return"], result["random_return"],
         result["train_return_first"], result["train_return_last"],
     )  # fmt: skip
-    return result
+    return act, result
+
+
+def cross_play(args: Args) -> dict:
+    """Train a centralized learner and its independent twin, then cross their teams.
+
+    On `simple_adversary`, the good agents of each meet the adversary of each, as in the MADDPG
+    paper's comparison.
+    """
+    if args.env != "simple_adversary":
+        raise ValueError(f"--cross-play needs a task with adversaries, not {args.env=}")
+    acts, learners = {}, []
+    for independent in (False, True):
+        one = dataclasses.replace(args, independent=independent, cross_play=False)
+        act, result = train_and_evaluate(one)
+        acts[result["algo"]] = act
+        learners.append(result)
+    eval_env = make_env(args)
+    good = ["adversary" not in agent for agent in eval_env.agents]
+    matches = {}
+    for good_name, good_act in acts.items():
+        for adversary_name, adversary_act in acts.items():
+
+            def act(env, obs, good_act=good_act, adversary_act=adversary_act):
+                ours, theirs = good_act(env, obs), adversary_act(env, obs)
+                return [o if g else t for o, t, g in zip(ours, theirs, good, strict=True)]
+
+            returns = evaluate(eval_env, act, args.eval_episodes, seed=10_000)
+            matches[f"{good_name} vs {adversary_name}"] = summarize(eval_env, returns)
+            logger.info(
+                "good agents of %s against the adversary of %s: %s",
+                good_name, adversary_name, matches[f"{good_name} vs {adversary_name}"],
+            )  # fmt: skip
+    return {"learners": learners, "cross_play": matches}
+
+
+def main(args: Args) -> dict:
+    if args.algo not in ("maddpg", "mappo"):
+        raise ValueError(f"{args.algo=} must be 'maddpg' or 'mappo'")
+    if args.cross_play:
+        return cross_play(args)
+    return train_and_evaluate(args)[1]
 
 
 if __name__ == "__main__":

@@ -1,18 +1,20 @@
-"""QMIX on the two-step cooperative matrix game of the QMIX paper, where VDN settles for 7.
+"""QMIX on the QMIX paper's two-step game, where VDN and independent Q-learners settle for 7.
 
 Rashid et al. (2018), section 5 and figure 3: two agents, two steps. In the first step agent 1's
 action picks the game of the second step (agent 2's action does nothing): game 2A pays 7 for
 every joint action, game 2B pays `[[0, 1], [1, 8]]`. The optimum is 8 (game 2B, both agents
 taking their second action). Trained on uniformly random play (epsilon = 1, as in the paper),
 an additive factorisation (VDN) fits game 2B by row and column effects and values it at about
-6.5 < 7, so its greedy policy picks game 2A and earns 7; so does independent Q-learning, whose
-agents average over each other's random actions (value of 2B: 4.5). QMIX's mixing network is
-monotonic but conditioned on the state, which is enough to represent game 2B exactly, so its
-greedy policy earns 8. The game is a PettingZoo parallel environment run through
-`ParallelEnvArrays`; the agents observe the state (one-hot).
+6.5 < 7, so its greedy policy picks game 2A and earns 7; so do independent Q-learners
+(`--mixer none`: each agent regresses its own Q-value on the team reward, no mixer), whose
+agents average over each other's random actions (agent 1's value of game 2B: 4.5, below 7).
+QMIX's mixing network is monotonic but conditioned on the state, which is enough to represent
+game 2B exactly, so its greedy policy earns 8. The game is a PettingZoo parallel environment
+run through `ParallelEnvArrays`; the agents observe the state (one-hot).
 
     python examples/qmix_matrix/train.py
     python examples/qmix_matrix/train.py --mixer vdn
+    python examples/qmix_matrix/train.py --mixer none
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from parl.utils import logger, parse_args
 from parl_algos.multiagent import EpisodeMemory, ParallelEnvArrays
 from parl_algos.qmix import QMixer, RNNAgent, VDNMixer
 
+MIXERS = ("qmix", "vdn", "none")
 PAYOFF_2B = np.array([[0.0, 1.0], [1.0, 8.0]], np.float32)
 
 
@@ -88,7 +91,7 @@ class TwoStepGame(ParallelEnv):
 @dataclass
 class Args:
     mixer: str = "qmix"
-    """`qmix` (the monotonic mixing network) or `vdn` (a sum)."""
+    """`qmix` (the monotonic mixing network), `vdn` (a sum) or `none` (independent Q-learners)."""
     seed: int = 1
     """Seed of torch, numpy and the exploration."""
     updates: int = 200
@@ -131,18 +134,18 @@ def play(env: ParallelEnvArrays, qmix: QMIX, epsilon: float, memory: EpisodeMemo
 
 
 def main(args: Args) -> dict:
-    if args.mixer not in ("qmix", "vdn"):
-        raise ValueError(f"{args.mixer=} must be 'qmix' or 'vdn'")
+    if args.mixer not in MIXERS:
+        raise ValueError(f"{args.mixer=} must be one of {', '.join(MIXERS)}")
     torch.set_num_threads(args.torch_threads)
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
     random.seed(args.seed)
     env = ParallelEnvArrays(TwoStepGame())
     n, obs_dim, n_actions = env.n_agents, env.max_obs_dim, 2
-    mixer = QMixer(n, env.state_dim) if args.mixer == "qmix" else VDNMixer()
+    mixer = {"qmix": lambda: QMixer(n, env.state_dim), "vdn": VDNMixer, "none": lambda: None}
     qmix = QMIX(
         RNNAgent(obs_dim + n, n_actions, hidden_dim=32),
-        mixer,
+        mixer[args.mixer](),
         n_agents=n,
         lr=args.lr,
         gamma=args.gamma,

@@ -4,8 +4,9 @@ Unit tests check the new losses and parts against hand-computed values (Gumbel-s
 straight-through sample, QMIX's monotonic mixing, MADDPG's critic targets, MAPPO's packed rows
 and centralized value); every algorithm then runs a few hundred steps on a real PettingZoo
 particle environment and round-trips a checkpoint; QMIX finds the optimum of the QMIX paper's
-two-step game where VDN settles for less; and (slow) MADDPG and MAPPO beat the random policy
-on `simple_spread` by a clear margin within a bounded budget.
+two-step game where VDN and independent Q-learners settle for less; and (slow) MADDPG and
+MAPPO beat the random policy on `simple_spread` by a clear margin within a bounded budget, and
+MADDPG's adversary beats independent DDPG's on `simple_adversary` (cross-play).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import parl
 from parl.algorithms import MADDPG, MAPPO, QMIX
 from parl.samplers import ParallelSampler, SerialSampler
 from parl_algos.maddpg import MultiAgentActorCriticMLP
-from parl_algos.mappo import MultiAgentPPOMLP, pack_agent_inputs
+from parl_algos.mappo import MultiAgentPPOMLP, ValueNormalizer, pack_agent_inputs
 from parl_algos.multiagent import (
     EpisodeMemory,
     MultiAgentReplayMemory,
@@ -128,6 +129,36 @@ def test_qmix_learn_masks_padding_and_the_target_is_double_q():
     assert stats.target_mean == pytest.approx(y.mean().item(), rel=1e-5)
 
 
+def test_qmix_without_a_mixer_regresses_each_agent_on_the_team_reward():
+    torch.manual_seed(0)
+    alg = QMIX(RNNAgent(3 + 2, 4, 8), None, n_agents=2, gamma=0.5, lr=1e-3)
+    assert alg.mixer is None and alg.target_mixer is None
+    B, T = 3, 2
+    batch = dict(
+        obs=torch.randn(B, T + 1, 2, 3),
+        state=torch.randn(B, T + 1, 6),
+        action=torch.randint(0, 4, (B, T, 2)),
+        reward=torch.randn(B, T),
+        terminated=torch.tensor([[0.0, 1.0]] * B),
+        mask=torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]]),
+    )
+    alg.sync_target()
+    with torch.no_grad():  # by hand: agent i's own Q on the team reward, no sum, no mixing
+        q = alg._unroll(alg.model, alg.agent_inputs(batch["obs"]))
+        chosen = q[:, :-1].gather(-1, batch["action"].unsqueeze(-1)).squeeze(-1)  # (B, T, 2)
+        next_q = q[:, 1:].max(-1).values
+        y = batch["reward"].unsqueeze(-1) + 0.5 * (1 - batch["terminated"].unsqueeze(-1)) * next_q
+        m = batch["mask"].unsqueeze(-1).expand(B, T, 2)
+    before = [p.clone() for p in alg.model.parameters()]
+    stats = alg.learn(**batch)
+    assert stats.loss == pytest.approx(((chosen - y) ** 2)[m == 1].mean().item(), rel=1e-5)
+    assert stats.q_tot_mean == pytest.approx(chosen[m == 1].mean().item(), rel=1e-5)
+    assert stats.target_mean == pytest.approx(y[m == 1].mean().item(), rel=1e-5)
+    assert any(not torch.equal(a, b) for a, b in zip(before, alg.model.parameters(), strict=True))
+    with pytest.raises(TypeError, match="parl.Model or None"):
+        QMIX(RNNAgent(5, 4, 8), torch.nn.Linear(2, 1), n_agents=2)
+
+
 # -- MADDPG --------------------------------------------------------------------------------------
 
 
@@ -219,6 +250,40 @@ def test_mappo_per_agent_actors_each_act_for_their_own_agent():
     logits = model.policy(pack_agent_inputs(obs, state))
     for i in range(3):
         torch.testing.assert_close(logits[:, i], model.actors[i](obs[:, i]))
+
+
+def test_value_normalizer_standardises_by_its_debiased_running_statistics():
+    norm = ValueNormalizer(beta=0.5)
+    x = torch.tensor([10.0, 20.0, 30.0, 40.0])
+    norm.update(x)  # one batch: the debiased statistics are the batch's own
+    mean, std = norm.stats()
+    assert mean.item() == pytest.approx(25.0)
+    assert std.item() == pytest.approx(x.std(unbiased=False).item())
+    torch.testing.assert_close(norm.denormalize(norm.normalize(x)), x)
+    norm.update(torch.tensor([0.0, 0.0]))  # by hand: weights 1/3 (old) and 2/3 (new) once debiased
+    assert norm.stats()[0].item() == pytest.approx(25.0 / 3)
+    mean_sq = (x**2).mean().item() / 3
+    assert norm.stats()[1].item() == pytest.approx(math.sqrt(mean_sq - (25.0 / 3) ** 2))
+    with pytest.raises(ValueError, match="beta"):
+        ValueNormalizer(beta=1.0)
+
+
+def test_mappo_with_value_norm_learns_standardised_returns_and_gives_them_back_unscaled():
+    torch.manual_seed(0)
+    model = MultiAgentPPOMLP(2, 3, 2, 4, (16,))
+    alg = MAPPO(model, value_norm=True, update_epochs=50, minibatch_size=64, ent_coef=0.0, seed=0)
+    obs, state = torch.randn(64, 2, 2), torch.randn(64, 3)
+    rows = pack_agent_inputs(obs, state)
+    target = 100.0 + 20.0 * state[:, :1].expand(64, 2)  # returns far from the network's scale
+    action = torch.randint(0, 4, (64, 2))
+    for _ in range(4):
+        alg.learn(obs, state, action, torch.zeros(64, 2), target, alg.value(rows))
+    assert alg.value_normalizer is not None
+    raw, value = model.value(rows), alg.value(rows)
+    torch.testing.assert_close(value, alg.value_normalizer.denormalize(raw))
+    assert raw.abs().mean() < 2.0  # the network's own output stays standardised
+    assert (value - target).abs().mean() < 0.2 * target.std()  # the values fit the returns
+    assert "value_normalizer" in alg.state_dict()  # its statistics are checkpointed
 
 
 # -- smoke runs on the particle environments -----------------------------------------------------
@@ -404,8 +469,11 @@ def test_memories_refuse_bad_sizes_and_empty_samples():
 # -- QMIX on the two-step matrix game ------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("mixer", "expected"), [("qmix", 8.0), ("vdn", 7.0)])
-def test_qmix_finds_the_two_step_game_optimum_where_vdn_settles_for_seven(mixer, expected):
+@pytest.mark.parametrize(("mixer", "expected"), [("qmix", 8.0), ("vdn", 7.0), ("none", 7.0)])
+def test_qmix_finds_the_two_step_game_optimum_where_vdn_and_independent_learners_do_not(
+    mixer, expected
+):
+    # "none": independent Q-learners, each agent's own Q-value on the team reward, no mixer.
     example = _example("qmix_matrix")
     result = example["main"](example["Args"](mixer=mixer, seed=0))
     assert result["greedy_return"] == expected, result
@@ -435,6 +503,29 @@ def test_mpe_example_runs_and_reports_returns(algo, independent, env):
     assert ("good" in result["final_return"]) == (env == "simple_adversary")
 
 
+def test_mpe_example_cross_play_sets_each_learners_good_agents_against_each_adversary():
+    example = _example("mpe")
+    args = example["Args"](
+        algo="mappo", env="simple_adversary", cross_play=True, total_steps=200, num_envs=2,
+        update_epochs=2, eval_episodes=2,
+    )  # fmt: skip
+    result = example["main"](args)
+    names = [r["algo"] for r in result["learners"]]
+    assert names == ["MAPPO", "independent PPO"]
+    matches = result["cross_play"]
+    assert set(matches) == {f"{g} vs {a}" for g in names for a in names}
+    for learner in result["learners"]:  # a team against itself: the learner's own evaluation
+        assert matches[f"{learner['algo']} vs {learner['algo']}"] == learner["final_return"]
+    # Mixed teams differ from both pure ones (these greedy policies are not the same).
+    mixed = matches["MAPPO vs independent PPO"]
+    assert (
+        mixed != matches["MAPPO vs MAPPO"]
+        and mixed != matches["independent PPO vs independent PPO"]
+    )
+    with pytest.raises(ValueError, match="adversaries"):
+        example["main"](example["Args"](algo="mappo", env="simple_spread", cross_play=True))
+
+
 # -- learning on simple_spread (slow) ------------------------------------------------------------
 
 STEPS = {"maddpg": 25_000, "mappo": 25_000}  # 1000 episodes of 25 steps
@@ -451,6 +542,19 @@ def test_learns_simple_spread_well_beyond_random_play(algo):
     # Returns are each agent's (negative) distances and collisions summed over 25 steps.
     assert result["final_return"]["all"] > result["random_return"]["all"] + MARGIN, result
     assert result["train_return_last"] > result["train_return_first"] + MARGIN, result
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # two learners: five minutes when the machine is quiet, ~12 under load
+def test_maddpgs_adversary_beats_independent_ddpgs_against_either_team_of_good_agents():
+    example = _example("mpe")
+    args = example["Args"](algo="maddpg", env="simple_adversary", cross_play=True, seed=1)
+    matches = example["main"](dataclasses.replace(args, total_steps=25_000))["cross_play"]
+    # Seed 1 measured a lead of 3.1 (against MADDPG's good agents) and 1.3 (independent DDPG's).
+    for good in ("MADDPG", "independent DDPG"):
+        centralized = matches[f"{good} vs MADDPG"]["adversary"]
+        independent = matches[f"{good} vs independent DDPG"]["adversary"]
+        assert centralized > independent + 0.5, matches
 
 
 # -- a parallel environment as one gymnasium.Env, in the samplers ---------------------------

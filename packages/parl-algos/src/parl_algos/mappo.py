@@ -7,7 +7,9 @@ function reads the global state and the agent's id. Everything else is PPO's cli
 
 The update is PPO's own (`parl_algos.ppo`): `MAPPO.learn` packs each (step, agent) pair into
 one row `[obs_i, onehot(i), state]` (`pack_agent_inputs`), the model's `policy` reads the first
-two parts and `value` the last two, and PPO's minibatches run over those rows.
+two parts and `value` the last two, and PPO's minibatches run over those rows. With
+`value_norm=True` (the paper's setting) the value network learns returns standardised by their
+running mean and standard deviation (`ValueNormalizer`), which `MAPPO.value` undoes.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import parl
 from parl_algos.nets import mlp
 from parl_algos.ppo import PPO, PPOStats
 
-__all__ = ["MAPPO", "MAPPOStats", "MultiAgentPPOMLP", "pack_agent_inputs"]
+__all__ = ["MAPPO", "MAPPOStats", "MultiAgentPPOMLP", "ValueNormalizer", "pack_agent_inputs"]
 
 
 def pack_agent_inputs(obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
@@ -35,6 +37,52 @@ def pack_agent_inputs(obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
     ids = torch.eye(n_agents, dtype=obs.dtype, device=obs.device).expand(*obs.shape[:-1], n_agents)
     state = state.unsqueeze(-2).expand(*obs.shape[:-1], state.shape[-1])
     return torch.cat([obs, ids, state.to(obs.dtype)], dim=-1)
+
+
+class ValueNormalizer(nn.Module):
+    """Running mean and variance of value targets, to standardise them and to undo that.
+
+    The statistics are a bias-corrected exponential moving average (weight `beta` on the past)
+    of the batch mean and mean square of every `update`, as in MAPPO's reference
+    implementation; they are buffers, so they are saved and restored with the algorithm.
+
+    Args:
+        beta: weight of the past statistics in each update (1 - 1e-5 in the paper).
+        epsilon: floor of the variance.
+    """
+
+    def __init__(self, beta: float = 0.99999, epsilon: float = 1e-5) -> None:
+        super().__init__()
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"ValueNormalizer: beta={beta!r} must be in [0, 1)")
+        self.beta, self.epsilon = beta, epsilon
+        self.register_buffer("mean", torch.zeros(()))
+        self.register_buffer("mean_sq", torch.zeros(()))
+        self.register_buffer("debias", torch.zeros(()))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Fold a batch of targets into the running statistics."""
+        x = x.detach().to(self.mean.dtype)
+        self.mean.mul_(self.beta).add_((1 - self.beta) * x.mean())
+        self.mean_sq.mul_(self.beta).add_((1 - self.beta) * (x**2).mean())
+        self.debias.mul_(self.beta).add_(1 - self.beta)
+
+    def stats(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The debiased `(mean, std)`."""
+        debias = self.debias.clamp_min(self.epsilon)
+        mean, mean_sq = self.mean / debias, self.mean_sq / debias
+        return mean, (mean_sq - mean**2).clamp_min(self.epsilon).sqrt()
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """`(x - mean) / std`."""
+        mean, std = self.stats()
+        return (x - mean) / std
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        """`x * std + mean`."""
+        mean, std = self.stats()
+        return x * std + mean
 
 
 @dataclass(frozen=True)
@@ -115,6 +163,8 @@ class MAPPO(PPO):
         vf_coef: weight of the value loss.
         ent_coef: weight of the entropy bonus.
         max_grad_norm: clip the gradient's global norm to this (None: no clipping).
+        value_norm: the value network learns standardised returns (`ValueNormalizer`);
+            `value` returns them in the returns' own scale, `learn` takes them so too.
         seed: seed of the minibatch shuffling.
     """
 
@@ -131,6 +181,7 @@ class MAPPO(PPO):
         vf_coef: float = 0.5,
         ent_coef: float = 0.01,
         max_grad_norm: float | None = 10.0,
+        value_norm: bool = False,
         seed: int | None = None,
     ) -> None:
         super().__init__(
@@ -146,11 +197,18 @@ class MAPPO(PPO):
             max_grad_norm=max_grad_norm,
             seed=seed,
         )
+        self.value_normalizer = ValueNormalizer() if value_norm else None
 
     @torch.no_grad()
     def value(self, rows: torch.Tensor) -> torch.Tensor:
-        """State values of packed rows, shaped `(..., n_agents)` like the rows' leading axes."""
-        return self.model.value(rows)
+        """State values of packed rows, shaped `(..., n_agents)` like the rows' leading axes.
+
+        In the returns' scale: with `value_norm` the network's output, denormalised.
+        """
+        value = self.model.value(rows)
+        if self.value_normalizer is not None:
+            value = self.value_normalizer.denormalize(value)
+        return value
 
     def learn(  # type: ignore[override]
         self,
@@ -172,8 +230,16 @@ class MAPPO(PPO):
             value_target: `(B, n_agents)` return estimates for the value function.
             value: `(B, n_agents)` values at collection time (needed for value clipping).
             old_log_prob: `(B, n_agents)` `log pi_old(a|o)`; computed here when left out.
+
+        With `value_norm`, `value_target` and `value` are in the returns' scale (as `value`
+        gives them): the statistics take in `value_target` first, then both are standardised.
         """
         rows = pack_agent_inputs(obs, state).flatten(0, 1)
+        if self.value_normalizer is not None:
+            self.value_normalizer.update(value_target)
+            value_target = self.value_normalizer.normalize(value_target)
+            if value is not None:
+                value = self.value_normalizer.normalize(value)
 
         def flat(x: torch.Tensor | None) -> torch.Tensor | None:
             return None if x is None else x.flatten(0, 1)

@@ -6,7 +6,8 @@ its own observations; a mixing network combines the agents' chosen Q-values into
 weights produced from the global state by hypernetworks and kept non-negative (absolute values),
 so that `dQ_tot/dQ_i >= 0` and each agent's greedy action is the team's. `VDNMixer` (a plain
 sum; Sunehag et al., 2018, https://arxiv.org/abs/1706.05296) is the simpler factorisation to
-compare with.
+compare with; `mixer=None` leaves the agents independent Q-learners (Tan, 1993), the baseline
+that a mixer has to beat.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ class QMIXStats:
     """What one `QMIX.learn` call did."""
 
     loss: float
-    """Masked mean of `(Q_tot - y)^2` over the steps that happened."""
+    """Masked mean of `(Q_tot - y)^2` over the steps that happened (without a mixer: of every
+    agent's `(Q_i - y_i)^2`)."""
     q_tot_mean: float
-    """Mean `Q_tot` of the batch's joint actions."""
+    """Mean `Q_tot` of the batch's joint actions (without a mixer: mean chosen `Q_i`)."""
     target_mean: float
     """Mean TD target `y`."""
     grad_norm: float
@@ -135,11 +137,16 @@ class QMIX(parl.Algorithm):
     online network (over its available actions), evaluated by the target networks. Exploration
     is epsilon-greedy per agent (`sample`), with the schedule left to the caller.
 
+    With `mixer=None` nothing is mixed: every agent regresses its own chosen `Q_i(o_i, u_i)` on
+    `y_i = r + gamma (1 - terminated) Q'_i(o'_i, u'_i)` with the team reward `r`, so the agents
+    are independent Q-learners (their network is still shared, fed the agent's id), the
+    baseline that shows what the mixing network brings.
+
     Args:
         model: the agent network, e.g. `RNNAgent`: `model(inputs, hidden)` -> `(q, hidden)`
             with `(..., n_actions)` Q-values, and `model.init_hidden(*batch_shape)`.
         mixer: the mixing network `mixer(q (..., n_agents), state (..., state_dim))` -> `(...)`:
-            `QMixer`, or `VDNMixer` for VDN.
+            `QMixer`, or `VDNMixer` for VDN; None for independent Q-learners (see above).
         n_agents: number of agents.
         add_agent_id: append each agent's one-hot id to its observation.
         lr: Adam learning rate (the pymarl reference uses RMSprop; Adam is steadier here).
@@ -152,7 +159,7 @@ class QMIX(parl.Algorithm):
     def __init__(
         self,
         model: parl.Model,
-        mixer: parl.Model,
+        mixer: parl.Model | None,
         *,
         n_agents: int,
         add_agent_id: bool = True,
@@ -163,8 +170,8 @@ class QMIX(parl.Algorithm):
         seed: int | None = None,
     ) -> None:
         super().__init__(model)
-        if not isinstance(mixer, parl.Model):
-            raise TypeError(f"QMIX: mixer must be a parl.Model, got {type(mixer).__name__}")
+        if mixer is not None and not isinstance(mixer, parl.Model):
+            raise TypeError(f"QMIX: mixer must be a parl.Model or None, got {type(mixer).__name__}")
         if not callable(getattr(model, "init_hidden", None)):
             raise TypeError(
                 f"QMIX needs an agent model with init_hidden(*batch_shape); "
@@ -180,8 +187,9 @@ class QMIX(parl.Algorithm):
         self.target_model = copy.deepcopy(model)
         self.target_mixer = copy.deepcopy(mixer)
         self.target_model.requires_grad_(False)
-        self.target_mixer.requires_grad_(False)
-        self.optimizer = torch.optim.Adam([*model.parameters(), *mixer.parameters()], lr=lr)
+        if self.target_mixer is not None:
+            self.target_mixer.requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self._parameters(), lr=lr)
         self._rng = np.random.default_rng(seed)
 
     def agent_inputs(self, obs: torch.Tensor) -> torch.Tensor:
@@ -233,7 +241,16 @@ class QMIX(parl.Algorithm):
     def sync_target(self, decay: float = 0.0) -> None:
         """Copy the agent network and the mixer into their targets (`decay > 0`: Polyak)."""
         self.model.sync_weights_to(self.target_model, decay=decay)
-        self.mixer.sync_weights_to(self.target_mixer, decay=decay)
+        if self.mixer is not None and self.target_mixer is not None:
+            self.mixer.sync_weights_to(self.target_mixer, decay=decay)
+
+    def _parameters(self) -> list[nn.Parameter]:
+        mixer = [] if self.mixer is None else list(self.mixer.parameters())
+        return [*self.model.parameters(), *mixer]
+
+    def _mix(self, mixer: nn.Module | None, q: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """`(B, T, n_agents)` -> `Q_tot (B, T)`; without a mixer the agents' own Q-values."""
+        return q if mixer is None else mixer(q, state)
 
     def learn(
         self,
@@ -261,7 +278,7 @@ class QMIX(parl.Algorithm):
         with torch.no_grad():
             q_target = self._unroll(self.target_model, inputs)
         chosen = q_online[:, :-1].gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-        q_tot = self.mixer(chosen, state[:, :-1])
+        q_tot = self._mix(self.mixer, chosen, state[:, :-1])
 
         with torch.no_grad():
             next_online = q_online[:, 1:].detach()
@@ -275,17 +292,20 @@ class QMIX(parl.Algorithm):
             else:
                 next_q = next_target.max(-1).values
             next_q = torch.nan_to_num(next_q, neginf=0.0)  # no action available: a padded step
-            y = td_target(reward, self.target_mixer(next_q, state[:, 1:]), terminated, self.gamma)
+            next_q = self._mix(self.target_mixer, next_q, state[:, 1:])
+            if self.mixer is None:  # every agent's own target, from the team reward
+                reward, terminated = reward.unsqueeze(-1), terminated.unsqueeze(-1)
+            y = td_target(reward, next_q, terminated, self.gamma)
 
         mask = mask.to(q_tot.dtype)
-        loss = (mask * (q_tot - y) ** 2).sum() / mask.sum().clamp_min(1.0)
+        if self.mixer is None:
+            mask = mask.unsqueeze(-1).expand_as(q_tot)
+        n = mask.sum().clamp_min(1.0)
+        loss = (mask * (q_tot - y) ** 2).sum() / n
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = clip_grad_norm(
-            [*self.model.parameters(), *self.mixer.parameters()], self.max_grad_norm
-        )
+        grad_norm = clip_grad_norm(self._parameters(), self.max_grad_norm)
         self.optimizer.step()
-        n = mask.sum().clamp_min(1.0)
         return QMIXStats(
             loss=loss.item(),
             q_tot_mean=((mask * q_tot).sum() / n).item(),
