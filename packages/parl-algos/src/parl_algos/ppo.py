@@ -135,6 +135,7 @@ class PPO(ActorCriticAlgorithm):
         value_target: torch.Tensor,
         value: torch.Tensor | None = None,
         old_log_prob: torch.Tensor | None = None,
+        weight: torch.Tensor | None = None,
     ) -> PPOStats:
         """Run `update_epochs` epochs of minibatch updates on one batch.
 
@@ -147,6 +148,13 @@ class PPO(ActorCriticAlgorithm):
             old_log_prob: `(B,)` `log pi_old(a|s)` of the policy that collected the batch. Leave
                 it out when that policy is the current one (synchronous single-process
                 training): it is then computed here before the first update.
+            weight: `(B,)` importance weights of the surrogate's samples (None: all 1). With
+                data from an older behaviour policy `mu`, `old_log_prob` of the current policy
+                (the proximal one the ratio is clipped around) and `weight = pi_old / mu`
+                make the decoupled objective of Hilton et al., "Batch size-invariance for
+                policy optimization", 2021, https://arxiv.org/abs/2110.00641: each call gets
+                a full trust region however stale its batch, and the weights correct for
+                whose samples they are.
         """
         b_size = obs.shape[0]
         if value is None:
@@ -159,6 +167,8 @@ class PPO(ActorCriticAlgorithm):
         sums = torch.zeros(4)  # policy loss, value loss, entropy, clip fraction
         updates = 0
         batch = (obs, action, advantage, value_target, value, old_log_prob)
+        if weight is not None:
+            batch += (weight,)
         for _ in range(self.update_epochs):
             b_inds = torch.randperm(b_size, generator=self._generator)
             # One gather an epoch, then contiguous slices (views): the same minibatches as
@@ -195,6 +205,7 @@ class PPO(ActorCriticAlgorithm):
         mb_value_target: torch.Tensor,
         mb_old_value: torch.Tensor,
         mb_old_log_prob: torch.Tensor,
+        mb_weight: torch.Tensor | None = None,
     ) -> torch.Tensor:
         dist = self.distribution(mb_obs)
         log_ratio = dist.log_prob(mb_action) - mb_old_log_prob
@@ -202,7 +213,15 @@ class PPO(ActorCriticAlgorithm):
         if self.normalize_advantage and mb_advantage.numel() > 1:
             mb_advantage = (mb_advantage - mb_advantage.mean()) / (mb_advantage.std() + 1e-8)
 
-        if self.variant == "clip":
+        if mb_weight is not None:  # the decoupled objective (see `learn`)
+            if self.variant == "clip":
+                clipped = ratio.clamp(1.0 - self.clip_coef, 1.0 + self.clip_coef)
+                surrogate = torch.min(ratio * mb_advantage, clipped * mb_advantage)
+                policy_loss = -(mb_weight * surrogate).mean()
+            else:
+                kl = (ratio - 1) - log_ratio
+                policy_loss = (mb_weight * (self.kl_coef * kl - ratio * mb_advantage)).mean()
+        elif self.variant == "clip":
             policy_loss = ppo_clip_loss(ratio, mb_advantage, self.clip_coef)
         else:
             kl = (ratio - 1) - log_ratio
