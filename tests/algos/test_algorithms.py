@@ -88,6 +88,29 @@ def test_ppo_first_minibatch_has_ratio_one_and_clip_fraction_grows_with_lr():
     assert stats.clip_fraction > 0.0 and stats.approx_kl > gentle.approx_kl
 
 
+class _TorchStepPPO(PPO):
+    """PPO with torch's own `clip_grad_norm_` and `Adam.step` on every minibatch."""
+
+    def _lean_step(self):
+        return False
+
+
+def test_ppo_lean_step_matches_torchs_clip_and_adam_to_the_bit():
+    results = []
+    for cls in (PPO, _TorchStepPPO):
+        torch.manual_seed(0)
+        alg = cls(ActorCriticMLP(4, 2), lr=0.01, update_epochs=3, minibatch_size=16, seed=0)
+        alg.optimizer.param_groups[0]["lr"] = 0.005  # annealed between calls, as parl-train does
+        stats = [alg.learn(*_cartpole_batch(seed=s)) for s in range(2)]
+        state = alg.optimizer.state_dict()["state"]
+        results.append((stats, [p.detach().clone() for p in alg.model.parameters()], state))
+    (lean_stats, lean_params, lean_state), (stats, params, state) = results
+    assert lean_stats == stats and lean_stats[1].updates == 12
+    assert all(torch.equal(a, b) for a, b in zip(lean_params, params, strict=True))
+    for i in state:
+        assert all(torch.equal(lean_state[i][k], state[i][k]) for k in state[i])
+
+
 def test_ppo_value_clipping_needs_the_old_values():
     alg = PPO(ActorCriticMLP(4, 2), clip_value=0.2)
     with pytest.raises(ValueError, match="needs `value=`"):

@@ -1,4 +1,4 @@
-"""PPO in `parl-train`'s async mode: the ratio is taken against the behaviour policy's log-probs."""
+"""PPO in `parl-train`'s async mode: decoupled PPO, weighted by the ratio to the behaviour."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import dataclasses
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 from parl_algos.agents import ActorCriticAgent
@@ -14,10 +15,10 @@ from parl_algos.train import SPECS, apply_override, load_config
 from parl_algos.train._algorithms import BehaviourPPOAgent
 
 
-def build(mode: str):
+def build(mode: str, epochs: int = 2):
     config = load_config("ppo/cartpole")
     apply_override(config, "train.mode", mode)
-    apply_override(config, "agent.update_epochs", "2")
+    apply_override(config, "agent.update_epochs", str(epochs))
     env = gym.make(config.env.id)
     torch.manual_seed(0)
     return SPECS["PPO"].build(config, env.observation_space, env.action_space).agent
@@ -58,13 +59,22 @@ def test_with_the_current_policy_as_behaviour_it_learns_as_on_policy_ppo():
     assert dataclasses.asdict(a) == dataclasses.asdict(b)
 
 
-def test_the_ratio_to_a_stale_behaviour_policy_is_clipped():
-    behaviour = build("async")
-    t = trajectory(behaviour)
-    learner, on_policy = build("async"), build("single")
-    with torch.no_grad():  # the learner has moved on since the copy collected
-        for p in learner.alg.model.parameters():
-            p.add_(0.5 * torch.randn_like(p))
+@pytest.mark.parametrize(("shift", "weight"), [(np.log(2.0), 0.5), (-5.0, 1.0)])
+def test_a_stale_batch_is_clipped_around_the_learner_and_weighted_by_the_truncated_ratio(
+    shift, weight
+):
+    # The behaviour policy gave each action twice the learner's probability (pi/mu = 0.5), or
+    # far less (pi/mu = e^5, truncated to 1). One update of the whole batch: its loss is taken
+    # at the learner's own policy, where every ratio is 1 and nothing is clipped.
+    learner, on_policy = build("async", epochs=1), build("single", epochs=1)
     on_policy.set_weights(learner.get_weights())
+    t = trajectory(learner)
+    with torch.no_grad():
+        obs = torch.as_tensor(t.obs[:-1].reshape(-1, 4))
+        own = learner.alg.distribution(obs).log_prob(torch.as_tensor(t.action.reshape(-1)))
+    t.extras["log_prob"] = (own.numpy() + shift).reshape(t.action.shape).astype(np.float32)
     stale, fresh = learner.learn(t), on_policy.learn(t)
-    assert stale.clip_fraction > fresh.clip_fraction
+    assert stale.updates == fresh.updates == 1
+    assert stale.clip_fraction == fresh.clip_fraction == 0.0  # around mu: every sample clipped
+    assert stale.policy_loss == pytest.approx(weight * fresh.policy_loss, rel=1e-5)
+    assert stale.value_loss == fresh.value_loss

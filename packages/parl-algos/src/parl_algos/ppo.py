@@ -135,6 +135,7 @@ class PPO(ActorCriticAlgorithm):
         value_target: torch.Tensor,
         value: torch.Tensor | None = None,
         old_log_prob: torch.Tensor | None = None,
+        weight: torch.Tensor | None = None,
     ) -> PPOStats:
         """Run `update_epochs` epochs of minibatch updates on one batch.
 
@@ -147,6 +148,13 @@ class PPO(ActorCriticAlgorithm):
             old_log_prob: `(B,)` `log pi_old(a|s)` of the policy that collected the batch. Leave
                 it out when that policy is the current one (synchronous single-process
                 training): it is then computed here before the first update.
+            weight: `(B,)` importance weights of the surrogate's samples (None: all 1). With
+                data from an older behaviour policy `mu`, `old_log_prob` of the current policy
+                (the proximal one the ratio is clipped around) and `weight = pi_old / mu`
+                make the decoupled objective of Hilton et al., "Batch size-invariance for
+                policy optimization", 2021, https://arxiv.org/abs/2110.00641: each call gets
+                a full trust region however stale its batch, and the weights correct for
+                whose samples they are.
         """
         b_size = obs.shape[0]
         if value is None:
@@ -158,14 +166,17 @@ class PPO(ActorCriticAlgorithm):
                 old_log_prob = self.distribution(obs).log_prob(action)
         sums = torch.zeros(4)  # policy loss, value loss, entropy, clip fraction
         updates = 0
+        batch = (obs, action, advantage, value_target, value, old_log_prob)
+        if weight is not None:
+            batch += (weight,)
         for _ in range(self.update_epochs):
             b_inds = torch.randperm(b_size, generator=self._generator)
+            # One gather an epoch, then contiguous slices (views): the same minibatches as
+            # indexing each one, without six gathers for every gradient step.
+            shuffled = [x[b_inds] for x in batch]
             for start in range(0, b_size, self.minibatch_size):
-                mb = b_inds[start : start + self.minibatch_size]
-                sums += self._update(
-                    obs[mb], action[mb], advantage[mb], value_target[mb], value[mb],
-                    old_log_prob[mb],
-                )  # fmt: skip
+                end = start + self.minibatch_size
+                sums += self._update(*(x[start:end] for x in shuffled))
                 updates += 1
         with torch.no_grad():
             log_ratio = self.distribution(obs).log_prob(action) - old_log_prob
@@ -194,6 +205,7 @@ class PPO(ActorCriticAlgorithm):
         mb_value_target: torch.Tensor,
         mb_old_value: torch.Tensor,
         mb_old_log_prob: torch.Tensor,
+        mb_weight: torch.Tensor | None = None,
     ) -> torch.Tensor:
         dist = self.distribution(mb_obs)
         log_ratio = dist.log_prob(mb_action) - mb_old_log_prob
@@ -201,7 +213,15 @@ class PPO(ActorCriticAlgorithm):
         if self.normalize_advantage and mb_advantage.numel() > 1:
             mb_advantage = (mb_advantage - mb_advantage.mean()) / (mb_advantage.std() + 1e-8)
 
-        if self.variant == "clip":
+        if mb_weight is not None:  # the decoupled objective (see `learn`)
+            if self.variant == "clip":
+                clipped = ratio.clamp(1.0 - self.clip_coef, 1.0 + self.clip_coef)
+                surrogate = torch.min(ratio * mb_advantage, clipped * mb_advantage)
+                policy_loss = -(mb_weight * surrogate).mean()
+            else:
+                kl = (ratio - 1) - log_ratio
+                policy_loss = (mb_weight * (self.kl_coef * kl - ratio * mb_advantage)).mean()
+        elif self.variant == "clip":
             policy_loss = ppo_clip_loss(ratio, mb_advantage, self.clip_coef)
         else:
             kl = (ratio - 1) - log_ratio
@@ -221,10 +241,73 @@ class PPO(ActorCriticAlgorithm):
         entropy = dist.entropy().mean()
         loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy
 
-        self.optimizer.zero_grad(set_to_none=True)
+        for p in self._parameters:  # Optimizer.zero_grad(set_to_none=True), without its hooks
+            p.grad = None
         loss.backward()
-        clip_grad_norm(self._parameters, self.max_grad_norm)
-        self.optimizer.step()
+        if not self._lean_step():
+            clip_grad_norm(self._parameters, self.max_grad_norm)
+            self.optimizer.step()
         with torch.no_grad():
             clip_fraction = ((ratio - 1.0).abs() > self.clip_coef).float().mean()
             return torch.stack([policy_loss, value_loss, entropy, clip_fraction]).detach()
+
+    @torch.no_grad()
+    def _lean_step(self) -> bool:
+        """Clip the gradient's norm and take Adam's step with the ops torch's own calls run.
+
+        `clip_grad_norm_` and `Adam.step` (`foreach=True`) spend most of their time on a small
+        model in Python around their kernels: grouping tensors by device, hooks, checks, a
+        step count read per parameter. This runs the same kernels in the same order on the
+        optimizer's own state, so the result is the same to the bit (a test compares them).
+        It returns False, leaving everything to torch, where that shortcut does not apply:
+        before Adam's first step (its state is made then), without a norm clip, or with
+        options other than PPO's (weight decay, amsgrad, maximize, capturable, fused).
+        """
+        group = self.optimizer.param_groups[0]
+        if (
+            self.max_grad_norm is None
+            or len(self.optimizer.param_groups) != 1
+            or group["weight_decay"] != 0
+            or group["amsgrad"]
+            or group["maximize"]
+            or group["capturable"]
+            or group["differentiable"]
+            or group["fused"]
+            or isinstance(group["lr"], torch.Tensor)
+        ):
+            return False
+        params = self._parameters
+        grads = [p.grad for p in params]
+        states = [self.optimizer.state.get(p) for p in params]
+        if any(g is None for g in grads) or not all(states):
+            return False
+        device = params[0].device
+        if any(p.device != device or p.dtype != params[0].dtype for p in params):
+            return False
+        # torch.nn.utils.clip_grad_norm_ (foreach): the total 2-norm, then one scale.
+        norms = torch._foreach_norm(grads, 2.0)
+        total_norm = torch.linalg.vector_norm(torch.stack(norms), 2.0)
+        clip_coef = float(self.max_grad_norm) / (total_norm + 1e-6)
+        torch._foreach_mul_(grads, torch.clamp(clip_coef, max=1.0))
+        # torch.optim.adam._multi_tensor_adam, capturable=False, amsgrad=False.
+        beta1, beta2 = group["betas"]
+        lr, eps = group["lr"], group["eps"]
+        steps = [s["step"] for s in states]
+        exp_avgs = [s["exp_avg"] for s in states]
+        exp_avg_sqs = [s["exp_avg_sq"] for s in states]
+        if steps[0].is_cpu:
+            torch._foreach_add_(steps, torch.tensor(1.0, device="cpu"), alpha=1.0)
+        else:
+            torch._foreach_add_(steps, 1)
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+        step = steps[0].item()  # every parameter has taken every step
+        bias_correction1 = 1 - beta1**step
+        bias_correction2 = 1 - beta2**step
+        step_size = (lr / bias_correction1) * -1
+        exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(exp_avg_sq_sqrt, [bias_correction2**0.5] * len(params))
+        torch._foreach_add_(exp_avg_sq_sqrt, eps)
+        torch._foreach_addcdiv_(params, exp_avgs, exp_avg_sq_sqrt, [step_size] * len(params))
+        return True

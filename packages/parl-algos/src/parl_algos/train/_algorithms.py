@@ -385,11 +385,28 @@ _A2C_LOSS = {"A2C": A2C, "A3C": A3C, "GA3C": GA3C}
 class BehaviourPPOAgent(ActorCriticAgent):
     """PPO from the trajectories of stale policy copies (`async` mode): its own correction.
 
-    The workers' copies keep `log pi_behaviour(a|s)` beside each action (`extras["log_prob"]`)
-    and the learner's ratio is taken against it, so the clipped surrogate bounds how far an
-    update moves from the policy that actually collected the data, however stale (as in
-    asynchronous PPO variants); the advantages use the learner's current value function.
+    The workers' copies keep `log mu(a|s)` of their (behaviour) policy beside each action
+    (`extras["log_prob"]`). The learner takes decoupled PPO's objective (Hilton et al. 2021,
+    see `PPO.learn`'s `weight`): the ratio is clipped around its own policy as the update
+    begins, `pi_old`, and each sample is weighted by `min(pi_old / mu, rho_bar)`, V-trace's
+    truncated importance weight. Clipping around `mu` instead held a stale batch's updates
+    back: where the learner's policy had already moved past the clip range since the copy
+    collected, those samples gave no gradient from the first epoch on. The advantages use
+    the learner's current value function. When `mu` is the learner's policy every weight is
+    1 and the update is on-policy PPO's.
+
+    Args:
+        algorithm: a `PPO`.
+        gamma: discount factor of the advantages.
+        gae_lambda: the GAE lambda.
+        rho_bar: the truncation of the importance weights.
     """
+
+    def __init__(
+        self, algorithm: PPO, *, gamma: float, gae_lambda: float, rho_bar: float = 1.0
+    ) -> None:
+        super().__init__(algorithm, gamma=gamma, gae_lambda=gae_lambda)
+        self.rho_bar = rho_bar
 
     @torch.no_grad()
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -399,11 +416,20 @@ class BehaviourPPOAgent(ActorCriticAgent):
         return action.cpu().numpy(), {"log_prob": dist.log_prob(action).cpu().numpy()}
 
     def learn(self, trajectory: Trajectory) -> PPOStats:
-        """Update from one (possibly stale) trajectory, the ratio taken against its behaviour."""
+        """Update from one (possibly stale) trajectory, its samples weighted by `pi_old / mu`."""
         b = self.advantages(trajectory)
-        old_log_prob = to_tensor(trajectory.extras["log_prob"].reshape(-1), self.device)
+        behaviour = to_tensor(trajectory.extras["log_prob"].reshape(-1), self.device)
+        with torch.no_grad():
+            old_log_prob = self.alg.distribution(b.obs).log_prob(b.action)
+            weight = (old_log_prob - behaviour).exp().clamp(max=self.rho_bar)
         return self.alg.learn(
-            b.obs, b.action, b.advantage, b.value_target, value=b.value, old_log_prob=old_log_prob
+            b.obs,
+            b.action,
+            b.advantage,
+            b.value_target,
+            value=b.value,
+            old_log_prob=old_log_prob,
+            weight=weight,
         )
 
 
