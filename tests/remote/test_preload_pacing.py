@@ -184,3 +184,24 @@ def test_a_paused_preloader_holds_at_its_next_module_and_goes_on_when_told_or_st
     finally:
         for name in ("paced_a", "paced_b"):
             sys.modules.pop(name, None)
+
+
+def test_an_actor_gets_the_least_preloaded_process_that_has_what_its_class_needs():
+    pacer = PreloadPacer(cpus=2)
+    pacer.number(["numpy", "numpy.core", "torch", "torch.nn"])
+    fresh, numpy_done, all_done, importing = _warm(1.0), _warm(2.0), _warm(3.0), _warm(0.5)
+    numpy_done.preload_sent = numpy_done.preload_done = 2
+    all_done.preload_sent = all_done.preload_done = 4
+    importing.preload_sent, importing.preload_done = 4, 2
+    hosts = [fresh, numpy_done, all_done, importing]
+    assert pacer.pick(hosts, "Unknown") is all_done  # no record: the most preloaded
+    pacer.note("Plain", [])
+    pacer.note("NumpyUser", ["numpy.core", "not_in_the_set"])
+    pacer.note("TorchUser", ["torch"])
+    assert pacer.pick(hosts, "Plain") is fresh  # the preloaded ones stay for those who need them
+    assert pacer.pick(hosts, "NumpyUser") is numpy_done
+    assert pacer.pick(hosts, "TorchUser") is all_done
+    pacer.note("TorchUser", [])  # a later actor that imported nothing: what it needs stays
+    assert pacer.needs["TorchUser"] == 3
+    assert pacer.pick([fresh, importing], "TorchUser") is fresh  # none fits: none importing
+    assert pacer.pick([], "Plain") is None

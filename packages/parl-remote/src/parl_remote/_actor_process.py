@@ -128,9 +128,16 @@ class PreloadPacer:
     of the actors' work. Only built actors count: one still in its constructor imports what a
     preload would, and holding preloads for it would keep every later actor importing for
     itself.
+
+    It also picks the warm process for an actor (`pick`). It remembers, for each class name,
+    how much of the preload set (in order) its actors imported for themselves (`note`): an actor
+    of a class known to need the first `n` names gets the least preloaded process that has gone
+    through them (a class that needs nothing leaves the preloaded processes to those that do);
+    any other gets the most preloaded process not importing.
     """
 
     CHUNK = 64
+    MAX_CLASSES = 1024
 
     def __init__(self, cpus: int, *, quiet_s: float = 1.0) -> None:
         self.limit = max(0.5, cpus - 1.5)
@@ -138,6 +145,32 @@ class PreloadPacer:
         self._cpu: dict[int, float] = {}  # pid -> its CPU seconds at the last sample
         self._at = time.monotonic()
         self._busy_at = -quiet_s
+        self.position: dict[str, int] = {}
+        """Each name of the worker's preload set: its place in the order they are sent."""
+        self.needs: dict[str, int] = {}
+        """Class name -> how many names of the preload set (in order) its actors need."""
+
+    def number(self, news: Iterable[str]) -> None:
+        """Names just added to the end of the preload set."""
+        for name in news:
+            self.position.setdefault(name, len(self.position))
+
+    def note(self, class_name: str, imports: Iterable[str]) -> None:
+        """An actor of `class_name` was built, importing `imports` for itself."""
+        need = max((self.position[n] + 1 for n in imports if n in self.position), default=0)
+        self.needs[class_name] = max(need, self.needs.pop(class_name, 0))  # now the newest
+        if len(self.needs) > self.MAX_CLASSES:
+            del self.needs[next(iter(self.needs))]
+
+    def pick(self, hosts: Iterable[ActorProcess], class_name: str) -> ActorProcess | None:
+        """The warm process for a new actor of `class_name`, or None if none is warm."""
+        warm = [h for h in hosts if h.warm]
+        need = self.needs.get(class_name)
+        if need is not None:
+            fits = [h for h in warm if h.preload_done >= max(need, h.preload_sent)]
+            if fits:
+                return min(fits, key=lambda h: (h.preload_done, h.ready_at))
+        return min(warm, key=ActorProcess.warmth, default=None)
 
     def sample(self, hosts: Iterable[ActorProcess]) -> None:
         """Take the CPU time the actors among `hosts` used since the last sample."""

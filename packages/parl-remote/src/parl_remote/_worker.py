@@ -212,7 +212,8 @@ class Worker:
 
     def _master_preload(self, msg: m.Preload) -> None:
         """What the actors of other workers imported: warm processes here import it too."""
-        if settings.preload and learn(self.preload, msg.modules, "the master"):
+        if settings.preload and (news := learn(self.preload, msg.modules, "the master")):
+            self.pacer.number(news)
             self._preload_next()
 
     _master_handlers: ClassVar[dict[type, Any]] = {
@@ -308,7 +309,7 @@ class Worker:
     def _host_initialized(self, host: ActorProcess, msg: m.ActorInitialized) -> None:
         self._to_master(m.ActorInitialized(msg.actor_id, msg.ok))  # failed: the client releases it
         host.built = msg.ok
-        if msg.imports and settings.preload:
+        if msg.ok and settings.preload:
             self._learn_imports(host, msg.imports)
 
     def _learn_imports(self, host: ActorProcess, imports: list[str]) -> None:
@@ -316,7 +317,9 @@ class Worker:
 
         The master hears of them too, and tells the other workers (`_master_preload`).
         """
-        news = learn(self.preload, imports, f"actor {host.actor_id}")
+        news = learn(self.preload, imports, f"actor {host.actor_id}") if imports else []
+        self.pacer.number(news)
+        self.pacer.note(host.class_name, imports)
         if news:
             self._to_master(m.Preload(news))
             self._preload_next()
@@ -346,14 +349,9 @@ class Worker:
         async with self._warm_changed:
             self._warm_changed.notify_all()
 
-    def _warm_host(self) -> ActorProcess | None:
-        """The warm process to take: one done preloading first, then the longest warm."""
-        warm = (host for host in self.hosts if host.warm)
-        return min(warm, key=ActorProcess.warmth, default=None)
-
     async def _start_actor(self, msg: m.StartActor) -> None:
         deadline = time.monotonic() + settings.connect_timeout_s * 3
-        host = self._warm_host()
+        host = self.pacer.pick(self.hosts, msg.class_name)
         while host is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._stopping:
@@ -367,7 +365,7 @@ class Worker:
             async with self._warm_changed:
                 with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                     await asyncio.wait_for(self._warm_changed.wait(), remaining)
-            host = self._warm_host()
+            host = self.pacer.pick(self.hosts, msg.class_name)
         host.actor_id, host.client_id, host.class_name = msg.actor_id, msg.client_id, msg.class_name
         host.last_stats = time.monotonic()
         host.gpus, host.max_memory_mb, host.started_at = (
