@@ -351,7 +351,7 @@ def test_the_preloader_says_when_it_went_through_everything_and_takes_names_afte
             sys.modules.pop(name, None)
 
 
-def test_a_worker_takes_a_warm_process_done_preloading_then_the_longest_warm():
+def test_a_worker_takes_a_process_done_preloading_then_one_not_preloading_then_the_longest_warm():
     from parl_remote._actor_process import ActorProcess
 
     def host(ready_at: float, sent: int, done: int) -> ActorProcess:
@@ -361,5 +361,6 @@ def test_a_worker_takes_a_warm_process_done_preloading_then_the_longest_warm():
         )  # fmt: skip
 
     busy_old, settled_new, settled_old = host(1.0, 5, 2), host(9.0, 5, 5), host(5.0, 5, 5)
-    order = sorted([busy_old, settled_new, settled_old], key=ActorProcess.warmth)
-    assert order == [settled_old, settled_new, busy_old]
+    fresh = host(0.5, 0, 0)  # sent nothing yet: no import in flight for its actor to meet
+    order = sorted([busy_old, settled_new, fresh, settled_old], key=ActorProcess.warmth)
+    assert order == [settled_old, settled_new, fresh, busy_old]

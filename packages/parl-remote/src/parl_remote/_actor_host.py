@@ -166,6 +166,10 @@ class ActorHost(CallRunner):
         if settings.preload and self.actor_id is None:
             self.preloader.add(msg.modules)
 
+    def _pause_preload(self, conn: AsyncConnection, msg: m.PausePreload) -> None:
+        if self.actor_id is None:
+            self.preloader.pause(msg.paused)
+
     def _preloaded(self, done: int) -> None:
         """The preloader went through `done` names (on its thread): tell the worker."""
         loop = self._loop
@@ -173,7 +177,11 @@ class ActorHost(CallRunner):
             with contextlib.suppress(RuntimeError):  # the loop is closing: nobody to tell
                 loop.call_soon_threadsafe(self.ctl.send, m.Preloaded(done))
 
-    _ctl_handlers: ClassVar[dict[type, Any]] = {m.Assign: _assign, m.Preload: _preload}
+    _ctl_handlers: ClassVar[dict[type, Any]] = {
+        m.Assign: _assign,
+        m.Preload: _preload,
+        m.PausePreload: _pause_preload,
+    }
 
     def _on_ctl_closed(self, conn: AsyncConnection, exc: Exception | None) -> None:
         os._exit(1)  # the worker is gone: so is every actor it ran
@@ -211,7 +219,9 @@ class ActorHost(CallRunner):
                 conn, m.Error(0, "error", "RuntimeError", f"actor {msg.actor_id} is already built")
             )
             return
-        self.preloader.finish(settings.connect_timeout_s)  # no import races the actor's own
+        # No wait for a preloaded import in flight: the actor waits (on its module lock) only
+        # if it imports that module too.
+        self.preloader.stop()
         before = set(sys.modules)
         try:
             if msg.bundle:

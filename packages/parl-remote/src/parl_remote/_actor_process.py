@@ -3,8 +3,8 @@
 An actor process (`_actor_host`) starts warm, without an actor, in a session of its own, with
 a control socket and a death pipe shared with its worker (`spawn_host`); `ActorProcess` holds
 what the worker knows of it. The worker (`_worker`) drives them; this module only starts one,
-turns one into the records it reports to the master (`record`, `stats`), and measures its
-memory (`tree_rss`).
+turns one into the records it reports to the master (`record`, `stats`), measures its memory
+(`tree_rss`), and paces the warm processes' preloading (`PreloadPacer`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ import psutil
 from parl_remote._transport import AsyncConnection
 from parl_remote.protocol import messages as m
 
-__all__ = ["ActorProcess", "spawn_host", "tree_rss"]
+__all__ = ["ActorProcess", "PreloadPacer", "spawn_host", "tree_rss"]
 
 _BUSY_AFTER_S = 2.5  # an actor process silent this long is inside a synchronous method
 
@@ -58,15 +59,33 @@ class ActorProcess:
     """Module names the worker sent it to preload."""
     preload_done: int = 0
     """How many of them it has gone through (`Preloaded`)."""
+    built: bool = False
+    """Whether its actor's constructor has returned (`ActorInitialized`)."""
+    preload_paused: bool = False
+    """Whether the worker told it to hold its preloading (`PausePreload`)."""
 
     @property
     def warm(self) -> bool:
         """Ready for an actor, and not running one."""
         return self.actor_id is None and self.ready.done() and self.exit_reason is None
 
-    def warmth(self) -> tuple[bool, float]:
-        """Sorts the warm processes best first: done preloading, then the longest warm."""
-        return self.preload_done < self.preload_sent, self.ready_at
+    @property
+    def preloading(self) -> bool:
+        """Warm, with names it was sent to import and has not gone through (or holds)."""
+        return self.warm and self.preload_done < self.preload_sent
+
+    def tell(self, msg: Any) -> None:
+        """Send it `msg` on its control socket, if it still has one."""
+        if self.ctl is not None:
+            with contextlib.suppress(ConnectionError):
+                self.ctl.send(msg)
+
+    def warmth(self) -> tuple[bool, int, float]:
+        """Sorts the warm processes best first: the most preloaded, then the longest warm.
+
+        One importing comes last whatever it has: its actor may meet the import in flight.
+        """
+        return self.preload_done < self.preload_sent, -self.preload_done, self.ready_at
 
     def record(self) -> m.ActorRecord:
         """The actor it runs, as the worker re-registers it with a master."""
@@ -93,6 +112,104 @@ class ActorProcess:
         # A host reports every second unless a synchronous method holds its loop.
         busy = self.busy or time.monotonic() - self.last_stats > _BUSY_AFTER_S
         return m.ActorStats(self.actor_id, cpu, rss, self.calls, self.errors, busy)
+
+
+class PreloadPacer:
+    """Has one warm process at a time import the preload set, while the actors let it.
+
+    One at a time: the other warm processes stay free of imports in flight, for actors that
+    need none of them, and preloading takes one CPU at most. The set goes out in chunks of
+    `CHUNK` names, each to the warm process that has had the fewest (then the longest warm):
+    what the first actors imported reaches every warm process before what later ones did.
+    While the worker's actors keep the CPUs busy, the process importing holds at its next
+    module and no other starts. Busy: in the last sample (`sample`) the actors used more than
+    all the CPUs but one and a half (at least half a CPU); it stays busy until `quiet_s`
+    seconds without such a sample, so that preloading does not come back between two bursts
+    of the actors' work. Only built actors count: one still in its constructor imports what a
+    preload would, and holding preloads for it would keep every later actor importing for
+    itself.
+
+    It also picks the warm process for an actor (`pick`). It remembers, for each class name,
+    how much of the preload set (in order) its actors imported for themselves (`note`): an actor
+    of a class known to need the first `n` names gets the least preloaded process that has gone
+    through them (a class that needs nothing leaves the preloaded processes to those that do);
+    any other gets the most preloaded process not importing.
+    """
+
+    CHUNK = 64
+    MAX_CLASSES = 1024
+
+    def __init__(self, cpus: int, *, quiet_s: float = 1.0) -> None:
+        self.limit = max(0.5, cpus - 1.5)
+        self.quiet_s = quiet_s
+        self._cpu: dict[int, float] = {}  # pid -> its CPU seconds at the last sample
+        self._at = time.monotonic()
+        self._busy_at = -quiet_s
+        self.position: dict[str, int] = {}
+        """Each name of the worker's preload set: its place in the order they are sent."""
+        self.needs: dict[str, int] = {}
+        """Class name -> how many names of the preload set (in order) its actors need."""
+
+    def number(self, news: Iterable[str]) -> None:
+        """Names just added to the end of the preload set."""
+        for name in news:
+            self.position.setdefault(name, len(self.position))
+
+    def note(self, class_name: str, imports: Iterable[str]) -> None:
+        """An actor of `class_name` was built, importing `imports` for itself."""
+        need = max((self.position[n] + 1 for n in imports if n in self.position), default=0)
+        self.needs[class_name] = max(need, self.needs.pop(class_name, 0))  # now the newest
+        if len(self.needs) > self.MAX_CLASSES:
+            del self.needs[next(iter(self.needs))]
+
+    def pick(self, hosts: Iterable[ActorProcess], class_name: str) -> ActorProcess | None:
+        """The warm process for a new actor of `class_name`, or None if none is warm."""
+        warm = [h for h in hosts if h.warm]
+        need = self.needs.get(class_name)
+        if need is not None:
+            fits = [h for h in warm if h.preload_done >= max(need, h.preload_sent)]
+            if fits:
+                return min(fits, key=lambda h: (h.preload_done, h.ready_at))
+        return min(warm, key=ActorProcess.warmth, default=None)
+
+    def sample(self, hosts: Iterable[ActorProcess]) -> None:
+        """Take the CPU time the actors among `hosts` used since the last sample."""
+        now, cpu, used = time.monotonic(), {}, 0.0
+        for host in hosts:
+            if not host.built or host.ps is None:
+                continue
+            with contextlib.suppress(psutil.Error):
+                times = host.ps.cpu_times()
+                cpu[host.ps.pid] = times.user + times.system
+                used += cpu[host.ps.pid] - self._cpu.get(host.ps.pid, cpu[host.ps.pid])
+        if now > self._at and used / (now - self._at) > self.limit:
+            self._busy_at = now
+        self._cpu, self._at = cpu, now
+
+    @property
+    def busy(self) -> bool:
+        """Whether the actors were busy within the last `quiet_s` seconds."""
+        return time.monotonic() - self._busy_at < self.quiet_s
+
+    @staticmethod
+    def pending(hosts: Iterable[ActorProcess], known: int) -> bool:
+        """Whether a warm process among `hosts` has not gone through all `known` names."""
+        return any(h.warm and h.preload_done < known for h in hosts)
+
+    def pace(self, hosts: Iterable[ActorProcess], names: list[str]) -> None:
+        """Hold or release the process importing; start the next one if none is."""
+        busy = self.busy
+        warm = [h for h in hosts if h.warm and h.ctl is not None]
+        for host in warm:
+            if host.preloading and host.preload_paused != busy:
+                host.tell(m.PausePreload(busy))
+                host.preload_paused = busy
+        todo = [h for h in warm if h.preload_sent < len(names)]
+        if todo and not busy and not any(h.preloading for h in warm):
+            host = min(todo, key=lambda h: (h.preload_sent, h.ready_at))
+            chunk = names[host.preload_sent : host.preload_sent + self.CHUNK]
+            host.tell(m.Preload(chunk))
+            host.preload_sent += len(chunk)
 
 
 async def spawn_host(

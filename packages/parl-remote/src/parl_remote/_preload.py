@@ -3,19 +3,22 @@
 Once an actor's constructor has returned, its process reports to its worker the modules it
 imported since it was assigned (`imported_since`): names only, of installed and standard-library
 modules, never the user's shipped code (the bundle unpacked into the actor's directory). The
-worker keeps them, validated (`check_report`) and bounded, as its preload set, and sends it to
-each warm process, which imports the names in the background on a thread of its own
+worker keeps them, validated (`check_report`) and bounded, as its preload set, and has its warm
+processes import it, one process at a time, each in the background on a thread of its own
 (`Preloader`): the next actor of the same class finds numpy or torch already imported. Only
 modules an earlier actor of this worker imported are preloaded, so no user code runs unasked;
 a module that fails or is missing is logged and skipped; the process stops preloading once its
-memory passes `PARL_PRELOAD_MAX_MB`. When the process is assigned an actor it starts no further
-import, and the actor's code first waits for the one in flight (`Preloader.finish`), so user
-code and a preload never import at the same time. A shipped module always wins over a preloaded
-one of the same name (`drop_shadowed`). `PARL_PRELOAD=0` turns all of it off.
+memory passes `PARL_PRELOAD_MAX_MB`. Preloading yields to actors: the worker holds it at the
+next module (`Preloader.pause`) while its actors keep the CPUs busy, and the preloading thread
+runs at the lowest priority of its process. When the process is assigned an actor it starts no
+further import and the actor's code does not wait for the one in flight: Python's module locks
+make the actor wait only if it imports that very module. A shipped module always wins over a
+preloaded one of the same name (`drop_shadowed`). `PARL_PRELOAD=0` turns all of it off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -149,6 +152,28 @@ def _rss_mb() -> float:
         return float(peak) / (1e6 if sys.platform == "darwin" else 1e3)
 
 
+class _Gate:
+    """A finder that finds nothing: it holds the preloading thread at each module while paused.
+
+    First on `sys.meta_path` while a preloader runs; any other thread passes straight through.
+    """
+
+    def __init__(self, go: threading.Event) -> None:
+        self.go = go
+        self.thread = threading.get_ident()
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if threading.get_ident() == self.thread:
+            self.go.wait()
+
+
+def _lowest_priority() -> None:
+    """Run the calling thread at the lowest priority of its process (Linux: nice is per thread)."""
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
 class Preloader:
     """Imports module names in the background of a warm process, until it is told to stop.
 
@@ -175,11 +200,16 @@ class Preloader:
         self._thread: threading.Thread | None = None
         self._running = False  # a thread takes names (set and cleared under the lock)
         self._stopped = False
+        self._go = threading.Event()  # cleared: the thread holds at the next module
+        self._go.set()
 
     def add(self, names: Iterable[str]) -> None:
         """Queue names not seen before; start the background thread if it is not running."""
         with self._lock:
-            if self._stopped:
+            if self._stopped:  # over its memory bound, or assigned: it has gone through them
+                self._seen.update(names)
+                if self.on_idle is not None:
+                    self.on_idle(len(self._seen))
                 return
             for name in names:
                 if name not in self._seen and is_module_name(name):
@@ -195,11 +225,25 @@ class Preloader:
         """Whether its thread is importing (or about to)."""
         return self._thread is not None and self._thread.is_alive()
 
+    def pause(self, paused: bool) -> None:
+        """Hold the import in flight at its next module (`paused`), or let it go on."""
+        with self._lock:
+            if paused and not self._stopped:
+                self._go.clear()
+            else:
+                self._go.set()
+
+    @property
+    def paused(self) -> bool:
+        """Whether it is told to hold."""
+        return not self._go.is_set()
+
     def stop(self) -> None:
-        """Start no further import (the one in flight, if any, goes on)."""
+        """Start no further import; the one in flight, if any, goes on, unpaused."""
         with self._lock:
             self._stopped = True
             self._queue.clear()
+            self._go.set()
 
     def finish(self, timeout: float) -> bool:
         """Stop, and wait up to `timeout` s for the import in flight; return whether it ended."""
@@ -214,6 +258,7 @@ class Preloader:
         return True
 
     def _next(self) -> str | None:
+        self._go.wait()  # held here while paused; `stop` lets it go, to find nothing more
         with self._lock:
             while self._queue and not self._stopped:
                 name = self._queue.popleft()
@@ -223,6 +268,18 @@ class Preloader:
             return None
 
     def _run(self) -> None:
+        _lowest_priority()
+        gate = _Gate(self._go)
+        sys.meta_path.insert(0, gate)
+        try:
+            self._take_names()
+        finally:
+            with contextlib.suppress(ValueError):
+                sys.meta_path.remove(gate)
+        if self.on_idle is not None:
+            self.on_idle(len(self._seen))
+
+    def _take_names(self) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a deprecated alias warns; nobody asked for it yet
             while (name := self._next()) is not None:
@@ -245,5 +302,3 @@ class Preloader:
                     )
                 else:
                     self.imported.append(name)
-        if self.on_idle is not None:
-            self.on_idle(len(self._seen))

@@ -33,7 +33,7 @@ from typing import Any, ClassVar, cast
 import psutil
 
 from parl_remote import _shm, _tls_join
-from parl_remote._actor_process import ActorProcess, spawn_host, tree_rss
+from parl_remote._actor_process import ActorProcess, PreloadPacer, spawn_host, tree_rss
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ClusterError, ProtocolError
 from parl_remote._link import MasterLink
@@ -50,6 +50,7 @@ __all__ = ["Worker", "main"]
 logger = logging.getLogger(__name__)
 
 _MEMORY_CHECK_S = 0.25
+_PACE_S = 0.2  # how often the actors' CPU is sampled while warm processes have names to import
 
 
 class Worker:
@@ -95,6 +96,7 @@ class Worker:
         self._done: asyncio.Future[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.preload: dict[str, None] = {}  # modules its actors imported, in order (a set)
+        self.pacer = PreloadPacer(available_cpus())
 
     # -- life ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -110,6 +112,7 @@ class Worker:
             await self._announce_ready()
             self._spawn(self._master_loop())
             self._spawn(self._watch_memory())
+            self._spawn(self._pace_preloads())
             if self.owner_pid:
                 self._spawn(self._watch_owner())
             await self._done
@@ -209,10 +212,9 @@ class Worker:
 
     def _master_preload(self, msg: m.Preload) -> None:
         """What the actors of other workers imported: warm processes here import it too."""
-        if settings.preload:
-            news = learn(self.preload, msg.modules, "the master")
-            for warm in self.hosts:
-                self._preload(warm, news)
+        if settings.preload and (news := learn(self.preload, msg.modules, "the master")):
+            self.pacer.number(news)
+            self._preload_next()
 
     _master_handlers: ClassVar[dict[type, Any]] = {
         m.StartActor: _start_actor_msg,
@@ -282,17 +284,23 @@ class Worker:
             host.ps.cpu_percent(None)
         if not host.ready.done():
             host.ready.set_result(None)
-        self._preload(host, list(self.preload))
+        self._preload_next()
         self._spawn(self._notify_warm())
 
-    def _preload(self, host: ActorProcess, names: list[str]) -> None:
-        if names and host.warm and host.ctl is not None:
-            with contextlib.suppress(ConnectionError):
-                host.ctl.send(m.Preload(names))
-                host.preload_sent += len(names)
+    def _preload_next(self) -> None:
+        self.pacer.pace(self.hosts, list(self.preload))
+
+    async def _pace_preloads(self) -> None:
+        """Sample the actors' CPU while warm processes have names to import; pace them."""
+        while not self._stopping:
+            await asyncio.sleep(_PACE_S)
+            if self.pacer.pending(self.hosts, len(self.preload)):
+                self.pacer.sample(self.hosts)
+                self._preload_next()
 
     def _host_preloaded(self, host: ActorProcess, msg: m.Preloaded) -> None:
         host.preload_done = max(host.preload_done, msg.done)  # reports may cross
+        self._preload_next()
 
     def _host_assigned(self, host: ActorProcess, msg: m.Assigned) -> None:
         if host.assigned is not None and not host.assigned.done():
@@ -300,7 +308,8 @@ class Worker:
 
     def _host_initialized(self, host: ActorProcess, msg: m.ActorInitialized) -> None:
         self._to_master(m.ActorInitialized(msg.actor_id, msg.ok))  # failed: the client releases it
-        if msg.imports and settings.preload:
+        host.built = msg.ok
+        if msg.ok and settings.preload:
             self._learn_imports(host, msg.imports)
 
     def _learn_imports(self, host: ActorProcess, imports: list[str]) -> None:
@@ -308,11 +317,12 @@ class Worker:
 
         The master hears of them too, and tells the other workers (`_master_preload`).
         """
-        news = learn(self.preload, imports, f"actor {host.actor_id}")
+        news = learn(self.preload, imports, f"actor {host.actor_id}") if imports else []
+        self.pacer.number(news)
+        self.pacer.note(host.class_name, imports)
         if news:
             self._to_master(m.Preload(news))
-            for warm in self.hosts:
-                self._preload(warm, news)
+            self._preload_next()
 
     def _host_stats(self, host: ActorProcess, msg: m.ActorStats) -> None:
         host.calls, host.errors, host.busy = msg.calls, msg.errors, msg.busy
@@ -339,14 +349,9 @@ class Worker:
         async with self._warm_changed:
             self._warm_changed.notify_all()
 
-    def _warm_host(self) -> ActorProcess | None:
-        """The warm process to take: one done preloading first, then the longest warm."""
-        warm = (host for host in self.hosts if host.warm)
-        return min(warm, key=ActorProcess.warmth, default=None)
-
     async def _start_actor(self, msg: m.StartActor) -> None:
         deadline = time.monotonic() + settings.connect_timeout_s * 3
-        host = self._warm_host()
+        host = self.pacer.pick(self.hosts, msg.class_name)
         while host is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._stopping:
@@ -360,7 +365,7 @@ class Worker:
             async with self._warm_changed:
                 with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                     await asyncio.wait_for(self._warm_changed.wait(), remaining)
-            host = self._warm_host()
+            host = self.pacer.pick(self.hosts, msg.class_name)
         host.actor_id, host.client_id, host.class_name = msg.actor_id, msg.client_id, msg.class_name
         host.last_stats = time.monotonic()
         host.gpus, host.max_memory_mb, host.started_at = (
@@ -380,6 +385,7 @@ class Worker:
             # The client may connect at once: the process holds an `Init` that comes before
             # the `Assign` (and one that does not match it fails the client, not the process).
             self._to_master(m.ActorStarted(msg.actor_id, host.port, host.proc.pid))
+            self._preload_next()  # the next warm process may preload, if this one did
             await asyncio.wait_for(host.assigned, settings.connect_timeout_s)
         except (ConnectionError, TimeoutError):
             self._stop_actor(msg.actor_id, "its process did not take the assignment")

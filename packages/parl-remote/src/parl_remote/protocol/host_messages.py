@@ -14,6 +14,7 @@ __all__ = [
     "Assign",
     "Assigned",
     "HostReady",
+    "PausePreload",
     "Preload",
     "Preloaded",
 ]
@@ -45,6 +46,12 @@ class Preload(_Msg, frozen=True):
     """Import these modules in the background while no actor is assigned (`_preload`)."""
 
     modules: list[str]
+
+
+class PausePreload(_Msg, frozen=True):
+    """Hold the preloading at the next module (`paused`), or go on with it (`_preload`)."""
+
+    paused: bool
 
 
 class Preloaded(_Msg, frozen=True):

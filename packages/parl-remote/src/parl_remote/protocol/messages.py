@@ -19,9 +19,9 @@ Who sends what:
 - worker -> master: `RegisterWorker`, `WorkerHeartbeat`, `ActorStarted`, `ActorStartFailed`,
   `ActorExited`, `LogLines`, `Preload` (what its actors imported); master -> worker: `Accepted`,
   `StartActor`, `StopActor`, `ShutdownWorker`, `Ping`, `Preload` (what other workers' did);
-- worker <-> its actor processes (a private socket pair): `HostReady`, `Preload`, `Preloaded`,
-  `Assign`, `Assigned`, `ActorInitialized`, `ActorStats`, `ActorExited` (the actor called
-  sys.exit).
+- worker <-> its actor processes (a private socket pair): `HostReady`, `Preload`,
+  `PausePreload`, `Preloaded`, `Assign`, `Assigned`, `ActorInitialized`, `ActorStats`,
+  `ActorExited` (the actor called sys.exit).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from parl_remote.protocol.host_messages import (
     Assign,
     Assigned,
     HostReady,
+    PausePreload,
     Preload,
     Preloaded,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "KillActor",
     "LogLines",
     "Message",
+    "PausePreload",
     "Ping",
     "Plain",
     "Preload",
@@ -457,6 +459,7 @@ Message = (
     | ActorExited
     | ShutdownWorker
     | HostReady
+    | PausePreload
     | Preload
     | Preloaded
     | Assign
