@@ -104,6 +104,28 @@ def test_cql_lagrange_weight_follows_the_gap():
     assert weight_after(100.0) < 1.0  # far below: it falls
 
 
+def test_cql_step_runs_the_policy_once_and_each_critic_once_over_every_action():
+    """The critics' step: one policy pass over `(s, s')` and one pass of each critic over the
+    dataset's and the `3N` sampled actions (then SAC's actor step: `B` rows each)."""
+    batch, n = 8, 3
+    model = ContinuousActorCriticMLP(3, 1, (8,), stochastic=True, twin=True)
+    alg = CQL(model, num_sampled_actions=n)
+    rows: dict[str, list[int]] = {"actor": [], "critic": [], "target": []}
+
+    def count(name):
+        return lambda module, inputs, output: rows[name].append(inputs[0].shape[0])
+
+    model.actor.register_forward_hook(count("actor"))
+    model.critics[0].register_forward_hook(count("critic"))
+    alg.target_model.critics[0].register_forward_hook(count("target"))
+    alg.learn(*(torch.as_tensor(x) for x in _one_action_dataset(batch).sample_batch(batch)[:5]))
+    assert rows == {
+        "actor": [2 * batch, batch],
+        "critic": [batch * (3 * n + 1), batch],
+        "target": [batch],
+    }
+
+
 # -- IQL ----------------------------------------------------------------------------------
 
 
