@@ -299,7 +299,7 @@ def _maddpg_loop(
 ) -> None:
     """Rounds of one step of every environment (`E` joint transitions), then the updates due.
 
-    Env step `k` of the run is environment `k % E`'s step of its round: it acts uniformly at
+    Env step `k` of the run is environment `(k - 1) % E`'s step of its round: it acts uniformly at
     random while `k <= learning_starts`, and an update follows the round for every `k` that is
     a multiple of `train_freq` past `learning_starts`. An environment whose episode ended is
     reset with the run's next seed.
