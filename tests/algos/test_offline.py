@@ -1,8 +1,8 @@
 """Offline RL: CQL's penalty, IQL's expectile and AWR weights, BC, and learning from a dataset.
 
 The losses are checked against hand-computed values; CQL and BC against what their losses
-should make the networks do on tiny datasets; the slow test trains IQL and BC on a Pendulum
-dataset made here and checks that IQL's policy beats the clone.
+should make the networks do on tiny datasets; the slow tests train IQL, CQL and BC on Pendulum
+datasets made here and check that the offline learners' policies beat the clone.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from parl_algos.cql import cql_penalty
 from parl_algos.iql import awr_weights, expectile_loss
 from parl_algos.nets import ContinuousActorCriticMLP, ValueMLP
 from parl_algos.rollout import make_rescaled_env
-from parl_algos.train import scale_rewards
+from parl_algos.train import OfflineEnvSection, make_sac_dataset, scale_rewards
 from parl_algos.training import evaluate
 
 # -- CQL ----------------------------------------------------------------------------------
@@ -102,6 +102,28 @@ def test_cql_lagrange_weight_follows_the_gap():
 
     assert weight_after(-100.0) > 1.0  # penalty far above the gap: the multiplier rises
     assert weight_after(100.0) < 1.0  # far below: it falls
+
+
+def test_cql_step_runs_the_policy_once_and_each_critic_once_over_every_action():
+    """The critics' step: one policy pass over `(s, s')` and one pass of each critic over the
+    dataset's and the `3N` sampled actions (then SAC's actor step: `B` rows each)."""
+    batch, n = 8, 3
+    model = ContinuousActorCriticMLP(3, 1, (8,), stochastic=True, twin=True)
+    alg = CQL(model, num_sampled_actions=n)
+    rows: dict[str, list[int]] = {"actor": [], "critic": [], "target": []}
+
+    def count(name):
+        return lambda module, inputs, output: rows[name].append(inputs[0].shape[0])
+
+    model.actor.register_forward_hook(count("actor"))
+    model.critics[0].register_forward_hook(count("critic"))
+    alg.target_model.critics[0].register_forward_hook(count("target"))
+    alg.learn(*(torch.as_tensor(x) for x in _one_action_dataset(batch).sample_batch(batch)[:5]))
+    assert rows == {
+        "actor": [2 * batch, batch],
+        "critic": [batch * (3 * n + 1), batch],
+        "target": [batch],
+    }
 
 
 # -- IQL ----------------------------------------------------------------------------------
@@ -249,3 +271,33 @@ def test_iql_beats_behaviour_cloning_on_a_mixed_pendulum_dataset():
     print(f"data {data_return:.0f}, BC {bc_return:.0f}, IQL {iql_return:.0f}")
     assert iql_return > bc_return + 150  # measured: data -795, BC -792, IQL -385
     assert iql_return > -500
+
+
+@pytest.fixture(scope="module")
+def sac_dataset_path(tmp_path_factory):
+    """The offline example's kind of dataset, small, made once for the module: SAC (seed 1)
+    trains 8k env steps, then its final policy, made noisy (half the steps uniformly random,
+    the others with Gaussian noise of std 0.3), collects 50 episodes."""
+    root = tmp_path_factory.mktemp("sac_dataset")
+    path = str(root / "dataset.npz")
+    env = OfflineEnvSection(sac_steps=8_000, dataset_episodes=50)
+    info = make_sac_dataset(env, path, seed=1, logdir=str(root / "sac"), progress=False)
+    assert info["data_return"] < info["sac_expert_return"] - 250  # a medium dataset
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # with the module's SAC run: ~5 min when the machine is quiet
+def test_cql_beats_behaviour_cloning_on_a_noisy_sac_dataset(sac_dataset_path):
+    dataset = OfflineDataset.load(sac_dataset_path, seed=0)
+    torch.manual_seed(0)
+    bc = ContinuousAgent(BC(ContinuousActorCriticMLP(3, 1, (64, 64)), lr=1e-3))
+    bc_return = _train_offline(bc, dataset, 3_000)
+    torch.manual_seed(0)
+    model = ContinuousActorCriticMLP(3, 1, (64, 64), stochastic=True, twin=True)
+    lrs = dict(actor_lr=3e-4, critic_lr=3e-4, alpha_lr=3e-4)
+    cql = ContinuousAgent(CQL(model, num_sampled_actions=4, **lrs))
+    cql_return = _train_offline(cql, scale_rewards(dataset, 0.1, seed=0), 3_000)
+    print(f"data {dataset.episode_returns().mean():.0f}, BC {bc_return:.0f}, CQL {cql_return:.0f}")
+    assert cql_return > bc_return + 150  # measured: data -610, BC -600, CQL -223
+    assert cql_return > -400

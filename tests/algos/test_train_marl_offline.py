@@ -1,4 +1,4 @@
-"""`parl-train` runs of the multi-agent configs: MAPPO's sync mode on a real cluster, resume.
+"""`parl-train` runs of the multi-agent configs: their sync mode on a real cluster, resume.
 
 Each run is the real command in a subprocess with a budget of a few hundred env steps; the
 sync runs start an embedded cluster of real processes on 127.0.0.1.
@@ -18,12 +18,12 @@ from parl_algos.train._marl_actors import EnvGroup, EnvGroups
 from .test_train_runs import PARL_TRAIN, parl_train, rows, small_args
 
 
-def test_list_shows_mappos_sync_mode():
+def test_list_shows_the_multi_agent_sync_modes():
     proc = subprocess.run([PARL_TRAIN, "--list"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
-    assert lines["mappo/simple_spread"].split()[-2:] == ["single", "sync"]
-    assert lines["qmix/simple_spread"].split()[-1] == "single"
+    for name in ("maddpg/simple_spread", "mappo/simple_spread", "qmix/simple_spread"):
+        assert lines[name].split()[-3:] == ["modes:", "single", "sync"]
 
 
 def test_env_groups_in_this_process_step_as_one_group_of_every_env():
@@ -45,10 +45,32 @@ def test_env_groups_in_this_process_step_as_one_group_of_every_env():
         whole.close()
 
 
-def test_mappo_in_sync_mode_on_actors_writes_the_rows_of_single_mode(tmp_path):
+def test_env_groups_reset_the_environments_they_are_told_to():
+    env = load_config("maddpg/simple_spread").env
+    groups, one = EnvGroups(env, 3), EnvGroup(env, 1)
+    try:
+        obs, state = groups.reset([1, 2, 3])
+        again, again_state = groups.reset([9, 2], [0, 2])
+        assert again.shape == (2, *obs.shape[1:]) and again_state.shape == (2, state.shape[1])
+        np.testing.assert_array_equal(again[0], one.reset([9])[0][0])
+        np.testing.assert_array_equal(again[1], one.reset([2])[0][0])
+        with pytest.raises(ValueError, match="distinct increasing indices"):
+            groups.reset([1, 2], [2, 0])
+        with pytest.raises(ValueError, match="distinct increasing indices"):
+            groups.reset([1], [3])
+        with pytest.raises(ValueError, match="1 seeds for 2 envs"):
+            one.reset([1], [0, 0])
+    finally:
+        groups.close()
+        one.close()
+
+
+@pytest.mark.parametrize(
+    "name", ["maddpg/simple_spread", "mappo/simple_spread", "qmix/simple_spread"]
+)
+def test_sync_mode_on_actors_writes_the_rows_of_single_mode(name, tmp_path):
     """Three environments on two actors of an embedded cluster: the same seeds, the same
     actions, so the same rows (the timing column aside) as the run in one process."""
-    name = "mappo/simple_spread"
     args = [*small_args(name), "--agent.num_envs", "3", "--train.total_steps", "300"]
     written = {}
     for mode in ("single", "sync"):
@@ -58,7 +80,7 @@ def test_mappo_in_sync_mode_on_actors_writes_the_rows_of_single_mode(tmp_path):
         written[mode] = [{k: v for k, v in r.items() if k != "seconds"} for r in rows(logdir)]
     assert written["sync"] == written["single"]
     assert int(written["sync"][-1]["env_step"]) >= 300
-    assert all(r["mean_return"] for r in written["sync"])
+    assert all(r["mean_return"] for r in written["sync"][1:])  # MADDPG's first: step 3
 
 
 @pytest.mark.parametrize("name", ["mappo/simple_spread", "qmix/simple_spread"])

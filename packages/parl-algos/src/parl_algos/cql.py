@@ -10,9 +10,11 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 import parl
 from parl_algos._common import check_positive
+from parl_algos.functional import td_target
 from parl_algos.sac import SAC, SACStats
 
 __all__ = ["CQL", "CQLStats", "cql_penalty"]
@@ -131,21 +133,6 @@ class CQL(SAC):
         self.lagrange_optimizer = torch.optim.Adam([self.log_cql_weight], lr=lagrange_lr)
         self._last: tuple[float, float, float] = (0.0, cql_weight, 0.0)
 
-    def _sampled_actions(
-        self, obs: torch.Tensor, next_obs: torch.Tensor, act_dim: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return `(batch, 3N, act_dim)` sampled actions and their `(batch, 3N)` log-densities."""
-        batch, n = obs.shape[0], self.num_sampled_actions
-        uniform = torch.rand(batch, n, act_dim, device=obs.device) * 2.0 - 1.0
-        uniform_log_density = torch.full((batch, n), -act_dim * math.log(2.0), device=obs.device)
-        with torch.no_grad():
-            actions, log_densities = [uniform], [uniform_log_density]
-            for states in (obs, next_obs):
-                a, log_pi = self._action_and_log_prob(self.model, states.repeat_interleave(n, 0))
-                actions.append(a.reshape(batch, n, act_dim))
-                log_densities.append(log_pi.reshape(batch, n))
-        return torch.cat(actions, dim=1), torch.cat(log_densities, dim=1)
-
     def _critic_loss(
         self,
         obs: torch.Tensor,
@@ -155,15 +142,41 @@ class CQL(SAC):
         terminal: torch.Tensor,
         alpha: torch.Tensor,
     ) -> torch.Tensor:
-        """SAC's critic loss plus the weighted conservative penalty of each critic."""
-        bellman_loss = super()._critic_loss(obs, action, reward, next_obs, terminal, alpha)
+        """SAC's soft Bellman error plus the weighted conservative penalty of each critic.
+
+        One forward pass of the policy over the states `s` and `s'` gives the Gaussians of
+        every policy sample (the TD target's at `s'` and the penalty's at `s` and `s'`); one
+        forward pass of each critic values the dataset's action and the `3N` sampled ones.
+        """
         batch, act_dim = action.shape[0], action.shape[-1]
-        sampled, log_density = self._sampled_actions(obs, next_obs, act_dim)
+        n = self.num_sampled_actions
+        with torch.no_grad():
+            mean, log_std = self.model.policy(torch.cat([obs, next_obs]))
+            # N draws at s and N + 1 at s' (the last for the TD target) from those Gaussians.
+            shape = (batch, n, act_dim)
+            pi, log_pi = self._squashed_sample(
+                mean[:batch, None].expand(shape), log_std[:batch, None].expand(shape)
+            )
+            shape = (batch, n + 1, act_dim)
+            next_pi, next_log_pi = self._squashed_sample(
+                mean[batch:, None].expand(shape), log_std[batch:, None].expand(shape)
+            )
+            # Soft Q-function: y = r + gamma (1 - d) (min Q'(s', a') - alpha log pi(a'|s')).
+            next_q1, next_q2 = self.target_model.value(next_obs, next_pi[:, n])
+            next_v = torch.min(next_q1, next_q2).reshape(-1) - alpha * next_log_pi[:, n]
+            y = td_target(reward, next_v, terminal, self.gamma)
+            # The penalty's samples: uniform in [-1, 1]^d (density 2^-d), pi(.|s), pi(.|s').
+            uniform = torch.rand(batch, n, act_dim, device=obs.device) * 2.0 - 1.0
+            sampled = torch.cat([uniform, pi, next_pi[:, :n]], dim=1)
+            log_density = torch.cat(
+                [torch.full_like(log_pi, -act_dim * math.log(2.0)), log_pi, next_log_pi[:, :n]],
+                dim=1,
+            )
         m = sampled.shape[1]
-        # One forward pass of the critics over the dataset's and the sampled actions.
         all_actions = torch.cat([action.unsqueeze(1), sampled], dim=1).reshape(-1, act_dim)
         q1, q2 = self.model.value(obs.repeat_interleave(m + 1, 0), all_actions)
         q1, q2 = q1.reshape(batch, m + 1), q2.reshape(batch, m + 1)
+        bellman_loss = 0.5 * (F.mse_loss(q1[:, 0], y) + F.mse_loss(q2[:, 0], y))
         penalty = 0.5 * (
             cql_penalty(q1[:, 1:], log_density, q1[:, 0], self.temperature)
             + cql_penalty(q2[:, 1:], log_density, q2[:, 0], self.temperature)

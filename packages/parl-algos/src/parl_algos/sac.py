@@ -110,6 +110,13 @@ class SAC(parl.Algorithm):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw `a = tanh(u)`, `u ~ N(mean, std)` (reparameterized); return `(a, log pi(a|s))`."""
         mean, log_std = model.policy(obs)
+        return self._squashed_sample(mean, log_std)
+
+    @staticmethod
+    def _squashed_sample(
+        mean: torch.Tensor, log_std: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(a, log pi(a))` of one draw of the squashed Gaussian per row of `mean, log_std`."""
         std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp()
         u = mean + std * torch.randn_like(mean)
         gaussian_log_prob = (-0.5 * ((u - mean) / std) ** 2 - std.log()).sum(-1) - (

@@ -9,12 +9,15 @@ update every `train_freq` steps; MAPPO: `num_envs` whole episodes, then PPO's ep
 whole episodes into an `EpisodeMemory`, one update after each, epsilon-greedy acting), written
 so that their state is in the checkpoint but for the environments: a resumed run makes them
 anew (MADDPG's episode under way starts again). `total_steps` counts env steps, each moving
-every agent.
+every agent. Each steps `agent.num_envs` environments together (MADDPG and QMIX: 1 by
+default, their single-environment loops), picking every agent's action of all of them in one
+batch.
 
-MAPPO also runs in `sync` mode: its `num_envs` environments live on `train.actors` actors of
-the cluster (`train.address`, or an embedded one), which step them while the learner picks
-every agent's action in one batch (`_marl_actors.EnvGroups`); evaluations stay in the
-learner's process.
+Every one also runs in `sync` mode: its environments live on `train.actors` actors of the
+cluster (`train.address`, or an embedded one), which step their shares of them each round
+(`_marl_actors.EnvGroups`) while the learner acts, stores the transitions in its own memory
+and learns; evaluations stay in the learner's process. The actions and seeds are those of
+`single` mode, and so are the rows of progress.csv.
 """
 
 from __future__ import annotations
@@ -79,6 +82,8 @@ class MADDPGSection:
     hidden_size: int = 64
     centralized: bool = True
     """Critics on every agent's observation and action (false: independent DDPG)."""
+    num_envs: int = 1
+    """Environments stepped together, one joint transition each a step."""
 
 
 @dataclass
@@ -121,6 +126,8 @@ class QMIXSection:
     """Episodes between two copies of the networks into their targets."""
     mixer: str = "qmix"
     """'qmix' (the monotonic mixing network) or 'vdn' (a sum)."""
+    num_envs: int = 1
+    """Environments played together, one whole episode each, then one update per episode."""
 
 
 def make_mpe_env(
@@ -144,6 +151,8 @@ def check_multi_agent(config: Config) -> None:
         )
     if config.env.max_cycles < 1:
         raise ConfigError(f"env.max_cycles={config.env.max_cycles} must be at least 1")
+    if config.agent.num_envs < 1:
+        raise ConfigError(f"agent.num_envs={config.agent.num_envs} must be at least 1")
     if getattr(config.agent, "mixer", "qmix") not in ("qmix", "vdn"):
         raise ConfigError(f"agent.mixer={config.agent.mixer!r}; allowed: qmix, vdn")
 
@@ -215,15 +224,16 @@ def _eval_env(config: Config, agent: StackedAgent) -> _EvalEnv:
 def _build(config: Config, remote: Any) -> tuple[Any, Any, dict[str, Any]]:
     """The agent, the evaluation environment and the loop's objects.
 
-    `remote`: MAPPO's environments on `train.actors` actors of the connected cluster.
+    `remote`: the environments on `train.actors` actors of the connected cluster.
     """
     a, seed = config.agent, config.train.seed
     torch.manual_seed(seed)
     env = make_mpe_env(config.env)
     arrays = env.arrays
+    env.close()
     n_actions = [int(s.n) for s in arrays.action_spaces]
     hidden = (a.hidden_size, a.hidden_size)
-    objects: dict[str, Any] = {"rng": np.random.default_rng(seed)}
+    objects: dict[str, Any] = {"rng": np.random.default_rng(seed), "n_actions": n_actions}
     if config.algorithm == "MADDPG":
         model = MultiAgentActorCriticMLP(
             arrays.obs_dims, n_actions, hidden, centralized=a.centralized
@@ -252,8 +262,6 @@ def _build(config: Config, remote: Any) -> tuple[Any, Any, dict[str, Any]]:
             minibatch_size=rows,
             seed=seed,
         )
-        env.close()
-        env = EnvGroups(config.env, a.num_envs, actors=config.train.actors if remote else None)
         objects["dims"] = (arrays.n_agents, arrays.max_obs_dim, arrays.state_dim)
     else:
         n = arrays.n_agents
@@ -271,7 +279,9 @@ def _build(config: Config, remote: Any) -> tuple[Any, Any, dict[str, Any]]:
             n_actions[0],
             seed=seed,
         )
-    objects["env"] = env
+    objects["env"] = EnvGroups(
+        config.env, a.num_envs, actors=config.train.actors if remote else None
+    )
     agent = StackedAgent(alg, arrays.obs_dims)
     return agent, _eval_env(config, agent), objects
 
@@ -279,51 +289,66 @@ def _build(config: Config, remote: Any) -> tuple[Any, Any, dict[str, Any]]:
 # -- loops ---------------------------------------------------------------------------------------
 
 
-def _reset(env: StackedAgentsEnv, objects: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Reset `env` with the next episode seed of the run; return `(obs, state)`."""
-    seed = int(objects["rng"].integers(2**31))
-    obs, info = env.reset(seed=seed)
-    return obs, info["state"]
+def _seeds(objects: dict[str, Any], n: int) -> list[int]:
+    """The next `n` episode seeds of the run."""
+    return [int(objects["rng"].integers(2**31)) for _ in range(n)]
 
 
 def _maddpg_loop(
     config: Config, run: Any, agent: StackedAgent, objects: dict[str, Any], total: int
 ) -> None:
-    a, env, memory, rng = config.agent, objects["env"], objects["memory"], objects["rng"]
-    n_actions = [int(s.n) for s in env.arrays.action_spaces]
-    eye = [np.eye(n, dtype=np.float32) for n in n_actions]
+    """Rounds of one step of every environment (`E` joint transitions), then the updates due.
+
+    Env step `k` of the run is environment `(k - 1) % E`'s step of its round: it acts uniformly at
+    random while `k <= learning_starts`, and an update follows the round for every `k` that is
+    a multiple of `train_freq` past `learning_starts`. An environment whose episode ended is
+    reset with the run's next seed.
+    """
+    a, envs, memory, rng = config.agent, objects["env"], objects["memory"], objects["rng"]
+    eye = [np.eye(n, dtype=np.float32) for n in objects["n_actions"]]
+    dims, E = agent.obs_dims, len(envs)
     if "obs" not in objects:
-        objects.update(obs=_reset(env, objects)[0], ret=0.0, length=0, stats=None)
+        obs, _ = envs.reset(_seeds(objects, E))
+        objects.update(obs=obs, ret=np.zeros(E), length=np.zeros(E, np.int64), stats=None)
     run.start()
-    for step in range(run.env_steps + 1, total + 1):
-        obs = objects["obs"]
-        if step <= a.learning_starts:
-            action = [int(rng.integers(n)) for n in n_actions]
-        else:
-            action = [int(x[0].argmax()) for x in agent.alg.sample(agent.split(obs))]
-        next_obs, reward, terminated, truncated, info = env.step(action)
-        split = [o[:d] for o, d in zip(next_obs, agent.obs_dims, strict=True)]
-        memory.append(
-            [o[:d] for o, d in zip(obs, agent.obs_dims, strict=True)],
-            [e[x] for e, x in zip(eye, action, strict=True)],
-            info["rewards"],
-            split,
-            np.full(len(action), float(terminated), np.float32),
-        )
-        objects["ret"] += reward
-        objects["length"] += 1
-        episodes = []
-        if terminated or truncated:
-            episodes.append(Episode(step, objects["ret"], objects["length"]))
-            objects.update(obs=_reset(env, objects)[0], ret=0.0, length=0)
-        else:
+    try:
+        while run.env_steps < total and not run.done:
+            obs, first = objects["obs"], run.env_steps + 1
+            steps = range(first, first + E)
+            action = np.zeros((E, len(dims)), np.int64)
+            if steps[-1] > a.learning_starts:
+                split = [torch.from_numpy(obs[:, i, :d]) for i, d in enumerate(dims)]
+                action[:] = torch.stack([x.argmax(-1) for x in agent.alg.sample(split)], -1)
+            for e, step in enumerate(steps):
+                if step <= a.learning_starts:
+                    action[e] = [int(rng.integers(len(x))) for x in eye]
+            next_obs, _, rewards, terminated, done = envs.step(action)
+            episodes, ended = [], []
+            for e in range(E):
+                memory.append(
+                    [obs[e, i, :d] for i, d in enumerate(dims)],
+                    [x[j] for x, j in zip(eye, action[e], strict=True)],
+                    rewards[e],
+                    [next_obs[e, i, :d] for i, d in enumerate(dims)],
+                    np.full(len(dims), float(terminated[e]), np.float32),
+                )
+                objects["ret"][e] += float(np.mean(rewards[e]))  # the team's reward
+                objects["length"][e] += 1
+                if done[e]:
+                    ret, length = float(objects["ret"][e]), int(objects["length"][e])
+                    episodes.append(Episode(steps[e], ret, length))
+                    ended.append(e)
+                    objects["ret"][e], objects["length"][e] = 0.0, 0
+            if ended:
+                next_obs[ended] = envs.reset(_seeds(objects, len(ended)), ended)[0]
             objects["obs"] = next_obs
-        if step > a.learning_starts and step % a.train_freq == 0:
-            objects["stats"] = agent.alg.learn(*memory.sample(a.batch_size))
-        run.record(step, episodes, objects["stats"])
-        run.maybe_evaluate(agent.predict)
-        if run.done:
-            break
+            for step in steps:
+                if step > a.learning_starts and step % a.train_freq == 0:
+                    objects["stats"] = agent.alg.learn(*memory.sample(a.batch_size))
+            run.record(steps[-1], episodes, objects["stats"])
+            run.maybe_evaluate(agent.predict)
+    finally:
+        envs.close()
 
 
 def _mappo_loop(
@@ -398,29 +423,50 @@ def _mappo_update(
 def _qmix_loop(
     config: Config, run: Any, agent: StackedAgent, objects: dict[str, Any], total: int
 ) -> None:
-    a, env, memory, alg = config.agent, objects["env"], objects["memory"], agent.alg
+    """Rounds of one whole episode in every environment, the agents acting in one batch.
+
+    After a round each episode goes into the memory and one update follows it, as if the
+    episodes had been played one after the other in one environment. The episodes of a round
+    must end together (MPE's all last `env.max_cycles` steps).
+    """
+    a, envs, memory, alg = config.agent, objects["env"], objects["memory"], agent.alg
+    E = len(envs)
     objects.setdefault("episodes", 0)
     objects.setdefault("stats", None)
     run.start()
-    while run.env_steps < total and not run.done:
-        obs, state = _reset(env, objects)
-        hidden, ret, steps, done = alg.init_hidden(), 0.0, run.env_steps, False
-        while not done:
-            fraction = min(steps / max(a.eps_decay_steps, 1), 1.0)
-            epsilon = a.eps_start + fraction * (a.eps_end - a.eps_start)
-            action, hidden = alg.sample(torch.from_numpy(obs), hidden, epsilon)
-            next_obs, reward, terminated, truncated, info = env.step(action.numpy())
-            memory.append(obs, state, action.numpy(), reward, terminated, next_obs, info["state"])
-            obs, state, ret, steps = next_obs, info["state"], ret + reward, steps + 1
-            done = terminated or truncated
-        memory.end_episode()
-        objects["episodes"] += 1
-        if len(memory) >= a.batch_size:
-            objects["stats"] = alg.learn(*memory.sample(a.batch_size))
-        if objects["episodes"] % a.target_update_interval == 0:
-            alg.sync_target()
-        run.record(steps, [Episode(steps, ret, steps - run.env_steps)], objects["stats"])
-        run.maybe_evaluate(agent.predict)
+    try:
+        while run.env_steps < total and not run.done:
+            obs, state = envs.reset(_seeds(objects, E))
+            hidden, ret, t, done = alg.init_hidden(E), np.zeros(E), 0, np.zeros(E, bool)
+            steps: list[tuple[np.ndarray, ...]] = []
+            while not done.all():
+                if done.any():
+                    raise RuntimeError(
+                        f"QMIX's episodes of one round ended at different steps ({done=}): "
+                        "run it with agent.num_envs = 1"
+                    )
+                fraction = min((run.env_steps + t * E) / max(a.eps_decay_steps, 1), 1.0)
+                epsilon = a.eps_start + fraction * (a.eps_end - a.eps_start)
+                action, hidden = alg.sample(torch.from_numpy(obs), hidden, epsilon)
+                next_obs, next_state, rewards, terminated, done = envs.step(action.numpy())
+                reward = np.array([np.mean(r) for r in rewards])  # the team's reward
+                steps.append((obs, state, action.numpy(), reward, terminated, next_obs, next_state))
+                obs, state, ret, t = next_obs, next_state, ret + reward, t + 1
+            for e in range(E):
+                for step in steps:
+                    o, s, u, r, term, o2, s2 = (x[e] for x in step)
+                    memory.append(o, s, u, float(r), bool(term), o2, s2)
+                memory.end_episode()
+                objects["episodes"] += 1
+                if len(memory) >= a.batch_size:
+                    objects["stats"] = alg.learn(*memory.sample(a.batch_size))
+                if objects["episodes"] % a.target_update_interval == 0:
+                    alg.sync_target()
+            end = run.env_steps + t * E
+            run.record(end, [Episode(end, float(r), t) for r in ret], objects["stats"])
+            run.maybe_evaluate(agent.predict)
+    finally:
+        envs.close()
 
 
 _LOOPS = {"MADDPG": _maddpg_loop, "MAPPO": _mappo_loop, "QMIX": _qmix_loop}
@@ -471,9 +517,9 @@ MULTI_AGENT_SPECS: list[dict[str, Any]] = [
         run=run_multi_agent,
     )
     for name, section, stats, modes in (
-        ("MADDPG", MADDPGSection, MADDPGStats, ("single",)),
+        ("MADDPG", MADDPGSection, MADDPGStats, ("single", "sync")),
         ("MAPPO", MAPPOSection, MAPPOStats, ("single", "sync")),
-        ("QMIX", QMIXSection, QMIXStats, ("single",)),
+        ("QMIX", QMIXSection, QMIXStats, ("single", "sync")),
     )
 ]
 """The fields of the multi-agent algorithms' `AlgorithmSpec`s (registered in `SPECS`)."""

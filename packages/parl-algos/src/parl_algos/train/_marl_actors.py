@@ -42,11 +42,19 @@ class EnvGroup:
         torch.set_num_threads(1)  # one slot, one core
         self.envs = [make_mpe_env(env) for _ in range(num_envs)]
 
-    def reset(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Reset environment `i` with `seeds[i]`; return `(obs, state)`, one row per env."""
-        if len(seeds) != len(self.envs):
-            raise ValueError(f"EnvGroup.reset: {len(seeds)} seeds for {len(self.envs)} envs")
-        results = [env.reset(seed=int(seed)) for env, seed in zip(self.envs, seeds, strict=True)]
+    def reset(
+        self, seeds: list[int], indices: list[int] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Reset environment `indices[j]` (default: every one) with `seeds[j]`.
+
+        Returns `(obs, state)`, one row per environment reset, in the order of `indices`.
+        """
+        which = list(range(len(self.envs))) if indices is None else [int(i) for i in indices]
+        if len(seeds) != len(which):
+            raise ValueError(f"EnvGroup.reset: {len(seeds)} seeds for {len(which)} envs")
+        if any(not 0 <= i < len(self.envs) for i in which):
+            raise ValueError(f"EnvGroup.reset: {indices=} outside the {len(self.envs)} envs")
+        results = [self.envs[i].reset(seed=int(seed)) for i, seed in zip(which, seeds, strict=True)]
         return np.stack([o for o, _ in results]), np.stack([i["state"] for _, i in results])
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -117,9 +125,30 @@ class EnvGroups:
             return calls
         return [call.get(timeout=ENV_CALL_TIMEOUT) for call in calls]
 
-    def reset(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Reset every environment (`seeds[i]` for the `i`-th); return `(obs, state)`."""
-        calls = [g.reset(list(s)) for g, s in zip(self.groups, self._split(seeds), strict=True)]
+    def reset(
+        self, seeds: list[int], indices: list[int] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Reset environment `indices[j]` (default: every one) with `seeds[j]`.
+
+        Returns `(obs, state)`, one row per environment reset, in the order of `indices`
+        (which must increase).
+        """
+        which = list(range(self.num_envs)) if indices is None else [int(i) for i in indices]
+        in_range = all(0 <= i < self.num_envs for i in which)
+        if not which or len(seeds) != len(which) or which != sorted(set(which)) or not in_range:
+            raise ValueError(
+                f"EnvGroups.reset: {len(seeds)} seeds for {indices=} of {len(self)} envs "
+                "(distinct increasing indices, one seed each)"
+            )
+        calls = []
+        for group, (lo, hi) in zip(
+            self.groups, itertools.pairwise(np.cumsum([0, *self.sizes])), strict=True
+        ):
+            mine = [j for j, i in enumerate(which) if lo <= i < hi]
+            if mine:
+                calls.append(
+                    group.reset([int(seeds[j]) for j in mine], [which[j] - lo for j in mine])
+                )
         parts = self._gather(calls)
         return tuple(np.concatenate(column) for column in zip(*parts, strict=True))  # type: ignore[return-value]
 
