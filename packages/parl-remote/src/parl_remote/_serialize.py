@@ -16,12 +16,15 @@ from __future__ import annotations
 import builtins
 import copyreg
 import io
+import marshal
 import os
 import pickle
 import sys
 import threading
 import traceback
-from typing import Any
+import types
+from collections import ChainMap
+from typing import Any, ClassVar
 
 import cloudpickle
 
@@ -68,7 +71,31 @@ def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
     except Exception:
         pass
     buffers.clear()
-    return cloudpickle.dumps(obj, protocol=5, buffer_callback=keep), buffers
+    return _cloudpickle(obj, keep), buffers
+
+
+def _reduce_code(code: types.CodeType) -> tuple[Any, tuple[bytes]]:
+    # Code travels whole, file name included, so the receiver's tracebacks show the source
+    # lines (linecache finds the file on one host); cloudpickle >= 3.1.3 would blank the name.
+    return _load_code, (marshal.dumps(code),)
+
+
+def _load_code(data: bytes) -> types.CodeType:
+    code: types.CodeType = marshal.loads(data)
+    return code
+
+
+class _Pickler(cloudpickle.Pickler):
+    dispatch_table: ClassVar[ChainMap[Any, Any]] = ChainMap(
+        {types.CodeType: _reduce_code}, cloudpickle.Pickler.dispatch_table
+    )
+
+
+def _cloudpickle(obj: Any, keep: Any = None) -> bytes:
+    """`cloudpickle.dumps`, with code objects that keep their file names."""
+    out = io.BytesIO()
+    _Pickler(out, protocol=5, buffer_callback=keep).dump(obj)
+    return out.getvalue()
 
 
 _PLAIN = frozenset((int, float, bool, str, bytes, type(None)))
@@ -224,7 +251,7 @@ def find_culprit(named: dict[str, Any]) -> str:
     """Return which of the named objects cannot be pickled, and why (for error messages)."""
     for label, value in named.items():
         try:
-            cloudpickle.dumps(value, protocol=5)
+            _cloudpickle(value)
         except Exception as exc:
             return f"{label}, {describe(value)}: {type(exc).__name__}: {exc}"
     return "one of the values"
@@ -234,7 +261,7 @@ def find_culprit(named: dict[str, Any]) -> str:
 def dumps_exception(exc: BaseException) -> bytes:
     """Pickle an exception raised by user code, or return b"" when that is impossible."""
     try:
-        data: bytes = cloudpickle.dumps(exc, protocol=5)
+        data = _cloudpickle(exc)
         pickle.loads(data)  # an exception whose __init__ cannot be replayed fails here
     except Exception:
         return b""
