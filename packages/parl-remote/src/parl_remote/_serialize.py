@@ -85,7 +85,7 @@ def _load_code(data: bytes) -> types.CodeType:
     return code
 
 
-class _Pickler(cloudpickle.Pickler):
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships no types
     dispatch_table: ClassVar[ChainMap[Any, Any]] = ChainMap(
         {types.CodeType: _reduce_code}, cloudpickle.Pickler.dispatch_table
     )
