@@ -1,7 +1,8 @@
 """`parl-train` runs of the multi-agent configs: their sync mode on a real cluster, resume.
 
-Each run is the real command in a subprocess with a budget of a few hundred env steps; the
-sync runs start an embedded cluster of real processes on 127.0.0.1.
+Each run is the real command's `main` in a process of its own (`train_cli.parl_train`) with a
+budget of a few hundred env steps; the sync runs start an embedded cluster of real processes
+on 127.0.0.1.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """`parl-train` runs: every shipped config in each of its modes, the run directory, resume, Ctrl-C.
 
-Each run is the real command in a subprocess with a budget of a few hundred env steps. The
+Each run is the real command's `main` in a process of its own (forked from a warm one by
+`train_cli.parl_train`; the tests that stop a run with a signal start the `parl-train`
+executable itself), with a budget of a few hundred env steps. The
 sync and async runs of every shipped config share one real cluster of the module (`--address`),
 whose warm actor processes have already imported what the actors need; an embedded cluster a
 run (what `parl-train` starts without `--address`) costs seconds of start each. Two of them
@@ -29,6 +31,7 @@ import pytest
 
 from parl_algos.train import latest_checkpoint, load_config, shipped_configs
 from parl_algos.train._algorithms import get_spec, stat_columns
+from tests.algos.train_cli import parl_train
 from tests.remote.conftest import make_cluster
 
 PARL_TRAIN = str(Path(sys.executable).with_name("parl-train"))
@@ -57,15 +60,6 @@ OWN_LOOP_SMALL = {
     "MAPPO": ["--agent.num_envs", "2"],
     "QMIX": ["--agent.batch_size", "4"],
 }
-
-
-def parl_train(
-    *args: str, timeout: float = 240, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run(
-        [PARL_TRAIN, *args], capture_output=True, text=True, timeout=timeout, env=env
-    )
 
 
 # R2D2 (sequences of 24 steps, 16 of them a stride): learning within a few hundred steps.
