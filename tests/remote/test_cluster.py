@@ -258,8 +258,7 @@ def test_the_embedded_cluster_keeps_a_lone_actor_in_its_clients_session(monkeypa
         a_pid = a.pid()
         wait_until(lambda: os.getsid(a_pid) == a_pid, timeout=10, what="the first one left")
         del a, b
-        wait_until(lambda: client.status()["totals"]["cpu_vacant"] == 2, timeout=20, what="freed")
-        c = Worky()  # alone again
+        c = Worky()  # alone again: an actor being freed counts no more
         assert os.getsid(c.pid()) == mine
     finally:
         parl.disconnect()

@@ -91,7 +91,7 @@ class ActorProcess:
         session of its own (autogroup shares CPU between sessions; one in a method leaves once
         the method returns).
         """
-        others = [h for h in hosts if h.actor_id is not None and h is not self]
+        others = [h for h in hosts if h.actor_id and h.exit_reason is None and h is not self]
         for other in others:
             if other.in_worker_session:
                 other.tell(m.LeaveSession())
