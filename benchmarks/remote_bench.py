@@ -8,9 +8,10 @@ absolute times do.
     W1  sync call latency, add(1, 2), serial: median and p99 us     target <= 1.5x raw echo
         (a blocking-socket client of the echo server), as the median ratio of 20 alternating
         blocks of 200 calls each; a second median row times the same client against an echo
-        server in a session of its own, as every actor process runs (under load the kernel
-        schedules a process of another session later than one of the caller's own: 1.14x
-        for the same echo server at load 14)
+        server in a session of its own, as an xparl worker runs its actors (under load the
+        kernel schedules a process of another session later than one of the caller's own:
+        1.14x for the same echo server at load 14; `parl.connect()`'s local cluster keeps a
+        lone actor, as W1's, in the client's session)
     W2  4 actors, 1000 calls in flight (future and awaitable modes),  target >= 0.25x raw pipelined
         in calls/s, against two raw pipelines: one writing each wave of 1000 requests with
         one system call (the floor), one writing each request as it comes (a plain client)

@@ -240,3 +240,25 @@ def test_each_actor_process_has_a_session_of_its_own(tmp_path):
             assert os.getsid(a.pid()) == a.pid()
     finally:
         cluster.stop()
+
+
+def test_the_embedded_cluster_keeps_a_lone_actor_in_its_clients_session(monkeypatch):
+    # A blocking call then waits for one session's turn on a busy machine, not two; once a
+    # second actor runs beside it, each has a session of its own, as an xparl worker's do.
+    monkeypatch.delenv("PARL_CLUSTER_TOKEN", raising=False)
+    client = parl.connect(cpu_num=2, log_to_driver=False)
+    try:
+        mine = os.getsid(0)
+        for info in (client.cluster.master, client.cluster.worker):
+            assert os.getsid(info.pid) == mine and os.getpgid(info.pid) == info.pid
+        a = Worky()
+        assert os.getsid(a.pid()) == mine
+        b = Worky()
+        assert os.getsid(b.pid()) == b.pid()
+        a_pid = a.pid()
+        wait_until(lambda: os.getsid(a_pid) == a_pid, timeout=10, what="the first one left")
+        del a, b
+        c = Worky()  # alone again: an actor being freed counts no more
+        assert os.getsid(c.pid()) == mine
+    finally:
+        parl.disconnect()

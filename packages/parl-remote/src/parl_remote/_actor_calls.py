@@ -159,7 +159,7 @@ class CallRunner:
         per call is looked up once, here.
         """
         methods, backlog, durations = self.methods, self._backlog, self._durations
-        queue, plain, frame = self._queue_call, ser.plain, conn.proto.frame
+        queue, plain, frame = self._queue_call, ser.plain, conn.proto.framer()
 
         def lane(msg: m.Call) -> None:
             try:

@@ -4,9 +4,10 @@ Life of the process:
 
 1. The worker starts it with a private socket pair (`--ctl-fd`) and a pipe (`--death-fd`)
    whose other end only the worker holds. It listens on a free port, says `HostReady`.
-2. The worker `Assign`s it to an actor: it sets the environment (e.g. `CUDA_VISIBLE_DEVICES`),
-   answers `Assigned`, and waits for the client. The worker tells the master (and so the
-   client) as soon as it has sent the `Assign`: an `Init` that arrives first waits for it.
+2. The worker `Assign`s it to an actor: it leaves the worker's session if told to, sets the
+   environment (e.g. `CUDA_VISIBLE_DEVICES`), answers `Assigned`, and waits for the client.
+   The worker tells the master (and so the client) as soon as it has sent the `Assign`: an
+   `Init` that arrives first waits for it.
 3. The client connects straight here (authenticated with the cluster token) and sends `Init`:
    the code bundle is unpacked into the actor's working directory, the class and arguments
    are unpickled and the instance is built.
@@ -151,6 +152,8 @@ class ActorHost(CallRunner):
                 f"an actor process of actor {self.actor_id} does not take a second Assign"
             )
         self.preloader.stop()
+        if msg.own_session:
+            self._leave_session(conn, m.LeaveSession())
         os.environ.update(msg.env)
         self.actor_id, self.class_name = msg.actor_id, msg.class_name
         if msg.workdir:
@@ -161,6 +164,11 @@ class ActorHost(CallRunner):
         if self._early_init is not None:  # the client was quicker than this message
             early, self._early_init = self._early_init, None
             self._init(*early)
+
+    def _leave_session(self, conn: AsyncConnection, msg: m.LeaveSession) -> None:
+        if os.getsid(0) != os.getpid():
+            with contextlib.suppress(OSError):  # a process-group leader (never started so)
+                os.setsid()
 
     def _preload(self, conn: AsyncConnection, msg: m.Preload) -> None:
         if settings.preload and self.actor_id is None:
@@ -181,6 +189,7 @@ class ActorHost(CallRunner):
         m.Assign: _assign,
         m.Preload: _preload,
         m.PausePreload: _pause_preload,
+        m.LeaveSession: _leave_session,
     }
 
     def _on_ctl_closed(self, conn: AsyncConnection, exc: Exception | None) -> None:

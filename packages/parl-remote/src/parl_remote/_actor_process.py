@@ -1,8 +1,9 @@
 """The worker's view of one actor process: how it is started, described and measured.
 
-An actor process (`_actor_host`) starts warm, without an actor, in a session of its own, with
-a control socket and a death pipe shared with its worker (`spawn_host`); `ActorProcess` holds
-what the worker knows of it. The worker (`_worker`) drives them; this module only starts one,
+An actor process (`_actor_host`) starts warm, without an actor, in a session of its own (or,
+for a worker in its client's session, in the worker's until its `Assign`), with a control
+socket and a death pipe shared with its worker (`spawn_host`); `ActorProcess` holds what the
+worker knows of it. The worker (`_worker`) drives them; this module only starts one,
 turns one into the records it reports to the master (`record`, `stats`), measures its memory
 (`tree_rss`), and paces the warm processes' preloading (`PreloadPacer`).
 """
@@ -63,6 +64,8 @@ class ActorProcess:
     """Whether its actor's constructor has returned (`ActorInitialized`)."""
     preload_paused: bool = False
     """Whether the worker told it to hold its preloading (`PausePreload`)."""
+    in_worker_session: bool = False
+    """Whether its actor runs in the worker's session (`keeps_session`)."""
 
     @property
     def warm(self) -> bool:
@@ -79,6 +82,22 @@ class ActorProcess:
         if self.ctl is not None:
             with contextlib.suppress(ConnectionError):
                 self.ctl.send(msg)
+
+    def keeps_session(self, hosts: Iterable[ActorProcess]) -> bool:
+        """Whether this process, just assigned, stays in its worker's session (the client's).
+
+        Only while it is the worker's one actor: a blocking call to it then waits for one
+        session's turn on a busy machine, not two. With a second actor, every actor takes a
+        session of its own (autogroup shares CPU between sessions; one in a method leaves once
+        the method returns).
+        """
+        others = [h for h in hosts if h.actor_id and h.exit_reason is None and h is not self]
+        for other in others:
+            if other.in_worker_session:
+                other.tell(m.LeaveSession())
+                other.in_worker_session = False
+        self.in_worker_session = not others
+        return self.in_worker_session
 
     def warmth(self) -> tuple[bool, int, float]:
         """Sorts the warm processes best first: the most preloaded, then the longest warm.
@@ -213,9 +232,13 @@ class PreloadPacer:
 
 
 async def spawn_host(
-    *, host: str, token: bytes | None, run_dir: str
+    *, host: str, token: bytes | None, run_dir: str, own_session: bool = True
 ) -> tuple[ActorProcess, socket.socket]:
-    """Start a warm actor process; return it and the worker's end of its control socket."""
+    """Start a warm actor process; return it and the worker's end of its control socket.
+
+    With `own_session` False it starts in the worker's session (and process group), and
+    leaves it when its `Assign` says so (`ActorProcess.keeps_session`).
+    """
     loop = asyncio.get_running_loop()
     parent, child = socket.socketpair()
     death_r, death_w = os.pipe()
@@ -243,7 +266,7 @@ async def spawn_host(
             limit=1 << 20,
             # Its own session: the kernel shares CPU fairly between sessions (autogroup),
             # and actors sharing the worker's would share one process's worth between them.
-            start_new_session=True,
+            start_new_session=own_session,
         )
         started = ActorProcess(proc=proc, death_w=death_w, ready=loop.create_future())
     finally:

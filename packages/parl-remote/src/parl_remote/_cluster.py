@@ -1,10 +1,12 @@
 """Starting and stopping cluster processes: `xparl start/connect/stop` and `parl.connect()`.
 
-Masters and workers run as background processes in their own sessions (a Ctrl-C in the user's
-terminal does not reach them), each writing a log file. A starter waits for the process to
-write its ready file, so it returns only once the process serves; if the process dies first,
-the error shows the end of its log. Processes are stopped by PID (checked against their start
-time, so a reused PID is never hit), never by name.
+Masters and workers run as background processes, each writing a log file: `xparl`'s in
+sessions of their own, the local cluster of `parl.connect()` in its client's session but in
+process groups of their own (a Ctrl-C in the user's terminal reaches neither), so that its
+worker can keep a lone actor in the client's session (`ActorProcess.keeps_session`). A starter
+waits for the process to write its ready file, so it returns only once the process serves; if
+the process dies first, the error shows the end of its log. Processes are stopped by PID (checked
+against their start time, so a reused PID is never hit), never by name.
 """
 
 from __future__ import annotations
@@ -79,8 +81,13 @@ def spawn(
     log: str,
     env: dict[str, str] | None = None,
     timeout: float = 30.0,
+    own_session: bool = True,
 ) -> ProcessInfo:
-    """Start `python -m module args` in the background and wait until it writes its ready file."""
+    """Start `python -m module args` in the background and wait until it writes its ready file.
+
+    It runs in a session of its own, or with `own_session` False in this one (a process group
+    of its own: a terminal's Ctrl-C still reaches only this process).
+    """
     ready_dir = tempfile.mkdtemp(prefix="parl-ready-")
     ready_file = os.path.join(ready_dir, "ready.json")
     Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -91,7 +98,8 @@ def spawn(
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
-            start_new_session=True,
+            start_new_session=own_session,
+            process_group=None if own_session else 0,
             close_fds=True,
         )
     try:
@@ -160,14 +168,16 @@ class EmbeddedCluster:
             ["--host", host, "--port", "0", *owner, *monitor],
             log=os.path.join(logdir, "master.log"),
             env=env,
+            own_session=False,
         )
         address = f"{host}:{master.ready['port']}"
         try:
             worker = spawn(
                 "parl_remote._worker",
-                ["--address", address, "--cpu_num", str(cpu_num), *owner],
+                ["--address", address, "--cpu_num", str(cpu_num), "--share-session", *owner],
                 log=os.path.join(logdir, "worker.log"),
                 env=env,
+                own_session=False,
             )
         except BaseException:
             master.stop()

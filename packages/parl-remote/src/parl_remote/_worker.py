@@ -67,6 +67,7 @@ class Worker:
         token: bytes | None,
         owner_pid: int | None = None,
         ready_file: str | None = None,
+        share_session: bool = False,
     ) -> None:
         if cpu_num < 1:
             raise ValueError(f"a worker needs at least one CPU slot, got {cpu_num=}")
@@ -77,6 +78,7 @@ class Worker:
         self.token = token
         self.owner_pid = owner_pid
         self.ready_file = ready_file
+        self.share_session = share_session
         self.worker_id = uuid.uuid4().hex[:12]
         self.run_dir = tempfile.mkdtemp(prefix=f"parl-worker-{self.worker_id}-")
         self.hosts: set[ActorProcess] = set()
@@ -249,7 +251,10 @@ class Worker:
     async def _start_host(self) -> None:
         loop = asyncio.get_running_loop()
         host, parent = await spawn_host(
-            host=self.host or "127.0.0.1", token=self.token, run_dir=self.run_dir
+            host=self.host or "127.0.0.1",
+            token=self.token,
+            run_dir=self.run_dir,
+            own_session=not self.share_session,
         )
         self.hosts.add(host)
         _, host.ctl = await loop.create_connection(
@@ -378,9 +383,12 @@ class Worker:
         if msg.gpus or self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(msg.gpus)
         host.assigned = asyncio.get_running_loop().create_future()
+        own = not (self.share_session and host.keeps_session(self.hosts))
         try:
             host.ctl.send(  # type: ignore[union-attr]  # a warm host is connected
-                m.Assign(msg.actor_id, msg.client_id, msg.class_name, env=env, workdir=host.workdir)
+                m.Assign(
+                    msg.actor_id, msg.client_id, msg.class_name, env, host.workdir, own_session=own
+                )
             )
             # The client may connect at once: the process holds an `Init` that comes before
             # the `Assign` (and one that does not match it fails the client, not the process).
@@ -454,6 +462,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default=None, help="address clients use to reach this machine")
     parser.add_argument("--owner-pid", type=int, default=None)
     parser.add_argument("--ready-file", default=None)
+    parser.add_argument("--share-session", action="store_true", help="a lone actor keeps it")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     host, _, port = args.address.rpartition(":")
@@ -475,6 +484,7 @@ def main(argv: list[str] | None = None) -> None:
         token=token,
         owner_pid=args.owner_pid,
         ready_file=args.ready_file,
+        share_session=args.share_session,
     )
     try:
         run(worker.run())

@@ -152,6 +152,23 @@ class Connection(Handshake):
         frame = _HEADER.pack(len(envelope), 0) + envelope
         return frame if shm is None or not shm.owed else shm.returns(RETURN_FLAG) + frame
 
+    def framer(self) -> Callable[[m.Message], bytes]:
+        """`frame` in one function made once, for an authenticated connection's small replies.
+
+        What it needs is bound here; a message that cannot leave on its own (segments are
+        owed to the peer, or it is too large) goes as `frame` makes it.
+        """
+        limit, shm = self.max_message_bytes, self.shm
+        encode, pack = m.encoder.encode, _HEADER.pack
+
+        def frame(msg: m.Message) -> bytes:
+            envelope = encode(msg)
+            if len(envelope) <= limit and (shm is None or not shm.owed):
+                return pack(len(envelope), 0) + envelope
+            return self.frame(msg)  # segments handed back first; or too large: raises
+
+        return frame
+
     def _too_large(self, size: int) -> str:
         return (
             f"a message of {size} bytes exceeds the limit of {self.max_message_bytes} bytes; "

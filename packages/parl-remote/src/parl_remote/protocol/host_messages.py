@@ -14,6 +14,7 @@ __all__ = [
     "Assign",
     "Assigned",
     "HostReady",
+    "LeaveSession",
     "PausePreload",
     "Preload",
     "Preloaded",
@@ -68,6 +69,12 @@ class Assign(_Msg, frozen=True):
     class_name: str
     env: dict[str, str] = {}
     workdir: str = ""
+    own_session: bool = True
+    """Leave the worker's session for one of its own first (`LeaveSession`)."""
+
+
+class LeaveSession(_Msg, frozen=True):
+    """Leave the worker's session for one of its own (`setsid`), if still in it."""
 
 
 class Assigned(_Msg, frozen=True):

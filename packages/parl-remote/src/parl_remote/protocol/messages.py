@@ -20,8 +20,8 @@ Who sends what:
   `ActorExited`, `LogLines`, `Preload` (what its actors imported); master -> worker: `Accepted`,
   `StartActor`, `StopActor`, `ShutdownWorker`, `Ping`, `Preload` (what other workers' did);
 - worker <-> its actor processes (a private socket pair): `HostReady`, `Preload`,
-  `PausePreload`, `Preloaded`, `Assign`, `Assigned`, `ActorInitialized`, `ActorStats`,
-  `ActorExited` (the actor called sys.exit).
+  `PausePreload`, `Preloaded`, `Assign`, `Assigned`, `LeaveSession`, `ActorInitialized`,
+  `ActorStats`, `ActorExited` (the actor called sys.exit).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from parl_remote.protocol.host_messages import (
     Assign,
     Assigned,
     HostReady,
+    LeaveSession,
     PausePreload,
     Preload,
     Preloaded,
@@ -72,6 +73,7 @@ __all__ = [
     "HostReady",
     "Init",
     "KillActor",
+    "LeaveSession",
     "LogLines",
     "Message",
     "PausePreload",
@@ -464,6 +466,7 @@ Message = (
     | Preloaded
     | Assign
     | Assigned
+    | LeaveSession
     | ActorInitialized
     | ActorStats
 )
