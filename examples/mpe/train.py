@@ -79,6 +79,9 @@ class Args:
     """MAPPO: passes over each batch."""
     value_norm: bool = False
     """MAPPO: standardise the value targets by their running statistics (the paper's setting)."""
+    separate_optimizers: bool = False
+    """MAPPO: one Adam for the actor and one for the critic, each with its own gradient-norm
+    clip (the paper's setting), instead of one Adam and one clip over both."""
     eval_episodes: int = 20
     """Greedy episodes of the evaluations before and after training."""
     cross_play: bool = False
@@ -175,6 +178,7 @@ def train_mappo(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
         update_epochs=args.update_epochs,
         minibatch_size=T * E * N,
         value_norm=args.value_norm,
+        separate_optimizers=args.separate_optimizers,
         seed=args.seed,
     )
     gamma = args.gamma or 0.99
@@ -261,6 +265,7 @@ def train_and_evaluate(args: Args):
         "seed": args.seed,
         "total_steps": args.total_steps,
         "value_norm": args.value_norm,
+        "separate_optimizers": args.separate_optimizers,
         "random_return": summarize(eval_env, uniform),
         "final_return": summarize(eval_env, final),
         "train_return_first": float(np.mean(returns[:50])) if returns else None,
