@@ -179,7 +179,8 @@ class MAPPO(PPO):
             `critic_lr`), each with its own gradient-norm clip, so that neither part's
             gradient scales the other's step. The model names its parts by
             `policy_parameters()` and `value_parameters()` (disjoint). False: one Adam and
-            one clip over every parameter, as PPO does.
+            one clip over every parameter, as PPO does. The two differ only where the
+            gradient's norm exceeds `max_grad_norm` (Adam's state is per parameter).
         critic_lr: the critic's learning rate with `separate_optimizers` (None: `lr`).
         seed: seed of the minibatch shuffling.
     """
