@@ -2,22 +2,22 @@
 
 `--algo maddpg` trains `parl.algorithms.MADDPG` (a centralized critic per agent over every
 agent's observation and action, decentralized actors, Gumbel-softmax for MPE's five discrete
-moves, the paper's hyperparameters: lr 1e-2, gamma 0.95, tau 0.01, batch 1024);
-`--algo mappo` trains `parl.algorithms.MAPPO` (one actor shared by the agents, fed their ids,
-and a value function on the global state; `--value-norm` standardises its targets by running
-statistics, as the MAPPO paper does; `--separate-optimizers` steps the actor and the critic
-with an Adam each, each clipping its own gradient's norm, as it does too). `--independent`
-gives each the same budget without centralization: critics on the agent's own observation and
-action (independent DDPG) or a value on its own observation (independent PPO). Environments come from `mpe2`, PettingZoo's
-particle environments: `simple_spread` (3 agents cover 3 landmarks without colliding) and
-`simple_adversary` (2 good agents and 1 adversary). Returns are episode sums of each agent's
-rewards; the result reports the greedy policy's after training and a uniformly random policy's
-(means over all agents, over the good agents and over the adversaries), and the mean over agents
-of the first and of the last 50 training episodes. On `simple_adversary` each side's return
-is also a matter of the other side's skill; `--cross-play` trains both the centralized learner
-and its independent twin and sets the good agents of each against the adversary of each, the
-MADDPG paper's comparison (a better learner's good agents earn more against the same adversary,
-its adversary more against the same good agents).
+moves, the paper's hyperparameters: lr 1e-2, gamma 0.95, tau 0.01, batch 1024); `--algo mappo`
+trains `parl.algorithms.MAPPO` (one actor shared by the agents, fed their ids, and a value
+function on the global state; `--value-norm` standardises its targets by running statistics, as
+the MAPPO paper does; `--separate-optimizers` steps the actor and the critic with an Adam each,
+each clipping its own gradient's norm, as it does too). `--independent` gives each the same
+budget without centralization: critics on the agent's own observation and action (independent
+DDPG) or a value on its own observation (independent PPO). Environments come from `mpe2`,
+PettingZoo's particle environments: `simple_spread` (3 agents cover 3 landmarks without
+colliding) and `simple_adversary` (2 good agents and 1 adversary). Returns are episode sums of
+each agent's rewards; the result reports the greedy policy's after training and a uniformly
+random policy's (means over all agents, over the good agents and over the adversaries), and the
+mean over agents of the first and of the last 50 training episodes. On `simple_adversary` each
+side's return is also a matter of the other side's skill; `--cross-play` trains both the
+centralized learner and its independent twin and sets the good agents of each against the
+adversary of each, the MADDPG paper's comparison (a better learner's good agents earn more
+against the same adversary, its adversary more against the same good agents).
 
     python examples/mpe/train.py --algo maddpg
     python examples/mpe/train.py --algo mappo --env simple_adversary
