@@ -2,26 +2,28 @@
 
 `--algo maddpg` trains `parl.algorithms.MADDPG` (a centralized critic per agent over every
 agent's observation and action, decentralized actors, Gumbel-softmax for MPE's five discrete
-moves, the paper's hyperparameters: lr 1e-2, gamma 0.95, tau 0.01, batch 1024);
-`--algo mappo` trains `parl.algorithms.MAPPO` (one actor shared by the agents, fed their ids,
-and a value function on the global state; `--value-norm` standardises its targets by running
-statistics, as the MAPPO paper does). `--independent` gives each the same budget without
-centralization: critics on the agent's own observation and action (independent DDPG) or a
-value on its own observation (independent PPO). Environments come from `mpe2`, PettingZoo's
-particle environments: `simple_spread` (3 agents cover 3 landmarks without colliding) and
-`simple_adversary` (2 good agents and 1 adversary). Returns are episode sums of each agent's
-rewards; the result reports the greedy policy's after training and a uniformly random policy's
-(means over all agents, over the good agents and over the adversaries), and the mean over agents
-of the first and of the last 50 training episodes. On `simple_adversary` each side's return
-is also a matter of the other side's skill; `--cross-play` trains both the centralized learner
-and its independent twin and sets the good agents of each against the adversary of each, the
-MADDPG paper's comparison (a better learner's good agents earn more against the same adversary,
-its adversary more against the same good agents).
+moves, the paper's hyperparameters: lr 1e-2, gamma 0.95, tau 0.01, batch 1024); `--algo mappo`
+trains `parl.algorithms.MAPPO` (one actor shared by the agents, fed their ids, and a value
+function on the global state; `--value-norm` standardises its targets by running statistics, as
+the MAPPO paper does; `--separate-optimizers` steps the actor and the critic with an Adam each,
+each clipping its own gradient's norm, as it does too). `--independent` gives each the same
+budget without centralization: critics on the agent's own observation and action (independent
+DDPG) or a value on its own observation (independent PPO). Environments come from `mpe2`,
+PettingZoo's particle environments: `simple_spread` (3 agents cover 3 landmarks without
+colliding) and `simple_adversary` (2 good agents and 1 adversary). Returns are episode sums of
+each agent's rewards; the result reports the greedy policy's after training and a uniformly
+random policy's (means over all agents, over the good agents and over the adversaries), and the
+mean over agents of the first and of the last 50 training episodes. On `simple_adversary` each
+side's return is also a matter of the other side's skill; `--cross-play` trains both the
+centralized learner and its independent twin and sets the good agents of each against the
+adversary of each, the MADDPG paper's comparison (a better learner's good agents earn more
+against the same adversary, its adversary more against the same good agents).
 
     python examples/mpe/train.py --algo maddpg
     python examples/mpe/train.py --algo mappo --env simple_adversary
     python examples/mpe/train.py --algo maddpg --independent
     python examples/mpe/train.py --algo mappo --value-norm
+    python examples/mpe/train.py --algo mappo --separate-optimizers
     python examples/mpe/train.py --algo maddpg --env simple_adversary --cross-play
 """
 
@@ -79,6 +81,9 @@ class Args:
     """MAPPO: passes over each batch."""
     value_norm: bool = False
     """MAPPO: standardise the value targets by their running statistics (the paper's setting)."""
+    separate_optimizers: bool = False
+    """MAPPO: one Adam for the actor and one for the critic, each with its own gradient-norm
+    clip (the paper's setting), instead of one Adam and one clip over both."""
     eval_episodes: int = 20
     """Greedy episodes of the evaluations before and after training."""
     cross_play: bool = False
@@ -175,6 +180,7 @@ def train_mappo(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
         update_epochs=args.update_epochs,
         minibatch_size=T * E * N,
         value_norm=args.value_norm,
+        separate_optimizers=args.separate_optimizers,
         seed=args.seed,
     )
     gamma = args.gamma or 0.99
@@ -261,6 +267,7 @@ def train_and_evaluate(args: Args):
         "seed": args.seed,
         "total_steps": args.total_steps,
         "value_norm": args.value_norm,
+        "separate_optimizers": args.separate_optimizers,
         "random_return": summarize(eval_env, uniform),
         "final_return": summarize(eval_env, final),
         "train_return_first": float(np.mean(returns[:50])) if returns else None,

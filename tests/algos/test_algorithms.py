@@ -91,7 +91,7 @@ def test_ppo_first_minibatch_has_ratio_one_and_clip_fraction_grows_with_lr():
 class _TorchStepPPO(PPO):
     """PPO with torch's own `clip_grad_norm_` and `Adam.step` on every minibatch."""
 
-    def _lean_step(self):
+    def _lean_step(self, optimizer, params):
         return False
 
 

@@ -286,6 +286,112 @@ def test_mappo_with_value_norm_learns_standardised_returns_and_gives_them_back_u
     assert "value_normalizer" in alg.state_dict()  # its statistics are checkpointed
 
 
+def _mappo_batch(scale: float = 1.0):
+    """A batch of 32 steps of 2 agents whose value targets are `scale` times the advantages."""
+    g = torch.Generator().manual_seed(0)
+    obs, state = torch.randn(32, 2, 2, generator=g), torch.randn(32, 3, generator=g)
+    action, advantage = torch.randint(0, 4, (32, 2), generator=g), torch.randn(32, 2, generator=g)
+    return obs, state, action, advantage, scale * advantage
+
+
+def _mappo_alg(cls=MAPPO, **kwargs) -> MAPPO:
+    torch.manual_seed(0)
+    model = MultiAgentPPOMLP(2, 3, 2, 4, (16,))
+    return cls(model, update_epochs=3, minibatch_size=16, max_grad_norm=0.5, seed=0, **kwargs)
+
+
+def test_mappo_separate_optimizers_each_hold_their_own_parts_state():
+    alg = _mappo_alg(separate_optimizers=True, lr=1e-3, critic_lr=5e-3)
+    model = alg.model
+    actor, critic = alg.optimizer, alg.critic_optimizer
+    assert critic is not None
+    assert [p for g in actor.param_groups for p in g["params"]] == list(model.actors.parameters())
+    assert [p for g in critic.param_groups for p in g["params"]] == list(model.critic.parameters())
+    assert (actor.param_groups[0]["lr"], critic.param_groups[0]["lr"]) == (1e-3, 5e-3)
+    stats = alg.learn(*_mappo_batch())
+    assert stats.updates == 12  # 64 rows, 16 a minibatch, 3 epochs
+    for optimizer in (actor, critic):
+        steps = [s["step"].item() for s in optimizer.state.values()]
+        assert len(steps) == len(optimizer.param_groups[0]["params"]) and set(steps) == {12.0}
+    assert {"optimizer", "critic_optimizer"} <= alg.state_dict().keys()
+    joint = _mappo_alg()  # PPO's one Adam over every parameter
+    assert joint.critic_optimizer is None and "critic_optimizer" not in joint.state_dict()
+    assert len(joint.optimizer.param_groups[0]["params"]) == len(list(joint.model.parameters()))
+
+
+def test_mappo_separate_optimizers_clip_each_part_so_the_critic_leaves_the_actor_alone():
+    """Value targets 1000 times larger make the critic's gradient huge and leave the actor's
+    as it was: with one clip over both it shrinks the actor's steps, with a clip for each part
+    the actor learns exactly what it learns with small targets."""
+    actors = {}
+    for separate in (True, False):
+        for scale in (1.0, 1000.0):
+            alg = _mappo_alg(separate_optimizers=separate)
+            alg.learn(*_mappo_batch(scale))
+            actors[separate, scale] = [p.detach().clone() for p in alg.model.actors.parameters()]
+
+    def equal(one, other):
+        return [torch.equal(a, b) for a, b in zip(actors[one], actors[other], strict=True)]
+
+    assert all(equal((True, 1.0), (True, 1000.0)))
+    assert not any(equal((False, 1.0), (False, 1000.0)))
+
+
+class _TorchStepMAPPO(MAPPO):
+    """MAPPO with torch's own `clip_grad_norm_` and `Adam.step` on every minibatch."""
+
+    def _lean_step(self, optimizer, params):
+        return False
+
+
+def test_mappo_separate_optimizers_lean_step_matches_torchs_clip_and_adam_to_the_bit():
+    results = []
+    for cls in (MAPPO, _TorchStepMAPPO):
+        alg = _mappo_alg(cls, separate_optimizers=True, value_norm=True)
+        stats = [alg.learn(*_mappo_batch(scale)) for scale in (1.0, 50.0)]
+        params = [p.detach().clone() for p in alg.model.parameters()]
+        results.append((stats, params, alg.critic_optimizer.state_dict()["state"]))
+    (lean_stats, lean_params, lean_state), (stats, params, state) = results
+    assert lean_stats == stats
+    assert all(torch.equal(a, b) for a, b in zip(lean_params, params, strict=True))
+    for i in state:
+        assert all(torch.equal(lean_state[i][k], state[i][k]) for k in state[i])
+
+
+class _OneNet(parl.Model):
+    """A policy and a value sharing one layer, without saying which parameters are whose."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Linear(7, 5)
+
+    def policy(self, x):
+        return self.body(x)[..., :4]
+
+    def value(self, x):
+        return self.body(x)[..., 4]
+
+
+class _SharedParts(_OneNet):
+    """`_OneNet` naming its one layer as both the actor's and the critic's."""
+
+    def policy_parameters(self):
+        return list(self.body.parameters())
+
+    def value_parameters(self):
+        return list(self.body.parameters())
+
+
+def test_mappo_separate_optimizers_need_a_model_split_in_two_parts():
+    with pytest.raises(ValueError, match="critic_lr needs separate_optimizers"):
+        _mappo_alg(critic_lr=1e-3)
+    with pytest.raises(TypeError, match=r"policy_parameters\(\); _OneNet has none"):
+        MAPPO(_OneNet(), separate_optimizers=True)
+    with pytest.raises(ValueError, match="disjoint parts"):
+        MAPPO(_SharedParts(), separate_optimizers=True)
+    MAPPO(_OneNet())  # one Adam over every parameter needs no split
+
+
 # -- smoke runs on the particle environments -----------------------------------------------------
 
 
@@ -357,7 +463,7 @@ def _qmix():
     return build, train
 
 
-def _mappo(shared_actor: bool):
+def _mappo(shared_actor: bool, **kwargs):
     env = _mpe(simple_adversary_v3)  # observation sizes differ: 8 and 10, zero-padded
     n, n_actions = env.n_agents, env.action_spaces[0].n
 
@@ -365,7 +471,7 @@ def _mappo(shared_actor: bool):
         model = MultiAgentPPOMLP(
             env.max_obs_dim, env.state_dim, n, n_actions, (32,), shared_actor=shared_actor
         )
-        return MAPPO(model, update_epochs=2, minibatch_size=16, seed=0)
+        return MAPPO(model, update_epochs=2, minibatch_size=16, seed=0, **kwargs)
 
     def train(alg):
         stats = []
@@ -399,6 +505,7 @@ CASES = {
     "QMIX": _qmix,
     "MAPPO-shared": lambda: _mappo(shared_actor=True),
     "MAPPO-per-agent": lambda: _mappo(shared_actor=False),
+    "MAPPO-separate-optimizers": lambda: _mappo(shared_actor=True, separate_optimizers=True),
 }
 
 

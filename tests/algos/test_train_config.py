@@ -281,7 +281,7 @@ def test_list_shows_every_shipped_config_with_its_modes():
         (["bc/pendulum", "--env.data_random", "1.5"], ["env.data_random", "[0, 1]"]),
         (["bc/pendulum", "--mode", "sync"], ["train.mode", "single"]),
         (["qmix/simple_spread", "--env.id", "simple_nothing"], ["env.id", "mpe2"]),
-        (["qmix/simple_spread", "--agent.mixer", "max"], ["agent.mixer", "qmix, vdn"]),
+        (["qmix/simple_spread", "--agent.mixer", "max"], ["agent.mixer", "qmix, vdn, none"]),
         (["maddpg/simple_spread", "--agent.num_envs", "0"], ["agent.num_envs", "at least 1"]),
     ],
 )

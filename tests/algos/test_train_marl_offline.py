@@ -13,7 +13,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from parl_algos.train import latest_checkpoint, load_config
+from parl_algos.qmix import QMixer, VDNMixer
+from parl_algos.train import SPECS, apply_override, latest_checkpoint, load_config
 from parl_algos.train._marl_actors import EnvGroup, EnvGroups
 
 from .test_train_runs import PARL_TRAIN, parl_train, rows, small_args
@@ -25,6 +26,46 @@ def test_list_shows_the_multi_agent_sync_modes():
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
     for name in ("maddpg/simple_spread", "mappo/simple_spread", "qmix/simple_spread"):
         assert lines[name].split()[-3:] == ["modes:", "single", "sync"]
+
+
+def built(name: str, *overrides: tuple[str, str]):
+    """The algorithm `parl-train NAME --key value ...` trains."""
+    config = load_config(name)
+    for key, text in overrides:
+        apply_override(config, key, text)
+    return SPECS[config.algorithm].build(config, None, None).agent.alg
+
+
+def test_the_multi_agent_options_reach_the_algorithm():
+    mappo = built("mappo/simple_spread")
+    assert mappo.value_normalizer is None and mappo.critic_optimizer is None
+    mappo = built(
+        "mappo/simple_spread", ("agent.value_norm", "true"), ("agent.separate_optimizers", "true")
+    )
+    assert mappo.value_normalizer is not None and mappo.critic_optimizer is not None
+    mixers = {m: built("qmix/simple_spread", ("agent.mixer", m)).mixer for m in ("qmix", "vdn")}
+    assert isinstance(mixers["qmix"], QMixer) and isinstance(mixers["vdn"], VDNMixer)
+    assert built("qmix/simple_spread", ("agent.mixer", "none")).mixer is None
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("qmix/simple_spread", ["--agent.mixer", "none"]),
+        (
+            "mappo/simple_spread",
+            ["--agent.value_norm", "true", "--agent.separate_optimizers", "true"],
+        ),
+    ],
+)
+def test_the_multi_agent_options_train(name, options, tmp_path):
+    """Independent Q-learners; MAPPO with the paper's value normalisation and optimisers."""
+    args = [*small_args(name), "--train.total_steps", "300", *options]
+    proc = parl_train(name, "--logdir", str(tmp_path), *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    written = rows(tmp_path)
+    assert int(written[-1]["env_step"]) >= 300
+    assert any(r["mean_return"] for r in written)
 
 
 def test_env_groups_in_this_process_step_as_one_group_of_every_env():

@@ -140,6 +140,14 @@ class MultiAgentPPOMLP(parl.Model):
         own = x[..., self.obs_dim + self.n_agents :] if self.centralized else x[..., : self.obs_dim]
         return self.critic(torch.cat([own, ids], dim=-1)).squeeze(-1)
 
+    def policy_parameters(self) -> list[nn.Parameter]:
+        """The actors' parameters (MAPPO's `separate_optimizers` steps them on their own)."""
+        return list(self.actors.parameters())
+
+    def value_parameters(self) -> list[nn.Parameter]:
+        """The value function's parameters."""
+        return list(self.critic.parameters())
+
 
 class MAPPO(PPO):
     """Multi-agent PPO: each agent's clipped surrogate, a value function on the global state.
@@ -162,9 +170,18 @@ class MAPPO(PPO):
             (None: no clipping).
         vf_coef: weight of the value loss.
         ent_coef: weight of the entropy bonus.
-        max_grad_norm: clip the gradient's global norm to this (None: no clipping).
+        max_grad_norm: clip the gradient's global norm to this (None: no clipping); with
+            `separate_optimizers`, the actor's and the critic's gradients each to this.
         value_norm: the value network learns standardised returns (`ValueNormalizer`);
             `value` returns them in the returns' own scale, `learn` takes them so too.
+        separate_optimizers: the MAPPO paper's setting: one Adam for the actor's parameters
+            (`optimizer`, at `lr`) and one for the value function's (`critic_optimizer`, at
+            `critic_lr`), each with its own gradient-norm clip, so that neither part's
+            gradient scales the other's step. The model names its parts by
+            `policy_parameters()` and `value_parameters()` (disjoint). False: one Adam and
+            one clip over every parameter, as PPO does. The two differ only where the
+            gradient's norm exceeds `max_grad_norm` (Adam's state is per parameter).
+        critic_lr: the critic's learning rate with `separate_optimizers` (None: `lr`).
         seed: seed of the minibatch shuffling.
     """
 
@@ -182,6 +199,8 @@ class MAPPO(PPO):
         ent_coef: float = 0.01,
         max_grad_norm: float | None = 10.0,
         value_norm: bool = False,
+        separate_optimizers: bool = False,
+        critic_lr: float | None = None,
         seed: int | None = None,
     ) -> None:
         super().__init__(
@@ -198,6 +217,35 @@ class MAPPO(PPO):
             seed=seed,
         )
         self.value_normalizer = ValueNormalizer() if value_norm else None
+        self.critic_optimizer: torch.optim.Optimizer | None = None
+        if separate_optimizers:
+            self._separate_optimizers(critic_lr or lr)
+        elif critic_lr is not None:
+            raise ValueError("MAPPO: critic_lr needs separate_optimizers=True")
+
+    def _separate_optimizers(self, critic_lr: float) -> None:
+        """Replace PPO's one Adam by the actor's (`optimizer`) and the critic's."""
+        parts = []
+        for method in ("policy_parameters", "value_parameters"):
+            if not callable(getattr(self.model, method, None)):
+                raise TypeError(
+                    f"MAPPO(separate_optimizers=True) needs a model with {method}(); "
+                    f"{type(self.model).__name__} has none"
+                )
+            parts.append(list(getattr(self.model, method)()))
+        actor, critic = parts
+        a, c = {id(p) for p in actor}, {id(p) for p in critic}
+        if a & c or a | c != {id(p) for p in self._parameters}:
+            raise ValueError(
+                "MAPPO(separate_optimizers=True): the model's policy_parameters() and "
+                "value_parameters() must split its parameters in two disjoint parts"
+            )
+        group = self.optimizer.param_groups[0]
+        self.optimizer = torch.optim.Adam(actor, lr=group["lr"], eps=group["eps"], foreach=True)
+        self.critic_optimizer = torch.optim.Adam(
+            critic, lr=critic_lr, eps=group["eps"], foreach=True
+        )
+        self._steps = [(self.optimizer, actor), (self.critic_optimizer, critic)]
 
     @torch.no_grad()
     def value(self, rows: torch.Tensor) -> torch.Tensor:

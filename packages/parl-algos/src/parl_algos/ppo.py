@@ -123,6 +123,11 @@ class PPO(ActorCriticAlgorithm):
         # of it, and Adam's multi-tensor kernels (bit for bit the same steps) about as much again.
         self._parameters = list(model.parameters())
         self.optimizer = torch.optim.Adam(self._parameters, lr=lr, eps=adam_eps, foreach=True)
+        self._steps: list[tuple[torch.optim.Optimizer, list[torch.nn.Parameter]]] = [
+            (self.optimizer, self._parameters)
+        ]
+        """Each optimizer and the parameters whose gradient it clips (to `max_grad_norm`) and
+        steps: PPO's one, over every parameter; MAPPO's actor and critic, each its own."""
         self._generator = torch.Generator().manual_seed(
             int(torch.randint(2**62, ()).item()) if seed is None else seed
         )
@@ -244,29 +249,33 @@ class PPO(ActorCriticAlgorithm):
         for p in self._parameters:  # Optimizer.zero_grad(set_to_none=True), without its hooks
             p.grad = None
         loss.backward()
-        if not self._lean_step():
-            clip_grad_norm(self._parameters, self.max_grad_norm)
-            self.optimizer.step()
+        for optimizer, params in self._steps:
+            if not self._lean_step(optimizer, params):
+                clip_grad_norm(params, self.max_grad_norm)
+                optimizer.step()
         with torch.no_grad():
             clip_fraction = ((ratio - 1.0).abs() > self.clip_coef).float().mean()
             return torch.stack([policy_loss, value_loss, entropy, clip_fraction]).detach()
 
     @torch.no_grad()
-    def _lean_step(self) -> bool:
+    def _lean_step(
+        self, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]
+    ) -> bool:
         """Clip the gradient's norm and take Adam's step with the ops torch's own calls run.
 
         `clip_grad_norm_` and `Adam.step` (`foreach=True`) spend most of their time on a small
         model in Python around their kernels: grouping tensors by device, hooks, checks, a
         step count read per parameter. This runs the same kernels in the same order on the
-        optimizer's own state, so the result is the same to the bit (a test compares them).
+        optimizer's own state, so the result is the same to the bit (a test compares them):
+        `params`' gradient clipped to `max_grad_norm`, then `optimizer`'s step.
         It returns False, leaving everything to torch, where that shortcut does not apply:
         before Adam's first step (its state is made then), without a norm clip, or with
         options other than PPO's (weight decay, amsgrad, maximize, capturable, fused).
         """
-        group = self.optimizer.param_groups[0]
+        group = optimizer.param_groups[0]
         if (
             self.max_grad_norm is None
-            or len(self.optimizer.param_groups) != 1
+            or len(optimizer.param_groups) != 1
             or group["weight_decay"] != 0
             or group["amsgrad"]
             or group["maximize"]
@@ -276,9 +285,8 @@ class PPO(ActorCriticAlgorithm):
             or isinstance(group["lr"], torch.Tensor)
         ):
             return False
-        params = self._parameters
         grads = [p.grad for p in params]
-        states = [self.optimizer.state.get(p) for p in params]
+        states = [optimizer.state.get(p) for p in params]
         if any(g is None for g in grads) or not all(states):
             return False
         device = params[0].device

@@ -36,7 +36,7 @@ from parl_algos.functional import gae
 from parl_algos.maddpg import MADDPG, MADDPGStats, MultiAgentActorCriticMLP
 from parl_algos.mappo import MAPPO, MAPPOStats, MultiAgentPPOMLP, pack_agent_inputs
 from parl_algos.multiagent import EpisodeMemory, MultiAgentReplayMemory, StackedAgentsEnv
-from parl_algos.qmix import QMIX, QMixer, QMIXStats, RNNAgent
+from parl_algos.qmix import QMIX, QMixer, QMIXStats, RNNAgent, VDNMixer
 from parl_algos.rollout import Episode
 from parl_algos.train._config import Config, ConfigError
 from parl_algos.train._marl_actors import EnvGroups
@@ -102,6 +102,12 @@ class MAPPOSection:
     hidden_size: int = 64
     centralized: bool = True
     """A value function on the global state (false: on the agent's own observation)."""
+    value_norm: bool = False
+    """The value function learns returns standardised by their running statistics (the MAPPO
+    paper's value normalisation)."""
+    separate_optimizers: bool = False
+    """One Adam for the actor and one for the critic, each clipping its own gradient's norm
+    (the MAPPO paper's setting); false: one Adam and one clip over both."""
 
 
 @dataclass
@@ -125,9 +131,14 @@ class QMIXSection:
     target_update_interval: int = 200
     """Episodes between two copies of the networks into their targets."""
     mixer: str = "qmix"
-    """'qmix' (the monotonic mixing network) or 'vdn' (a sum)."""
+    """'qmix' (the monotonic mixing network), 'vdn' (a sum) or 'none' (independent
+    Q-learners: each agent's own Q-value regressed on the team's reward, nothing mixed)."""
     num_envs: int = 1
     """Environments played together, one whole episode each, then one update per episode."""
+
+
+_MIXERS = ("qmix", "vdn", "none")
+"""QMIX's `agent.mixer` values."""
 
 
 def make_mpe_env(
@@ -153,8 +164,8 @@ def check_multi_agent(config: Config) -> None:
         raise ConfigError(f"env.max_cycles={config.env.max_cycles} must be at least 1")
     if config.agent.num_envs < 1:
         raise ConfigError(f"agent.num_envs={config.agent.num_envs} must be at least 1")
-    if getattr(config.agent, "mixer", "qmix") not in ("qmix", "vdn"):
-        raise ConfigError(f"agent.mixer={config.agent.mixer!r}; allowed: qmix, vdn")
+    if getattr(config.agent, "mixer", "qmix") not in _MIXERS:
+        raise ConfigError(f"agent.mixer={config.agent.mixer!r}; allowed: {', '.join(_MIXERS)}")
 
 
 class StackedAgent(parl.Agent):
@@ -260,16 +271,20 @@ def _build(config: Config, remote: Any) -> tuple[Any, Any, dict[str, Any]]:
             ent_coef=a.ent_coef,
             update_epochs=a.update_epochs,
             minibatch_size=rows,
+            value_norm=a.value_norm,
+            separate_optimizers=a.separate_optimizers,
             seed=seed,
         )
         objects["dims"] = (arrays.n_agents, arrays.max_obs_dim, arrays.state_dim)
     else:
         n = arrays.n_agents
         model = RNNAgent(arrays.max_obs_dim + n, n_actions[0], a.hidden_size)
-        from parl_algos.qmix import VDNMixer
-
-        mixer = QMixer(n, arrays.state_dim, a.mixing_embed_dim) if a.mixer == "qmix" else None
-        alg = QMIX(model, mixer or VDNMixer(), n_agents=n, lr=a.lr, gamma=a.gamma, seed=seed)
+        mixer = {
+            "qmix": lambda: QMixer(n, arrays.state_dim, a.mixing_embed_dim),
+            "vdn": VDNMixer,
+            "none": lambda: None,
+        }[a.mixer]()
+        alg = QMIX(model, mixer, n_agents=n, lr=a.lr, gamma=a.gamma, seed=seed)
         objects["memory"] = EpisodeMemory(
             a.buffer_size,
             config.env.max_cycles,
@@ -395,7 +410,7 @@ def _mappo_update(
     T, E = reward.shape[:2]
     b_obs, b_state = torch.from_numpy(obs), torch.from_numpy(state)
     with torch.no_grad():
-        values = alg.model.value(pack_agent_inputs(b_obs, b_state))
+        values = alg.value(pack_agent_inputs(b_obs, b_state))  # in the returns' scale
         log_prob = alg.distribution(pack_agent_inputs(b_obs[:-1], b_state[:-1])).log_prob(action)
     advantage = gae(
         torch.from_numpy(reward),
