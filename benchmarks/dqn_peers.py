@@ -6,13 +6,14 @@ process with one torch thread, seed by seed so that both sides of a row see the 
 `peers`: the shipped configs `dqn/<env>` and `qrdqn/<env>` on CartPole-v1 (QR-DQN only: the
 light schedule), Acrobot-v1 and LunarLander-v3 (box2d) against Stable-Baselines3's DQN and
 sb3-contrib's QR-DQN given the same hyperparameters (read from the config: layers, learning
-rate, batch, replay size, warm-up, updates per step, target period, epsilon schedule, quantiles).
-Each run stops when the mean return of the last 10 training episodes first reaches the config's
-`target_return`, or at its `total_steps` (the cap, which the epsilon schedule of both sides is
-a fraction of). The table gives the median over the seeds of the env steps and seconds of
-training to the threshold (a miss counts as the cap and its full time, and says so). The
-configs' DQN uses the plain target, as SB3's does; SB3 decays epsilon from step 0, PARL from
-the end of the warm-up (`learning_starts`, 0 in the Acrobot and LunarLander configs).
+rate, batch, replay size, warm-up, updates per step, target period, epsilon schedule,
+quantiles). Each run stops when the mean return of the last 10 training episodes first reaches
+the config's `target_return` (or `--threshold`, for both sides), or at its `total_steps` (the
+cap, which the epsilon schedule of both sides is a fraction of). The table gives the median over
+the seeds of the env steps and seconds of training to the threshold (a miss counts as the cap
+and its full time, and says so). The configs' DQN uses the plain target, as SB3's does; SB3
+decays epsilon from step 0, PARL from the end of the warm-up (`learning_starts`, 0 in the
+Acrobot and LunarLander configs).
 
 `tianshou`: the shipped `c51/cartpole` and `rainbow/cartpole` configs against Tianshou's C51
 and Rainbow (`benchmarks/tianshou_runner.py`, which says where Tianshou's algorithms differ by
@@ -35,6 +36,7 @@ the whole command's seconds (the actors' start included).
 
     nice python benchmarks/dqn_peers.py peers --seeds 1,2,3
     nice python benchmarks/dqn_peers.py peers --envs acrobot --algos qrdqn --seeds 1
+    nice python benchmarks/dqn_peers.py peers --envs lunarlander --algos dqn --threshold 100
     nice python benchmarks/dqn_peers.py masked apex --seeds 1
     nice python benchmarks/dqn_peers.py peers --sb3-python /path/to/venv/bin/python
     nice python benchmarks/dqn_peers.py tianshou --algos c51,rainbow --seeds 1,2,3
@@ -141,18 +143,19 @@ def run_peer(
     python: str,
     timeout: float,
     runner: str = SB3_RUNNER,
+    threshold: float | None = None,
     **extra: object,
 ) -> dict:
     """`runner` with the config's hyperparameters, in `python`'s venv: sb3_runner.py (SB3's
-    DQN or sb3-contrib's QR-DQN) or tianshou_runner.py (Tianshou's C51 or Rainbow); `extra`
-    joins the runner's spec."""
+    DQN or sb3-contrib's QR-DQN) or tianshou_runner.py (Tianshou's C51 or Rainbow), to
+    `threshold` (default: the config's `target_return`); `extra` joins the runner's spec."""
     from parl_algos.train import load_config
 
     config = load_config(config_name)
     args = {**dataclasses.asdict(config.agent), "env_id": config.env.id, "torch_threads": 1}
     spec = {
         "algo": config.algorithm.lower(),
-        "threshold": config.train.target_return,
+        "threshold": config.train.target_return if threshold is None else threshold,
         "cap": config.train.total_steps,
         "seed": seed,
         "args": args,
@@ -186,12 +189,13 @@ def _peer_row(
     from parl_algos.train import load_config
 
     config = load_config(name)
-    threshold, cap = config.train.target_return, config.train.total_steps
+    cap = config.train.total_steps
+    threshold = config.train.target_return if args.threshold is None else args.threshold
     ours, peers = [], []
     for seed in args.seeds:
         ours.append(run_to_threshold(name, to_threshold(threshold, cap, seed), args.timeout))
         print(f"{name} parl seed {seed}: {ours[-1]}", flush=True)
-        peers.append(run_peer(name, seed, python, args.timeout, runner, **extra))
+        peers.append(run_peer(name, seed, python, args.timeout, runner, threshold, **extra))
         print(f"{name} {peer} seed {seed}: {peers[-1]}", flush=True)
     return (
         f"| `{name}` ({config.env.id}, ≥ {threshold:g}, cap {cap // 1000}k) "
@@ -325,6 +329,12 @@ def main() -> None:
         action="store_true",
         help="tianshou: Tianshou's Rainbow with epsilon 0 after the warm-up, as PARL's (its "
         "collector acts without the noise; by default it gets the config's epsilon schedule)",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        help="peers and tianshou: the mean return both sides run to, instead of each config's "
+        "`target_return`",
     )
     parser.add_argument("--json", help="write every table to this file too")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
