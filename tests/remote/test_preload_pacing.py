@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 from parl_remote._actor_process import ActorProcess, PreloadPacer
 from parl_remote._preload import Preloader
+from parl_remote._util import loaded_module
 from parl_remote.protocol import messages as m
 from tests.remote.conftest import make_cluster, run_client_script, wait_until
 
@@ -205,3 +206,33 @@ def test_an_actor_gets_the_least_preloaded_process_that_has_what_its_class_needs
     assert pacer.needs["TorchUser"] == 3
     assert pacer.pick([fresh, importing], "TorchUser") is fresh  # none fits: none importing
     assert pacer.pick([], "Plain") is None
+
+
+def test_a_module_half_imported_by_the_preloader_is_not_taken_from_sys_modules(
+    tmp_path, monkeypatch
+):
+    # The preloader's thread may be importing numpy when a call's shared-memory buffers arrive:
+    # the receiver must not use the half-made module (it copies the buffers out instead).
+    (tmp_path / "half_made.py").write_text(
+        "import os, time\n"
+        "end = time.monotonic() + 60\n"
+        "while not os.path.exists(os.environ['HALF_MADE_RELEASE']) and time.monotonic() < end:\n"
+        "    time.sleep(0.01)\n"
+        "frombuffer = len\n"
+    )
+    release = tmp_path / "release"
+    monkeypatch.setenv("HALF_MADE_RELEASE", str(release))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        preloader = Preloader(max_mb=1e9)
+        preloader.add(["half_made"])
+        wait_until(lambda: "half_made" in sys.modules, 30, what="the import to start")
+        assert not hasattr(sys.modules["half_made"], "frombuffer")  # half made
+        assert loaded_module("half_made") is None
+        release.write_text("")
+        wait_until(lambda: not preloader.busy, 30, what="the preload")
+        assert loaded_module("half_made").frombuffer is len
+        assert loaded_module("not_imported_anywhere") is None
+    finally:
+        release.write_text("")
+        sys.modules.pop("half_made", None)

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import cloudpickle
 
 from parl_remote._exceptions import RemoteError, RemoteMethodError
+from parl_remote._util import loaded_module
 
 __all__ = [
     "OUT_OF_BAND_MIN",
@@ -62,7 +63,7 @@ def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
         return False
 
     try:
-        if "torch" in sys.modules:
+        if loaded_module("torch") is not None:
             data = _dumps_with_tensors(obj, keep)
         else:
             data = pickle.dumps(obj, protocol=5, buffer_callback=keep)

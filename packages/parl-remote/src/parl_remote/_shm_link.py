@@ -13,7 +13,6 @@ import os
 import pickle
 import stat
 import struct
-import sys
 import threading
 import weakref
 from collections import deque
@@ -30,6 +29,7 @@ from parl_remote._shm import (
     size_class,
     unlink,
 )
+from parl_remote._util import loaded_module
 
 __all__ = ["SharedLink"]
 
@@ -212,7 +212,7 @@ class SharedLink:
                 f"the reference says {size}"
             )
         self.store.received += 1
-        np = sys.modules.get("numpy")
+        np = loaded_module("numpy")  # not one a preload is still importing
         if np is None or size == 0:
             view = memoryview(mapping)
             out = tuple(bytearray(view[o : o + n]) for o, n in zip(offsets, lengths, strict=True))

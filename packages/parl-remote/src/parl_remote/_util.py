@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import tempfile
 import time
 from typing import Any
@@ -19,6 +20,7 @@ __all__ = [
     "describe_exit",
     "is_loopback",
     "kill_pid",
+    "loaded_module",
     "method_entry",
     "outward_ip",
     "owner_alive",
@@ -50,6 +52,19 @@ def read_json(path: str | os.PathLike[str]) -> Any:
             return json.load(f)
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+def loaded_module(name: str) -> Any:
+    """Module `name` if it is imported completely, else None.
+
+    A module that another thread is importing right now (an actor process's preloader) is
+    already in `sys.modules`, half made: code that only uses a module when the user's code has
+    imported it must not take it from there before its import ends.
+    """
+    module = sys.modules.get(name)
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    return module
 
 
 def available_cpus() -> int:
