@@ -380,8 +380,12 @@ def test_cartpole_reaches_475_with_2_actors(name, mode, tmp_path):
         timeout=580,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "reached" in (logdir / "log.log").read_text()
-    assert max(float(r["mean_return"]) for r in rows(logdir) if r["mean_return"]) >= 475
+    log = (logdir / "log.log").read_text()
+    reached = re.search(r"mean return of the last 10 episodes reached ([0-9.]+) at env step", log)
+    assert reached and float(reached[1]) >= 475, log[-2000:]
+    # The run stops after the batch in which it reached 475; that batch's later episodes are in
+    # the last row's mean, which can sit a little below it; a policy that collapsed would not.
+    assert float(rows(logdir)[-1]["mean_return"]) >= 400
 
 
 @pytest.mark.slow
