@@ -34,6 +34,9 @@ absolute times do.
     python benchmarks/remote_bench.py --w4 --parl2 /tmp/parl2-venv/bin/python
                                                  # and PARL 2.x's for the same classes, in
                                                  # the same run (compare/parl2_run.py)
+    python benchmarks/remote_bench.py --w3 --ray /tmp/ray-venv/bin/python
+                                                 # and Ray's object store on the same round
+                                                 # trips, right after ours (compare/ray_w3.py)
     python benchmarks/remote_bench.py --tls      # W1 and W3 on a plaintext and a TLS cluster
                                                  # (runs tls_bench.py)
 
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import socket
 import statistics
@@ -285,8 +289,13 @@ def memcpy_rate(size: int, reps: int) -> float:
     return size * reps / (time.perf_counter() - t0) / 1e6
 
 
-def shm_table(shared, plain, raw_port: int, scale: float) -> list[tuple[str, ...]]:
-    """W3: shared memory, the socket, a raw socket and memcpy, in MB/s, one run."""
+def shm_table(
+    shared, plain, raw_port: int, scale: float, rates: dict[str, float] | None = None
+) -> list[tuple[str, ...]]:
+    """W3: shared memory, the socket, a raw socket and memcpy, in MB/s, one run.
+
+    `rates`, when given, receives the shared-memory rates by `"<mb> <way>"`.
+    """
     rows = []
     for mb, reps in ((1, 200), (16, 20), (128, 4)):
         reps = max(2, int(reps * scale))
@@ -296,6 +305,8 @@ def shm_table(shared, plain, raw_port: int, scale: float) -> list[tuple[str, ...
         for way in ("echo", "sum", "make"):
             on = parl_payload(shared, size, reps, way)
             off = parl_payload(plain, size, reps, way)
+            if rates is not None:
+                rates[f"{mb} {way}"] = on
             # A round trip moves the bytes twice: its ceiling is half a single memcpy's rate.
             ceiling = copy / 2 if way == "echo" else copy
             base = raw if way == "echo" else 2 * raw
@@ -476,6 +487,13 @@ def main() -> None:
         default=None,
         help="with --w4: the python of a PARL 2.x virtual environment, to time PARL's W4 too",
     )
+    parser.add_argument(
+        "--ray",
+        metavar="PYTHON",
+        default=None,
+        help="with --w3: the python of a Ray virtual environment, to time Ray's object store "
+        "on the same round trips right after ours (compare/ray_w3.py)",
+    )
     parser.add_argument("--n", type=int, default=0, help="W4's later user-module actors")
     parser.add_argument(
         "--tls", action="store_true", help="only what TLS costs W1 and W3 (tls_bench.py)"
@@ -490,6 +508,8 @@ def main() -> None:
     n_calls = int(40000 * scale)
     rows: list[tuple[str, str, str, str, str]] = []
     w3: list[tuple[str, ...]] = []
+    ours: dict[str, float] = {}
+    ray_rates: dict[str, float] = {}
 
     server, echo_port, raw_port = start_raw_server()
     own_server, own_port, _ = start_raw_server(own_session=True)
@@ -505,7 +525,9 @@ def main() -> None:
             parl.disconnect()  # PARL's run gets the machine to itself
             rows += user_class_rows(w4_times, parl2_times(args.parl2, n_w4, args.settle))
         elif args.w3:
-            w3 = shm_table(Actor(), socket_only_actor(), raw_port, scale)
+            w3 = shm_table(Actor(), socket_only_actor(), raw_port, scale, ours)
+            if args.ray:
+                ray_rates = ray_w3(args.ray, scale)
         else:
             one = Actor()
             wait_for_quiet()
@@ -601,6 +623,8 @@ def main() -> None:
         print_table(("workload", "parl-remote", baseline, "ratio", "target"), rows)
     if w3:
         print_w3(w3, load)
+    if ray_rates:
+        print_ray_w3(ours, ray_rates, load)
 
 
 def socket_only_actor() -> Actor:
@@ -614,6 +638,40 @@ def socket_only_actor() -> Actor:
             os.environ.pop("PARL_SHM_MIN_BYTES")
         else:
             os.environ["PARL_SHM_MIN_BYTES"] = old
+
+
+def ray_w3(python: str, scale: float) -> dict[str, float]:
+    """Ray's rates on W3's round trips, from `compare/ray_w3.py` run by `python`."""
+    sizes = ((1, 200), (16, 20), (128, 4))
+    here = os.path.dirname(os.path.abspath(__file__))
+    command = [
+        python,
+        os.path.join(here, "compare", "ray_w3.py"),
+        "--sizes",
+        ",".join(str(mb) for mb, _ in sizes),
+        "--reps",
+        ",".join(str(max(2, int(reps * scale))) for _, reps in sizes),
+    ]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def print_ray_w3(ours: dict[str, float], ray_rates: dict[str, float], load: str) -> None:
+    print(
+        "\nW3 against Ray's shared-memory object store, MB/s, the same round trips right after "
+        f"ours (what Ray's get returns is a read-only view; ours are writable arrays; {load})"
+    )
+    rows = [
+        (
+            f"W3 {key.split()[0]:>3} MB {key.split()[1]}",
+            f"{on:8.0f}",
+            f"{ray_rates[key]:8.0f}",
+            f"{on / ray_rates[key]:5.2f}x",
+        )
+        for key, on in ours.items()
+        if key in ray_rates
+    ]
+    print_table(("workload", "parl-remote", "Ray", "ratio"), rows)
 
 
 def print_w3(w3: list[tuple[str, ...]], load: str) -> None:
