@@ -7,13 +7,14 @@ process with one torch thread, seed by seed so that both sides of a row see the 
 light schedule), Acrobot-v1 and LunarLander-v3 (box2d) against Stable-Baselines3's DQN and
 sb3-contrib's QR-DQN given the same hyperparameters (read from the config: layers, learning
 rate, batch, replay size, warm-up, updates per step, target period, epsilon schedule,
-quantiles). Each run stops when the mean return of the last 10 training episodes first reaches
-the config's `target_return` (or `--threshold`, for both sides), or at its `total_steps` (the
-cap, which the epsilon schedule of both sides is a fraction of). The table gives the median over
-the seeds of the env steps and seconds of training to the threshold (a miss counts as the cap
-and its full time, and says so). The configs' DQN uses the plain target, as SB3's does; SB3
-decays epsilon from step 0, PARL from the end of the warm-up (`learning_starts`, 0 in the
-Acrobot and LunarLander configs).
+quantiles, Adam's epsilon and the gradient clip, where sb3-contrib's QR-DQN would otherwise
+take 0.01 / batch_size and no clipping). Each run stops when the mean return of the last 10
+training episodes first reaches the config's `target_return` (or `--threshold`, for both
+sides), or at its `total_steps` (the cap, which the epsilon schedule of both sides is a
+fraction of). The table gives the median over the seeds of the env steps and seconds of
+training to the threshold (a miss counts as the cap and its full time, and says so). The
+configs' DQN uses the plain target, as SB3's does; SB3 decays epsilon from step 0, PARL from
+the end of the warm-up (`learning_starts`, 0 in the Acrobot and LunarLander configs).
 
 `tianshou`: the shipped `c51/<env>` and `rainbow/<env>` configs (CartPole-v1, Acrobot-v1)
 against Tianshou's C51 and Rainbow (`benchmarks/tianshou_runner.py`, which says where
