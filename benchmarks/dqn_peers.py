@@ -7,19 +7,21 @@ process with one torch thread, seed by seed so that both sides of a row see the 
 light schedule), Acrobot-v1 and LunarLander-v3 (box2d) against Stable-Baselines3's DQN and
 sb3-contrib's QR-DQN given the same hyperparameters (read from the config: layers, learning
 rate, batch, replay size, warm-up, updates per step, target period, epsilon schedule,
-quantiles). Each run stops when the mean return of the last 10 training episodes first reaches
-the config's `target_return` (or `--threshold`, for both sides), or at its `total_steps` (the
-cap, which the epsilon schedule of both sides is a fraction of). The table gives the median over
-the seeds of the env steps and seconds of training to the threshold (a miss counts as the cap
-and its full time, and says so). The configs' DQN uses the plain target, as SB3's does; SB3
-decays epsilon from step 0, PARL from the end of the warm-up (`learning_starts`, 0 in the
-Acrobot and LunarLander configs).
+quantiles, Adam's epsilon and the gradient clip, where sb3-contrib's QR-DQN would otherwise
+take 0.01 / batch_size and no clipping). Each run stops when the mean return of the last 10
+training episodes first reaches the config's `target_return` (or `--threshold`, for both
+sides), or at its `total_steps` (the cap, which the epsilon schedule of both sides is a
+fraction of). The table gives the median over the seeds of the env steps and seconds of
+training to the threshold (a miss counts as the cap and its full time, and says so). The
+configs' DQN uses the plain target, as SB3's does; SB3 decays epsilon from step 0, PARL from
+the end of the warm-up (`learning_starts`, 0 in the Acrobot and LunarLander configs).
 
-`tianshou`: the shipped `c51/cartpole` and `rainbow/cartpole` configs against Tianshou's C51
-and Rainbow (`benchmarks/tianshou_runner.py`, which says where Tianshou's algorithms differ by
-design) given the same hyperparameters and the same schedule, to the config's threshold within
-its cap, as `peers` does. Tianshou's collector acts without the noise of noisy layers, so its
-Rainbow gets the config's epsilon schedule; `--noise-only` gives it PARL's epsilon 0 instead.
+`tianshou`: the shipped `c51/<env>` and `rainbow/<env>` configs (CartPole-v1, Acrobot-v1)
+against Tianshou's C51 and Rainbow (`benchmarks/tianshou_runner.py`, which says where
+Tianshou's algorithms differ by design) given the same hyperparameters and the same schedule,
+to the config's threshold within its cap, as `peers` does. Tianshou's collector acts without
+the noise of noisy layers, so its Rainbow gets the config's epsilon schedule; `--noise-only`
+gives it PARL's epsilon 0 instead.
 
 `masked`: CartPole-v1 with the velocities masked out (`CartPoleNoVelocity-v1`), where a
 feed-forward Q-network has no way to know which way the pole moves: `parl-train
@@ -40,6 +42,7 @@ the whole command's seconds (the actors' start included).
     nice python benchmarks/dqn_peers.py masked apex --seeds 1
     nice python benchmarks/dqn_peers.py peers --sb3-python /path/to/venv/bin/python
     nice python benchmarks/dqn_peers.py tianshou --algos c51,rainbow --seeds 1,2,3
+    nice python benchmarks/dqn_peers.py tianshou --envs acrobot --algos c51 --seeds 1
     nice python benchmarks/dqn_peers.py tianshou --algos rainbow --noise-only --seeds 1
 
 The peers run in virtual environments of their own, never dependencies of this repository:
@@ -69,7 +72,7 @@ from learning import REPO, SB3_RUNNER, SB3_VERSION, ensure_sb3, run_parl_train
 TIANSHOU_VERSION = "2.0.1"
 TIANSHOU_VENV = os.path.join(REPO, ".benchmarks", f"tianshou-{TIANSHOU_VERSION}")
 TIANSHOU_RUNNER = os.path.join(REPO, "benchmarks", "tianshou_runner.py")
-TIANSHOU_CONFIGS = {"c51": "c51/cartpole", "rainbow": "rainbow/cartpole"}
+TIANSHOU_ENVS = {"cartpole": ("c51", "rainbow"), "acrobot": ("c51", "rainbow")}
 
 ENVS = {"cartpole": ("qrdqn",), "acrobot": ("dqn", "qrdqn"), "lunarlander": ("dqn", "qrdqn")}
 # The light schedule of the QR-DQN and Rainbow configs: 64-unit layers, 16 updates every 64
@@ -226,13 +229,14 @@ def run_peers(args: argparse.Namespace) -> str:
 def run_tianshou(args: argparse.Namespace) -> str:
     python = tianshou_python(args.tianshou_python)
     lines, start = [], load()
-    for algo in [a for a in args.algos.split(",") if a in TIANSHOU_CONFIGS]:
-        peer, extra = "Tianshou C51", {}
-        if algo == "rainbow":
-            peer, extra = "Tianshou Rainbow", {"noise_only": args.noise_only}
-            peer += " (epsilon 0, noise only)" if args.noise_only else " (epsilon schedule)"
-        row = _peer_row(TIANSHOU_CONFIGS[algo], peer, python, TIANSHOU_RUNNER, args, **extra)
-        lines.append(row)
+    for env in [e for e in args.envs.split(",") if e in TIANSHOU_ENVS]:
+        for algo in [a for a in TIANSHOU_ENVS[env] if a in args.algos.split(",")]:
+            peer, extra = "Tianshou C51", {}
+            if algo == "rainbow":
+                peer, extra = "Tianshou Rainbow", {"noise_only": args.noise_only}
+                peer += " (epsilon 0, noise only)" if args.noise_only else " (epsilon schedule)"
+            row = _peer_row(f"{algo}/{env}", peer, python, TIANSHOU_RUNNER, args, **extra)
+            lines.append(row)
     return _peer_table(f"Tianshou {TIANSHOU_VERSION}", start, lines, args)
 
 
@@ -316,7 +320,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sections", nargs="+", choices=list(SECTIONS))
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
-    parser.add_argument("--envs", default=",".join(ENVS), help="peers: comma-separated envs")
+    parser.add_argument(
+        "--envs",
+        default=",".join(ENVS),
+        help="peers and tianshou: comma-separated envs (tianshou: cartpole, acrobot)",
+    )
     parser.add_argument(
         "--algos",
         default="dqn,qrdqn,c51,rainbow",

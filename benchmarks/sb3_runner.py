@@ -220,14 +220,25 @@ def build(algo: str, a: dict, seed: int, cap: int):
         seed=seed,
     )
     if algo in ("dqn", "qrdqn"):
+        # The config's Adam epsilon and gradient clipping, where SB3's DQN has 1e-8 and a norm
+        # of 10 and sb3-contrib's QR-DQN 0.01 / batch_size and none (configs older than these
+        # keys had PARL's defaults, 1e-8 and 10).
+        optimizer = dict(
+            optimizer_class=torch.optim.Adam, optimizer_kwargs=dict(eps=a.get("adam_eps", 1e-8))
+        )
+        clip = a.get("max_grad_norm", 10.0)
         cls = DQN
+        common["policy_kwargs"] = dict(net_arch=hidden, **optimizer)
         if algo == "qrdqn":
             from sb3_contrib import QRDQN as cls
 
-            common["policy_kwargs"] = dict(net_arch=hidden, n_quantiles=a["n_atoms"])
+            common["policy_kwargs"]["n_quantiles"] = a["n_atoms"]
+        elif clip is None:  # SB3's DQN always clips
+            clip = float("inf")
         return cls(
             "MlpPolicy",
             env,
+            max_grad_norm=clip,
             target_update_interval=a["target_update_interval"],
             exploration_fraction=a["exploration_fraction"],
             exploration_final_eps=a["eps_end"],

@@ -14,13 +14,15 @@ sb3_runner.py's). Imports nothing of PARL: only Tianshou, gymnasium, numpy and t
 The network is Tianshou's `Net`: `hidden_size`-unit ReLU layers, a softmax over `n_atoms` atoms
 on `[v_min, v_max]`; Rainbow's has a dueling head of `NoisyLinear` layers (one layer a stream,
 as PARL's `DuelingHead`), a `PrioritizedReplayBuffer` (alpha 0.6, beta 0.4 rising to 1 over the
-run's updates, as PARL's memory) and `n_step` returns. Gradients are clipped to a norm of 10,
-as PARL's DQN (Tianshou's default is no clipping). Where Tianshou differs by design, it keeps
-its own way: its C51 picks the next action with the online network (a double target; PARL's
-`c51` config has `double = false`); and its collector acts in eval mode, where `NoisyLinear`
-is noise-free, so its Rainbow explores with the config's epsilon schedule (as Tianshou's own
-Rainbow examples do with epsilon) where PARL's explores with the noise alone (epsilon 0);
-`noise_only` true in the spec gives Tianshou's Rainbow PARL's epsilon 0 after the warm-up.
+run's updates, as PARL's memory) and `n_step` returns. Gradients are clipped to the config's
+`max_grad_norm` (10 where it has none, as PARL's DQN; Tianshou's default is no clipping), and
+Adam takes the config's `adam_eps` (1e-8 where none, Tianshou's default too). Where Tianshou
+differs by design, it keeps its own way: its C51 picks the next action with the online network
+(a double target; PARL's `c51` config has `double = false`); and its collector acts in eval
+mode, where `NoisyLinear` is noise-free, so its Rainbow explores with the config's epsilon
+schedule (as Tianshou's own Rainbow examples do with epsilon) where PARL's explores with the
+noise alone (epsilon 0); `noise_only` true in the spec gives Tianshou's Rainbow PARL's epsilon 0
+after the warm-up.
 """
 
 from __future__ import annotations
@@ -42,16 +44,16 @@ from tianshou.utils.net.common import Net
 from tianshou.utils.net.discrete import NoisyLinear
 from tianshou.utils.torch_utils import policy_within_training_step
 
-MAX_GRAD_NORM = 10.0
+MAX_GRAD_NORM = 10.0  # PARL's DQN's, for configs that do not name one
 NEVER = 10**15  # Tianshou's own target copies: only at its first update (this loop copies)
 
 
-def _clipped(cls: type) -> type:
-    """`cls` whose optimizer clips the gradient's norm to `MAX_GRAD_NORM`."""
+def _clipped(cls: type, max_grad_norm: float | None) -> type:
+    """`cls` whose optimizer clips the gradient's norm to `max_grad_norm` (None: no clipping)."""
 
     class Clipped(cls):
         def _create_policy_optimizer(self, optim):
-            return self._create_optimizer(self.policy, optim, max_grad_norm=MAX_GRAD_NORM)
+            return self._create_optimizer(self.policy, optim, max_grad_norm=max_grad_norm)
 
     Clipped.__name__ = cls.__name__
     return Clipped
@@ -82,10 +84,10 @@ def build(algo: str, a: dict, env: gym.Env):
         v_min=a["v_min"],
         v_max=a["v_max"],
     )
-    cls = _clipped(RainbowDQN if algo == "rainbow" else C51)
+    cls = _clipped(RainbowDQN if algo == "rainbow" else C51, a.get("max_grad_norm", MAX_GRAD_NORM))
     return cls(
         policy=policy,
-        optim=AdamOptimizerFactory(lr=a["lr"]),
+        optim=AdamOptimizerFactory(lr=a["lr"], eps=a.get("adam_eps", 1e-8)),
         gamma=a["gamma"],
         n_step_return_horizon=a["n_step"],
         target_update_freq=NEVER,

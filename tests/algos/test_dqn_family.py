@@ -189,6 +189,8 @@ def test_named_variants_set_their_options_and_check_the_model():
         C51(plain).learn(*_batch())
     with pytest.raises(ValueError, match="distributional='iqn'"):
         DQN(plain, distributional="iqn")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="adam_eps=0.0 must be positive"):
+        DQN(plain, adam_eps=0.0)
 
 
 def test_noisy_learning_draws_new_noise_and_evaluation_is_deterministic():

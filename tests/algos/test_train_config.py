@@ -109,6 +109,14 @@ def test_the_dqn_family_is_shipped_each_member_with_its_options():
     assert build("rainbow/cartpole").agent.epsilon == 0.0  # the noise explores
 
 
+def test_a_dqn_configs_adam_epsilon_and_gradient_clip_reach_the_algorithm():
+    alg = build("qrdqn/cartpole").agent.alg
+    assert (alg.max_grad_norm, alg.optimizer.param_groups[0]["eps"]) == (10.0, 1e-8)
+    overrides = ("agent.adam_eps", "7.8125e-5"), ("agent.max_grad_norm", "none")
+    alg = build("qrdqn/cartpole", *overrides).agent.alg
+    assert (alg.max_grad_norm, alg.optimizer.param_groups[0]["eps"]) == (None, 7.8125e-5)
+
+
 def test_a_dqn_agent_on_actors_acts_with_the_learners_exploration():
     assert build("dqn/cartpole").acting is None  # single mode: the agent acts itself
     for mode in ("sync", "async"):

@@ -90,9 +90,11 @@ def rows(logdir: Path) -> list[dict[str, str]]:
 # What `--list` shows (test_train_config checks that it shows these). The DQN family's members
 # share one builder and one loop: on actors, DQN and Rainbow (every option at once) run in the
 # default suite, the others in the slow one.
-# The Acrobot and LunarLander configs run DQN's and QR-DQN's CartPole loops on other environments.
+# The Acrobot and LunarLander configs run the CartPole loops of their members on other
+# environments.
 ON_ACTORS_SLOW = {"ddqn/cartpole", "duelingdqn/cartpole", "c51/cartpole", "qrdqn/cartpole"}
 ON_ACTORS_SLOW |= {f"{a}/{e}" for a in ("dqn", "qrdqn") for e in ("acrobot", "lunarlander")}
+ON_ACTORS_SLOW |= {"c51/acrobot", "rainbow/acrobot"}
 MODES = [
     pytest.param(n, m, marks=[pytest.mark.slow] if m != "single" and n in ON_ACTORS_SLOW else [])
     for n in shipped_configs()

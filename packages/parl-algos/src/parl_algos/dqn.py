@@ -85,6 +85,9 @@ class DQN(parl.Algorithm):
         loss: the expected-value loss, `"huber"` (smooth L1, as the Nature paper's error
             clipping) or `"mse"`.
         max_grad_norm: clip the gradient's global norm to this (None: no clipping).
+        adam_eps: Adam's epsilon, the term added to the root of its second-moment estimate
+            (the QR-DQN paper uses `0.01 / batch_size`, which damps the steps of parameters
+            with small gradients).
     """
 
     def __init__(
@@ -104,10 +107,11 @@ class DQN(parl.Algorithm):
         kappa: float = 1.0,
         loss: Literal["huber", "mse"] = "huber",
         max_grad_norm: float | None = 10.0,
+        adam_eps: float = 1e-8,
     ) -> None:
         super().__init__(model)
         name = type(self).__name__
-        check_positive(name, lr=lr, n_step=n_step)
+        check_positive(name, lr=lr, n_step=n_step, adam_eps=adam_eps)
         if loss not in ("huber", "mse"):
             raise ValueError(f"{name}: {loss=} must be 'huber' or 'mse'")
         if distributional not in (None, "c51", "qr"):
@@ -135,7 +139,7 @@ class DQN(parl.Algorithm):
             self.support = torch.linspace(v_min, v_max, self.n_atoms, device=device)
         self.target_model = copy.deepcopy(model)
         self.target_model.requires_grad_(False)
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=lr, eps=adam_eps)
 
     @torch.no_grad()
     def predict(self, obs: torch.Tensor) -> torch.Tensor:

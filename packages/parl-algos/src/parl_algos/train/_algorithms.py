@@ -245,6 +245,10 @@ class DQNSection(ReplayArgs):
     apex_eps ** (1 + apex_alpha * i / (N - 1))."""
     apex_alpha: float = 7.0
     """async mode (Ape-X): the exponent of the actors' epsilons."""
+    max_grad_norm: float | None = 10.0
+    """Clip the gradient's global norm to this (none or inf: no clipping)."""
+    adam_eps: float = 1e-8
+    """Adam's epsilon (the QR-DQN paper's: 0.01 / batch_size)."""
 
 
 @dataclass
@@ -477,6 +481,8 @@ def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Le
             n_atoms=n_atoms,
             v_min=a.v_min,
             v_max=a.v_max,
+            max_grad_norm=a.max_grad_norm,
+            adam_eps=a.adam_eps,
         )
     except ValueError as exc:
         raise ConfigError(f"[agent] of {config.algorithm}: {exc}") from None
