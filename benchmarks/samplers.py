@@ -27,6 +27,7 @@ have them, `pip install -c constraints.txt "gymnasium[mujoco]" stable-baselines3
     python benchmarks/samplers.py --envpool-python ../envpool-venv/bin/python
     python benchmarks/samplers.py --tasks --crossover   # the alternating mode's crossover only
     python benchmarks/samplers.py --tasks CartPole-v1 --socket-handoff   # flags against socket
+    python benchmarks/samplers.py --tasks CartPole-v1 --fixed-spin   # adaptive spin against 50 µs
 """
 
 from __future__ import annotations
@@ -241,6 +242,13 @@ class SocketCentralSampler(CentralSampler):
     """`CentralSampler` handing steps over by one byte each way on its socket, not by flags."""
 
     _spin_s = None
+
+
+class FixedSpinCentralSampler(CentralSampler):
+    """`CentralSampler` whose step flags always spin 50 µs before sleeping (not adaptive)."""
+
+    _spin_s = (50e-6, 50e-6)
+    _spin_adaptive = False
 
 
 def interleaved(env_fn, make_agent, seconds: float, repeat: int) -> dict[str, list[float]]:
@@ -513,11 +521,18 @@ def main() -> None:
         "--no-scaling", action="store_true", help="leave out the 1 vs 2 workers scaling rows"
     )
     parser.add_argument(
+        "--fixed-spin",
+        action="store_true",
+        help="also CentralSampler with a fixed 50 µs spin (not adaptive), by turns",
+    )
+    parser.add_argument(
         "--socket-handoff",
         action="store_true",
         help="also CentralSampler with steps handed over on its socket (not by flags), by turns",
     )
     args = parser.parse_args()
+    if args.fixed_spin:
+        COMPARED["CentralSampler 2x8 fixed 50 µs spin"] = (FixedSpinCentralSampler, {})
     if args.socket_handoff:
         COMPARED["CentralSampler 2x8 socket hand-off"] = (SocketCentralSampler, {})
     torch.set_num_threads(1)

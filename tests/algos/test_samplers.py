@@ -268,6 +268,43 @@ def test_step_flags_wake_a_sleeper_bound_their_waits_and_see_a_gone_peer():
         segment.close()
 
 
+@pytest.mark.skipif(
+    not __import__("parl_algos.samplers._flags").samplers._flags.flags_available(),
+    reason="step flags are used on Linux x86-64 only",
+)
+def test_step_flags_spin_about_as_long_as_the_other_side_usually_takes():
+    import socket
+
+    from parl_algos.samplers._flags import FLAG_WORDS, SPIN_FLOOR_S, FlagSignal
+    from parl_algos.samplers._shm import SharedArrays
+    from parl_algos.samplers._signal import Signal
+
+    segment = SharedArrays.create([("flags", (FLAG_WORDS,), np.uint32)])
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    words = segment.arrays["flags"]
+    sampler = FlagSignal(Signal(a, 10.0), words, sampler=True, spin_s=1e-3)
+    worker = FlagSignal(Signal(b, 10.0), words, sampler=False, spin_s=50e-6, adaptive=False)
+    try:
+        assert sampler.spin_budget() == SPIN_FLOOR_S  # nothing waited for yet
+        sampler.usual_wait_s = 200e-6  # the workers usually take 0.2 ms: spin past that
+        assert 200e-6 < sampler.spin_budget() <= 1e-3
+        sampler.usual_wait_s = 5e-3  # longer than the longest spin: sleep almost at once
+        assert sampler.spin_budget() == SPIN_FLOOR_S
+        for _ in range(40):  # bytes already there when asked for: the usual wait falls
+            worker.send(b"r")
+            assert sampler.recv() == b"r"
+        assert sampler.usual_wait_s < 1e-4
+        assert sampler.spin_budget() < 200e-6
+        assert worker.spin_budget() == 50e-6  # not adaptive: always its own spin
+        worker.usual_wait_s = 1.0
+        assert worker.spin_budget() == 50e-6
+    finally:
+        sampler.close()
+        worker.close()
+        segment.unlink()
+        segment.close()
+
+
 def test_short_slice_asks_for_short_slices_inside_and_restores_the_threads_own():
     from parl_algos.samplers._signal import (
         _SCHED_ATTR,

@@ -8,12 +8,12 @@ alternating sampler).
 A step crosses to each worker and back. For a worker on this host both halves are in shared
 memory (the caller writes the actions, the worker the observations, rewards and flags), and so
 is the hand-over: a word each way in the worker's segment, which the waiting side watches for a
-short spin before it sleeps on a futex (`_flags`; one byte each way on a Unix-domain socket
-where futexes are not used, `_signal`). No message, no event loop: one `drive` call a collect
-runs the worker's side, and its result brings the episodes' records at the end. A worker on
-another host (or one whose signal could not connect) gets a `step` call a step instead. A
-worker that dies reads as end-of-file on its signal's socket: `collect()` raises
-`parl.RemoteActorDiedError` naming it; every wait is bounded.
+spin about as long as the other side usually takes before it sleeps on a futex (`_flags`;
+one byte each way on a Unix-domain socket where futexes are not used, `_signal`). No message,
+no event loop: one `drive` call a collect runs the worker's side, and its result brings the
+episodes' records at the end. A worker on another host (or one whose signal could not connect)
+gets a `step` call a step instead. A worker that dies reads as end-of-file on its signal's
+socket: `collect()` raises `parl.RemoteActorDiedError` naming it; every wait is bounded.
 """
 
 from __future__ import annotations
@@ -58,10 +58,12 @@ class CentralSampler(_ClusterSampler):
     _agent_on_workers = False
     _signal_timeout_s = 300.0
     """The longest wait for one step of a worker, or (in a worker) for the next actions."""
-    _spin_s: tuple[float, float] | None = (50e-6, 50e-6)
-    """How long this process spins for a worker's step, and a worker for its next actions,
+    _spin_s: tuple[float, float] | None = (200e-6, 200e-6)
+    """The longest this process spins for a worker's step, and a worker for its next actions,
     before sleeping, where steps are handed over by flags in shared memory (None: one byte a
     step each way on the socket instead)."""
+    _spin_adaptive = True
+    """Spin about as long as the other side usually takes (`_flags`), not always `_spin_s`."""
 
     def __init__(
         self,
@@ -78,7 +80,7 @@ class CentralSampler(_ClusterSampler):
             raise ValueError(f"alternating=True needs two groups of workers, got {num_workers=}")
         super().__init__(env_fn, agent, num_workers, envs_per_worker, horizon, seed, address)
         try:
-            self._group.connect_signals(self._signal_timeout_s, self._spin_s)
+            self._group.connect_signals(self._signal_timeout_s, self._spin_s, self._spin_adaptive)
         except BaseException:
             self.close()
             raise

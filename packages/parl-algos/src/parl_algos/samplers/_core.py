@@ -10,6 +10,7 @@ runs in the caller's process (`SerialSampler`, `CentralSampler`'s caller) and in
 
 from __future__ import annotations
 
+import math
 import random
 import sys
 from collections.abc import Callable, Mapping
@@ -212,8 +213,8 @@ class EnvColumns:
         self.obs = np.empty((num_envs, *obs_shape), obs_dtype)
         for j, env in enumerate(self.envs):
             self.obs[j] = env.reset(seed=None if seed is None else seed + first_column + j)[0]
-        self._returns = np.zeros(num_envs)
-        self._lengths = np.zeros(num_envs, dtype=np.int64)
+        self._returns = [0.0] * num_envs
+        self._lengths = [0] * num_envs
         self.final_obs: dict[tuple[int, int], np.ndarray] = {}
         self.ended: list[tuple[int, int, float, int]] = []
         self._rollout: Rollout | None = None
@@ -226,25 +227,35 @@ class EnvColumns:
         self.ended = []
 
     def step(self, t: int, actions: np.ndarray) -> None:
-        """Step every environment once with `actions` (one row each); write step `t`."""
+        """Step every environment once with `actions` (one row each); write step `t`.
+
+        The bookkeeping of an environment step is Python lists; the rollout's rows of step `t`
+        are written once each, after the last environment (a numpy item write costs as much as
+        a small environment's step).
+        """
         r = self._rollout
         r.actions[t] = actions
-        actions = r.actions[t]
-        for j, env in enumerate(self.envs):
-            obs, reward, terminated, truncated, _ = env.step(_env_action(actions[j]))
-            r.rewards[t, j] = reward
-            r.terminated[t, j] = terminated
-            r.truncated[t, j] = truncated
-            self._returns[j] += float(reward)
-            self._lengths[j] += 1
+        returns, lengths, obs_rows = self._returns, self._lengths, self.obs
+        rewards, terminals, truncations = [], [], []
+        # Iterating the rows gives a numpy scalar a column (a row array for shaped actions).
+        for j, (env, action) in enumerate(zip(self.envs, r.actions[t], strict=True)):
+            obs, reward, terminated, truncated, _ = env.step(action)
+            rewards.append(reward)
+            terminals.append(terminated)
+            truncations.append(truncated)
+            returns[j] += float(reward)
+            lengths[j] += 1
             if terminated or truncated:
-                self.final_obs[(t, j)] = np.array(obs, dtype=self.obs.dtype)
-                self.ended.append((t, j, float(self._returns[j]), int(self._lengths[j])))
-                self._returns[j] = 0.0
-                self._lengths[j] = 0
+                self.final_obs[(t, j)] = np.array(obs, dtype=obs_rows.dtype)
+                self.ended.append((t, j, returns[j], lengths[j]))
+                returns[j] = 0.0
+                lengths[j] = 0
                 obs, _ = env.reset()
-            self.obs[j] = obs
-        r.obs[t + 1] = self.obs
+            obs_rows[j] = obs
+        r.rewards[t] = rewards
+        r.terminated[t] = terminals
+        r.truncated[t] = truncations
+        r.obs[t + 1] = obs_rows
 
     def collect(self, agent: Any, rollout: Rollout) -> dict[str, np.ndarray]:
         """Fill `rollout` with steps chosen by `agent.sample`; return the extras, stacked."""
@@ -272,11 +283,6 @@ class EnvColumns:
             env.close()
 
 
-def _env_action(action: np.ndarray) -> Any:
-    """One row of the actions array as the environment takes it (a scalar for Discrete)."""
-    return action[()] if action.ndim == 0 else action
-
-
 def act(agent: Any, obs: np.ndarray, action_shape: tuple[int, ...], action_dtype: np.dtype):
     """Call `agent.sample(obs)`; return `(actions, extras)`, actions shaped and typed as the space.
 
@@ -286,12 +292,18 @@ def act(agent: Any, obs: np.ndarray, action_shape: tuple[int, ...], action_dtype
     actions, extras = out if isinstance(out, tuple) else (out, {})
     actions = np.asarray(actions)
     n = len(obs)
-    if actions.size != n * int(np.prod(action_shape, dtype=np.int64)):
-        raise ValueError(
-            f"agent.sample returned actions of shape {actions.shape} for {n} observations; "
-            f"expected {(n, *action_shape)}"
-        )
-    actions = actions.reshape(n, *action_shape).astype(action_dtype, copy=False)
+    shape = (n, *action_shape)
+    if actions.shape != shape:
+        if actions.size != n * math.prod(action_shape):
+            raise ValueError(
+                f"agent.sample returned actions of shape {actions.shape} for {n} observations; "
+                f"expected {shape}"
+            )
+        actions = actions.reshape(shape)
+    if actions.dtype != action_dtype:
+        actions = actions.astype(action_dtype)
+    if not extras:  # checked before the (slower) abstract-class test: {} is the common case
+        return actions, {}
     if not isinstance(extras, Mapping):
         raise TypeError(f"agent.sample's extras must be a dict of arrays, got {type(extras)}")
     return actions, {name: np.asarray(value) for name, value in extras.items()}

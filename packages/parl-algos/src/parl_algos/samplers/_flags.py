@@ -5,8 +5,13 @@ no message, only a word that the other side sees change. `FlagSignal` keeps one 
 direction in the worker's shared-memory segment, two 32-bit words each: the message and a
 count of messages sent. `send` writes the message, then the count, then wakes a sleeper of that
 word (a Linux futex: one system call, nothing to read). `recv` looks at the count first, then
-spins for a short while (`spin_s`, yielding the core every turn, so that on a busy machine the
-process it waits for gets to run), then sleeps on the futex in bounded slices. The process that
+spins for a while (yielding the core every turn, so that on a busy machine the process it waits
+for gets to run), then sleeps on the futex in bounded slices. Waking a sleeper costs tens of
+microseconds (more on an idle virtual machine, whose halted CPU must be woken first), so the spin
+adapts: it lasts about as long as the other side usually takes (a running average of the
+waits, with some margin), up to `spin_s`; where the other side usually takes longer than that,
+`recv` spins only briefly (`SPIN_FLOOR_S`) and sleeps, since a wake-up is then a small share of
+the wait and a longer spin only takes a core from the others. The process that
 would wake it may have died: between slices `recv` looks at the Unix-domain socket that the two
 sides connected through (`_signal`, token-checked), which reads as end-of-file once the other
 end is gone, and it gives up after `timeout` in all.
@@ -30,7 +35,7 @@ import numpy as np
 
 from parl_algos.samplers._signal import Signal, SignalClosed
 
-__all__ = ["FLAG_WORDS", "FlagSignal", "flags_available", "with_flags"]
+__all__ = ["FLAG_WORDS", "SPIN_FLOOR_S", "FlagSignal", "flags_available", "with_flags"]
 
 FLAG_WORDS = 32
 """32-bit words of a worker's flag block: two mailboxes, each on a 64-byte line of its own."""
@@ -40,6 +45,12 @@ _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
 _TIMESPEC = struct.Struct("ll")
 _SLICE_S = 0.05  # a futex sleep's bound: how soon a dead peer is noticed
 _MASK = 0xFFFFFFFF
+
+SPIN_FLOOR_S = 20e-6
+"""The shortest spin of an adaptive `FlagSignal.recv`: what it spins where the other side
+usually takes longer than its `spin_s`."""
+_MARGIN = 1.5  # an adaptive spin lasts the usual wait times this, plus the floor
+_AVERAGE = 1 / 8  # the weight of the latest wait in the running average
 
 
 def with_flags(layout: list) -> list:
@@ -101,10 +112,22 @@ class FlagSignal:
         words: the flag block, `FLAG_WORDS` uint32 in shared memory (zeroed before either side
             uses it).
         sampler: True on the sampler's side (it sends on the first mailbox).
-        spin_s: how long `recv` spins before it sleeps.
+        spin_s: the longest `recv` spins before it sleeps (adaptive), or how long (not).
+        adaptive: spin about as long as the other side usually takes (up to `spin_s`; only
+            `SPIN_FLOOR_S` where it usually takes longer), not always `spin_s`.
+
+    Attributes:
+        usual_wait_s: the running average of `recv`'s waits (0 for a byte already there).
     """
 
-    def __init__(self, sock: Signal, words: np.ndarray, sampler: bool, spin_s: float) -> None:
+    def __init__(
+        self,
+        sock: Signal,
+        words: np.ndarray,
+        sampler: bool,
+        spin_s: float,
+        adaptive: bool = True,
+    ) -> None:
         if words.dtype != np.uint32 or words.shape != (FLAG_WORDS,):
             raise ValueError(f"a flag block is {FLAG_WORDS} uint32 words, got {words!r:.60}")
         down, up = _Mailbox(words, 0), _Mailbox(words, FLAG_WORDS // 2)
@@ -114,6 +137,8 @@ class FlagSignal:
         self._received = self._in.count()
         self.timeout = sock.timeout
         self.spin_s = spin_s
+        self.adaptive = adaptive
+        self.usual_wait_s = 0.0
 
     def send(self, byte: bytes) -> None:
         """Post one byte to the other side.
@@ -147,18 +172,29 @@ class FlagSignal:
             SignalClosed: the other side is gone, or posted nothing within `timeout`.
         """
         box, seen = self._in, self._received
+        waited = 0.0
         if box.count() == seen:
-            self._wait(box, seen)
+            waited = self._wait(box, seen)
+        self.usual_wait_s += (waited - self.usual_wait_s) * _AVERAGE
         self._received = box.count()
         return bytes((box.message(),))
 
-    def _wait(self, box: _Mailbox, seen: int) -> None:
+    def spin_budget(self) -> float:
+        """How long the next `recv` spins before it sleeps, in seconds."""
+        if not self.adaptive:
+            return self.spin_s
+        spin = self.usual_wait_s * _MARGIN + SPIN_FLOOR_S
+        return spin if spin <= self.spin_s else min(SPIN_FLOOR_S, self.spin_s)
+
+    def _wait(self, box: _Mailbox, seen: int) -> float:
+        """Wait for the count to move on from `seen`; the seconds it took."""
         clock = time.perf_counter
         start = clock()
-        while clock() - start < self.spin_s:
+        spin = self.spin_budget()
+        while clock() - start < spin:
             os.sched_yield()
             if box.count() != seen:
-                return
+                return clock() - start
         deadline = start + self.timeout
         while box.count() == seen:
             if self._peer_gone():
@@ -167,6 +203,7 @@ class FlagSignal:
             if left <= 0:
                 raise SignalClosed(f"no signal within {self.timeout:g} s")
             box.sleep(seen, min(left, _SLICE_S))
+        return clock() - start
 
     def _peer_gone(self) -> bool:
         sock = self._sock

@@ -120,13 +120,18 @@ class WorkerGroup:
             else:  # the worker could not map them: it is on another host after all
                 _free(segments)
 
-    def connect_signals(self, timeout: float, spin_s: tuple[float, float] | None = None) -> None:
+    def connect_signals(
+        self,
+        timeout: float,
+        spin_s: tuple[float, float] | None = None,
+        adaptive: bool = True,
+    ) -> None:
         """Give every worker with shared memory a step signal; `timeout`: its waits.
 
-        With `spin_s` (the sampler's spin, the workers' spin) and where `flags_available()`,
-        steps are handed over by flags in the segments (`_flags`), the socket only watched;
-        else one byte a step on the socket (`_signal`). A worker that cannot connect keeps to
-        step calls.
+        With `spin_s` (the sampler's spin, the workers' spin: the longest where `adaptive`)
+        and where `flags_available()`, steps are handed over by flags in the segments
+        (`_flags`), the socket only watched; else one byte a step on the socket (`_signal`).
+        A worker that cannot connect keeps to step calls.
         """
         members = [w for w, segments in enumerate(self.segments) if segments is not None]
         if not members:
@@ -136,7 +141,9 @@ class WorkerGroup:
         listener = SignalListener(len(members))
         try:
             calls = [
-                self.workers[w].connect_signal(listener.path, listener.token, timeout, worker_spin)
+                self.workers[w].connect_signal(
+                    listener.path, listener.token, timeout, worker_spin, adaptive
+                )
                 for w in members
             ]
             connected = {
@@ -146,7 +153,9 @@ class WorkerGroup:
                 segments = self.segments[w]
                 if flags and spin_s is not None and segments is not None:
                     words = segments[0].arrays["flags"]
-                    self.signals[w] = FlagSignal(signal, words, sampler=True, spin_s=spin_s[0])
+                    self.signals[w] = FlagSignal(
+                        signal, words, sampler=True, spin_s=spin_s[0], adaptive=adaptive
+                    )
                 else:
                     self.signals[w] = signal
         finally:

@@ -135,13 +135,19 @@ class EnvWorker:
         return True
 
     def connect_signal(
-        self, path: str, token: bytes, timeout: float, spin_s: float | None = None
+        self,
+        path: str,
+        token: bytes,
+        timeout: float,
+        spin_s: float | None = None,
+        adaptive: bool = True,
     ) -> bool:
         """Take step signals from the sampler's `SignalListener` at `path` (after `attach`).
 
         With `spin_s`, steps come through the flags of slot 0's segment (`_flags`), spinning
-        that long before sleeping; else one byte a step on the socket. Returns False (and keeps
-        to step calls) where the socket cannot be reached.
+        up to that long before sleeping (`adaptive`: about as long as the sampler usually
+        takes; else always that long); else one byte a step on the socket. Returns False (and
+        keeps to step calls) where the socket cannot be reached.
         """
         if not self.segments:
             return False
@@ -155,7 +161,7 @@ class EnvWorker:
             self.signal = signal
         else:
             words = self.segments[0].arrays["flags"]
-            self.signal = FlagSignal(signal, words, sampler=False, spin_s=spin_s)
+            self.signal = FlagSignal(signal, words, sampler=False, spin_s=spin_s, adaptive=adaptive)
         return True
 
     def drive(self, slot: int = 0) -> Records | None:
