@@ -1,14 +1,20 @@
 """`AsyncSampler`: workers keep collecting in the background while the caller learns.
 
-Each worker has two rollout slots and always two `collect` calls queued (calls to an actor run
-in the order they were sent): while the caller reads one slot, the worker fills the other. A
-waiter thread per worker resolves its calls in order and hands the finished ones to one queue;
-`collect()` takes the next from any worker, copies it out, and queues that slot's next collect.
+Each worker has `slots` rollout slots (two by default) and always a `collect` call queued for
+each (calls to an actor run in the order they were sent): while the caller reads one slot, the
+worker fills the other. A waiter thread per worker resolves its calls in order and hands the
+finished ones to one queue; `collect()` takes the next from any worker, copies it out, and
+queues that slot's next collect. Every slot is a batch that may wait, finished, for the caller:
+more slots keep the workers busier, fewer keep the batches fresher (their policy lag, counted in
+`sync_weights()` calls, is about `num_workers * slots` when the caller is the slower side).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -19,9 +25,45 @@ from parl_algos.samplers._core import Batch, Rollout
 from parl_algos.samplers._parallel import _ClusterSampler
 from parl_remote import RemoteActorDiedError
 
-__all__ = ["AsyncSampler"]
+__all__ = ["AsyncSampler", "lower_priority"]
 
 _STOP = object()
+
+
+def lower_priority(nice: int) -> None:
+    """Run this process at niceness `nice` or lower priority; its autogroup too, if it leads one.
+
+    Linux with autogroups (`/proc/sys/kernel/sched_autogroup_enabled`) first shares the CPU
+    fairly between sessions and only then by niceness within each; an actor's process is the
+    leader of a session of its own, so its autogroup's niceness is what ranks it against the
+    learner's session. A session led by another process is left alone (its other processes
+    are not this one's to slow down). Where the system has neither, nothing changes.
+    """
+    with contextlib.suppress(OSError, AttributeError):  # other systems
+        if os.getpriority(os.PRIO_PROCESS, 0) < nice:
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
+    if os.getsid(0) != os.getpid():
+        return
+    with contextlib.suppress(OSError):  # no autogroups (disabled, or not Linux)
+        with open("/proc/self/autogroup", encoding="ascii") as f:
+            match = re.search(r"nice (-?\d+)", f.read())
+        if match is not None and int(match.group(1)) < nice:
+            with open("/proc/self/autogroup", "w", encoding="ascii") as f:
+                f.write(str(nice))
+
+
+class _LowPriority:
+    """`env_fn` that first lowers the priority of a process other than the sampler's own."""
+
+    def __init__(self, env_fn: Callable[[], gym.Env], nice: int) -> None:
+        self.env_fn = env_fn
+        self.nice = nice
+        self.sampler_pid = os.getpid()
+
+    def __call__(self) -> gym.Env:
+        if os.getpid() != self.sampler_pid:  # a worker's process, not the caller's
+            lower_priority(self.nice)
+        return self.env_fn()
 
 
 class AsyncSampler(_ClusterSampler):
@@ -41,9 +83,13 @@ class AsyncSampler(_ClusterSampler):
         horizon: steps of every environment per batch.
         seed: seeds of the first resets (None: unseeded).
         address: the cluster (None: the current one, or a local one of `num_workers` slots).
+        slots: rollouts each worker has under way or finished at once (at least 1). With
+            several workers one slot each keeps the caller fed while its learning step lasts
+            as long as a worker's rollout, at half the policy lag of two.
+        worker_nice: the niceness the workers' processes run at (`lower_priority`), so that
+            on a busy machine the caller's learning, which bounds the rate where the workers
+            wait for their slots to be read, comes before their collecting; 0 leaves them be.
     """
-
-    _slots = 2
 
     def __init__(
         self,
@@ -54,7 +100,14 @@ class AsyncSampler(_ClusterSampler):
         horizon: int = 32,
         seed: int | None = 0,
         address: str | None = None,
+        slots: int = 2,
+        worker_nice: int = 0,
     ) -> None:
+        if slots < 1:
+            raise ValueError(f"AsyncSampler: slots={slots} must be at least 1")
+        self._slots = slots
+        if worker_nice > 0:
+            env_fn = _LowPriority(env_fn, worker_nice)
         super().__init__(env_fn, agent, num_workers, envs_per_worker, horizon, seed, address)
         self._finished: queue.Queue = queue.Queue()
         self._inboxes = [queue.Queue() for _ in range(num_workers)]

@@ -56,6 +56,7 @@ from parl_algos.training import (
 
 __all__ = [
     "BatchActing",
+    "ASYNC_WORKER_NICE",
     "INTERRUPTED_EXIT_CODE",
     "ProgressLog",
     "RunResult",
@@ -74,6 +75,13 @@ __all__ = [
 
 INTERRUPTED_EXIT_CODE = 130
 """What `parl-train` exits with after Ctrl-C (128 + SIGINT, as a shell reports it)."""
+
+ASYNC_WORKER_NICE = 5
+"""The niceness of on-policy `async` workers: below the learner, whose update bounds the rate.
+
+Two workers at 5 weigh less together than one process at 0, so a scheduler balancing two
+cores leaves the learner a core of its own; under others' load the workers still get a share.
+"""
 
 _CHECKPOINT_FORMAT = "parl-train/1"
 _EVALUATION_TIMEOUT = 600.0
@@ -660,7 +668,8 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
     if learner.acting is not None and "writer" in objects:  # priorities from the actors' Q
         objects["writer"].bootstrap_q = functools.partial(_outputs, learner.agent)
         objects["writer"].priority = functools.partial(_priority, learner.agent)
-    if train.mode != "single" and not train.capture_video:  # videos are written here
+    # Videos are written here; without evaluations (eval_every 0) no evaluator is started.
+    if train.mode != "single" and not train.capture_video and train.eval_every > 0:
         from parl_algos.train._evaluator import RemoteEvaluator
 
         env_fn = functools.partial(make_env, config.env.id)
@@ -695,6 +704,13 @@ def make_collector(config: Config, agent: Any) -> SamplerCollector:
     environment for `train_freq / actors` steps a batch (at least 8), acting with `agent`
     (a DQN-family agent's `QActing`: the exploration the learner decides). Workers run on the
     cluster of `train.address`, or on an embedded one of `actors + 1` slots.
+
+    On-policy `async` keeps the batches fresh and the learner first: with several workers each
+    has one rollout under way or waiting (not two: half the policy lag, the learner still fed
+    while a worker's rollout lasts no longer than two of its updates), and the workers run at
+    niceness `ASYNC_WORKER_NICE` (`AsyncSampler`'s `worker_nice`). The learner's update is
+    what bounds the rate there; at equal priority each worker's session took as large a share
+    of a busy core as the learner's, and the workers' lead only aged the data.
     """
     from parl.samplers import AsyncSampler, ParallelSampler, SerialSampler
 
@@ -721,6 +737,7 @@ def make_collector(config: Config, agent: Any) -> SamplerCollector:
         parl.connect(cpu_num=train.actors + 1, backend=train.backend)
     else:
         parl.connect(train.address, backend=train.backend)
+    options = _async_options(config) if train.mode == "async" else {}
     sampler_cls = ParallelSampler if train.mode == "sync" else AsyncSampler
     sampler = sampler_cls(
         env_fn,
@@ -729,8 +746,16 @@ def make_collector(config: Config, agent: Any) -> SamplerCollector:
         envs_per_worker=max(num_envs // train.actors, 1),
         horizon=horizon,
         seed=train.seed,
+        **options,
     )
     return SamplerCollector(sampler)
+
+
+def _async_options(config: Config) -> dict[str, Any]:
+    """`AsyncSampler`'s `slots` and `worker_nice` for an `async` run (see `make_collector`)."""
+    if get_spec(config.algorithm).family != "on_policy":
+        return {}
+    return {"slots": 1 if config.train.actors > 1 else 2, "worker_nice": ASYNC_WORKER_NICE}
 
 
 def _train_loop(
