@@ -35,7 +35,7 @@ import numpy as np
 
 from parl_algos.samplers._signal import Signal, SignalClosed
 
-__all__ = ["FLAG_WORDS", "SPIN_FLOOR_S", "FlagSignal", "flags_available", "with_flags"]
+__all__ = ["FLAG_WORDS", "FlagSignal", "SPIN_FLOOR_S", "flags_available", "with_flags"]
 
 FLAG_WORDS = 32
 """32-bit words of a worker's flag block: two mailboxes, each on a 64-byte line of its own."""

@@ -55,8 +55,8 @@ from parl_algos.training import (
 )
 
 __all__ = [
-    "BatchActing",
     "ASYNC_WORKER_NICE",
+    "BatchActing",
     "INTERRUPTED_EXIT_CODE",
     "ProgressLog",
     "RunResult",
