@@ -111,6 +111,62 @@ def test_ppo_lean_step_matches_torchs_clip_and_adam_to_the_bit():
         assert all(torch.equal(lean_state[i][k], state[i][k]) for k in state[i])
 
 
+def _learned(alg):
+    """`alg`'s parameters and Adam state after learning, cloned."""
+    state = alg.optimizer.state_dict()["state"]
+    return [p.detach().clone() for p in alg.model.parameters()], {
+        i: {k: v.clone() for k, v in s.items()} for i, s in state.items()
+    }
+
+
+@pytest.mark.parametrize("how", ["load_state_dict", "pickle", "to"])
+def test_ppo_lean_step_still_matches_torchs_after_its_tensors_are_rebound(how):
+    """The flat tensors of the lean step are made again when a resume, a copy or `.to`
+    rebinds the parameters or Adam's state; the steps stay torch's to the bit."""
+    import pickle
+
+    results = []
+    for cls in (PPO, _TorchStepPPO):
+        torch.manual_seed(0)
+        alg = cls(ActorCriticMLP(4, 2), lr=0.01, update_epochs=2, minibatch_size=16, seed=0)
+        alg.learn(*_cartpole_batch(seed=0))
+        if how == "load_state_dict":
+            torch.manual_seed(1)
+            resumed = cls(ActorCriticMLP(4, 2), lr=0.01, update_epochs=2, minibatch_size=16)
+            resumed.load_state_dict(alg.state_dict())
+            resumed._generator.set_state(alg._generator.get_state())
+            alg = resumed
+        elif how == "pickle":
+            alg = pickle.loads(pickle.dumps(alg))
+        else:
+            alg.model.to(torch.float64).to(torch.float32)  # new tensors for every parameter
+        alg.learn(*_cartpole_batch(seed=1))
+        assert _one_flat_tensor(alg) == (cls is PPO)  # made again, not left to torch
+        results.append(_learned(alg))
+    (lean_params, lean_state), (params, state) = results
+    assert all(torch.equal(a, b) for a, b in zip(lean_params, params, strict=True))
+    for i in state:
+        assert all(torch.equal(lean_state[i][k], state[i][k]) for k in state[i])
+
+
+def _one_flat_tensor(alg):
+    """Whether the parameters and Adam's moments are views of the lean step's flat tensors."""
+    params = list(alg.model.parameters())
+    flat = alg.__dict__.get("_flat", {}).get(id(alg.optimizer))
+    if flat is None or flat.param.numel() != sum(p.numel() for p in params):
+        return False
+    state = alg.optimizer.state
+    return all(
+        t.untyped_storage().data_ptr() == whole.untyped_storage().data_ptr()
+        for whole, key in (
+            (flat.param, None),
+            (flat.exp_avg, "exp_avg"),
+            (flat.exp_avg_sq, "exp_avg_sq"),
+        )
+        for t in (params if key is None else [state[p][key] for p in params])
+    )
+
+
 def test_ppo_value_clipping_needs_the_old_values():
     alg = PPO(ActorCriticMLP(4, 2), clip_value=0.2)
     with pytest.raises(ValueError, match="needs `value=`"):

@@ -71,3 +71,35 @@ def test_the_environment_clips_the_actions_and_gives_float32_observations():
     obs, _ = hopper.reset(seed=0)
     assert hopper.observation_space.dtype == np.float32 and obs.dtype == np.float32
     assert isinstance(hopper.action_space, gym.spaces.Box)
+
+
+def test_the_gaussian_policy_gives_independent_normals_numbers_to_the_bit():
+    from parl_algos._distributions import DiagonalNormal
+
+    torch.manual_seed(0)
+    loc = torch.randn(32, 3, requires_grad=True)
+    log_std = torch.randn(3, requires_grad=True)
+    action = torch.randn(32, 3)
+    scale = log_std.exp().expand_as(loc)
+    normal = torch.distributions.Normal(loc, scale, validate_args=False)
+    reference = torch.distributions.Independent(normal, 1, validate_args=False)
+    light = DiagonalNormal(loc, scale)
+    assert light.batch_shape == reference.batch_shape and light.event_shape == (3,)
+    for name in ("log_prob", "entropy"):
+        args = (action,) if name == "log_prob" else ()
+        a, b = getattr(light, name)(*args), getattr(reference, name)(*args)
+        assert torch.equal(a, b)
+        grads = [
+            torch.autograd.grad(x.sum(), (loc, log_std), retain_graph=True, allow_unused=True)
+            for x in (a, b)
+        ]
+        for g, h in zip(*grads, strict=True):
+            assert (g is None and h is None) or torch.equal(g, h)
+    for draw in ("sample", "rsample"):
+        torch.manual_seed(1)
+        a = getattr(light, draw)((2,))
+        torch.manual_seed(1)
+        assert torch.equal(a, getattr(reference, draw)((2,))) and a.shape == (2, 32, 3)
+    assert torch.equal(light.mode, reference.mode)
+    with pytest.raises(ValueError, match="one shape"):
+        DiagonalNormal(loc, log_std.exp())

@@ -128,6 +128,8 @@ class PPO(ActorCriticAlgorithm):
         ]
         """Each optimizer and the parameters whose gradient it clips (to `max_grad_norm`) and
         steps: PPO's one, over every parameter; MAPPO's actor and critic, each its own."""
+        self._flat: dict[int, _FlatAdam] = {}
+        """`_lean_step`'s flat tensors, by the id of their optimizer."""
         self._generator = torch.Generator().manual_seed(
             int(torch.randint(2**62, ()).item()) if seed is None else seed
         )
@@ -264,13 +266,19 @@ class PPO(ActorCriticAlgorithm):
         """Clip the gradient's norm and take Adam's step with the ops torch's own calls run.
 
         `clip_grad_norm_` and `Adam.step` (`foreach=True`) spend most of their time on a small
-        model in Python around their kernels: grouping tensors by device, hooks, checks, a
-        step count read per parameter. This runs the same kernels in the same order on the
-        optimizer's own state, so the result is the same to the bit (a test compares them):
-        `params`' gradient clipped to `max_grad_norm`, then `optimizer`'s step.
+        model in Python and in per-tensor dispatch around their kernels: grouping tensors by
+        device, hooks, checks, a step count read per parameter, then every elementwise op once
+        a parameter. This runs the same arithmetic in the same order on the optimizer's own
+        state, so the result is the same to the bit (a test compares them): `params`'
+        gradient clipped to `max_grad_norm`, then `optimizer`'s step. After the first step the
+        parameters and Adam's two moments are views of one flat tensor each (`_FlatAdam`), so
+        each elementwise op runs once on all of them; the gradients are gathered into one
+        (the gradient norm is still taken per tensor, as torch does, and `p.grad` keeps the
+        unclipped gradient).
         It returns False, leaving everything to torch, where that shortcut does not apply:
-        before Adam's first step (its state is made then), without a norm clip, or with
-        options other than PPO's (weight decay, amsgrad, maximize, capturable, fused).
+        before Adam's first step (its state is made then), without a norm clip, with a
+        parameter that got no gradient, or with options other than PPO's (weight decay,
+        amsgrad, maximize, capturable, fused).
         """
         group = optimizer.param_groups[0]
         if (
@@ -286,36 +294,113 @@ class PPO(ActorCriticAlgorithm):
         ):
             return False
         grads = [p.grad for p in params]
-        states = [optimizer.state.get(p) for p in params]
-        if any(g is None for g in grads) or not all(states):
+        if any(g is None for g in grads):
             return False
-        device = params[0].device
-        if any(p.device != device or p.dtype != params[0].dtype for p in params):
-            return False
+        flats = self.__dict__.setdefault("_flat", {})
+        flat = flats.get(id(optimizer))
+        if flat is None or not flat.holds(params, optimizer):
+            states = [optimizer.state.get(p) for p in params]
+            if not all(states) or not _FlatAdam.fits(params, grads, states):
+                return False
+            flat = flats[id(optimizer)] = _FlatAdam(params, states)
         # torch.nn.utils.clip_grad_norm_ (foreach): the total 2-norm, then one scale.
         norms = torch._foreach_norm(grads, 2.0)
         total_norm = torch.linalg.vector_norm(torch.stack(norms), 2.0)
         clip_coef = float(self.max_grad_norm) / (total_norm + 1e-6)
-        torch._foreach_mul_(grads, torch.clamp(clip_coef, max=1.0))
+        grad = torch.cat([g.reshape(-1) for g in grads])
+        grad.mul_(torch.clamp(clip_coef, max=1.0))
         # torch.optim.adam._multi_tensor_adam, capturable=False, amsgrad=False.
         beta1, beta2 = group["betas"]
         lr, eps = group["lr"], group["eps"]
-        steps = [s["step"] for s in states]
-        exp_avgs = [s["exp_avg"] for s in states]
-        exp_avg_sqs = [s["exp_avg_sq"] for s in states]
+        steps = flat.steps
         if steps[0].is_cpu:
             torch._foreach_add_(steps, torch.tensor(1.0, device="cpu"), alpha=1.0)
         else:
             torch._foreach_add_(steps, 1)
-        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
-        torch._foreach_mul_(exp_avg_sqs, beta2)
-        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+        flat.exp_avg.lerp_(grad, 1 - beta1)
+        flat.exp_avg_sq.mul_(beta2)
+        flat.exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)
         step = steps[0].item()  # every parameter has taken every step
         bias_correction1 = 1 - beta1**step
         bias_correction2 = 1 - beta2**step
         step_size = (lr / bias_correction1) * -1
-        exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)
-        torch._foreach_div_(exp_avg_sq_sqrt, [bias_correction2**0.5] * len(params))
-        torch._foreach_add_(exp_avg_sq_sqrt, eps)
-        torch._foreach_addcdiv_(params, exp_avgs, exp_avg_sq_sqrt, [step_size] * len(params))
+        denom = flat.exp_avg_sq.sqrt()
+        denom.div_(bias_correction2**0.5)
+        denom.add_(eps)
+        flat.param.addcdiv_(flat.exp_avg, denom, value=step_size)
         return True
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_flat"] = {}  # keyed by the optimizers' ids: made again where it is unpickled
+        return state
+
+
+class _FlatAdam:
+    """An optimizer's parameters and Adam moments made views of one flat tensor each.
+
+    `param`, `exp_avg` and `exp_avg_sq` hold the values of every parameter (and of its
+    `optimizer.state` entries) one after the other; the parameters' `data` and the state's
+    tensors are rebound to views of them, so that one elementwise op updates them all. Made
+    after Adam's first step (when its state exists). Anything that rebinds a parameter's data
+    or the optimizer's state (`Module.to`, `Optimizer.load_state_dict`) breaks the tie, which
+    `holds` sees: the caller then makes a new one from the tensors as they are.
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter], states: list[dict]) -> None:
+        self.param = self._pack([p.data for p in params])
+        for p, view in zip(params, self._views(self.param, params), strict=True):
+            p.data = view
+        self.exp_avg = self._pack([s["exp_avg"] for s in states])
+        self.exp_avg_sq = self._pack([s["exp_avg_sq"] for s in states])
+        moments = zip(
+            self._views(self.exp_avg, params), self._views(self.exp_avg_sq, params), strict=True
+        )
+        for s, (avg, avg_sq) in zip(states, moments, strict=True):
+            s["exp_avg"], s["exp_avg_sq"] = avg, avg_sq
+        self.steps = [s["step"] for s in states]
+        self._bound = [
+            (p.data_ptr(), s["exp_avg"], s["exp_avg_sq"])
+            for p, s in zip(params, states, strict=True)
+        ]
+
+    @staticmethod
+    def fits(
+        params: list[torch.nn.Parameter], grads: list[torch.Tensor], states: list[dict]
+    ) -> bool:
+        """Whether these can share flat tensors: one device and dtype, dense, Adam's state."""
+        first = params[0]
+        for p, g, s in zip(params, grads, states, strict=True):
+            if p.device != first.device or p.dtype != first.dtype or p.is_sparse or g.is_sparse:
+                return False
+            if not {"step", "exp_avg", "exp_avg_sq"} <= s.keys():
+                return False
+            if s["exp_avg"].dtype != first.dtype or s["exp_avg_sq"].dtype != first.dtype:
+                return False
+        return True
+
+    def holds(self, params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer) -> bool:
+        """Whether every parameter and state tensor is still a view of the flat tensors."""
+        if len(params) != len(self._bound):
+            return False
+        state = optimizer.state
+        for p, (ptr, avg, avg_sq) in zip(params, self._bound, strict=True):
+            s = state.get(p)
+            if (
+                p.data_ptr() != ptr
+                or s is None
+                or s["exp_avg"] is not avg
+                or s["exp_avg_sq"] is not avg_sq
+            ):
+                return False
+        return True
+
+    @staticmethod
+    def _pack(tensors: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+    @staticmethod
+    def _views(flat: torch.Tensor, like: list[torch.nn.Parameter]) -> list[torch.Tensor]:
+        return [
+            v.view_as(p) for v, p in zip(flat.split([p.numel() for p in like]), like, strict=True)
+        ]
