@@ -17,7 +17,9 @@ the table has their median; so does `ParallelSampler` against a one-process `Syn
 to pay with the MLP: CartPole with extra CPU work in every environment step, from none to more
 than the network's call costs. Scaling: `ParallelSampler` with 1 and with 2
 workers of 8 environments, against 1 and 2 plain processes stepping 8 environments each with
-no framework (the machine's own ceiling). Prints the tables and the load average before and
+no framework (the machine's own ceiling). Every measurement starts once the machine has
+settled (`settle`: the cluster's fresh processes after a sampler's close have done their
+imports). Prints the tables and the load average before and
 after (a shared machine's figures mean little without it). `mujoco` and `stable-baselines3`
 are optional, never dependencies of the project: without them their rows are left out; to
 have them, `pip install -c constraints.txt "gymnasium[mujoco]" stable-baselines3`.
@@ -175,8 +177,32 @@ def loop_us() -> float:
     return best / env.work * 1e6
 
 
+def settle(limit: float = 30.0) -> None:
+    """Wait (at most `limit` seconds) until at most one other task on the machine is runnable.
+
+    Closing a sampler frees its actors, and the cluster starts fresh processes in their place
+    (importing numpy, torch, gymnasium): measured during those seconds, a one-process
+    baseline made a tenth of its rate. Every cell starts on a settled machine; the
+    `/proc/loadavg` count of runnable tasks (this one included) must stay at 2 or fewer for
+    0.6 s. Where there is no such file (not Linux), nothing is waited for.
+    """
+    deadline, calm = time.monotonic() + limit, 0
+    while calm < 3:
+        try:
+            with open("/proc/loadavg", encoding="ascii") as f:
+                running = int(f.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return
+        calm = calm + 1 if running <= 2 else 0
+        if time.monotonic() > deadline:
+            print(f"(the machine did not settle in {limit:.0f} s: {running} tasks runnable)")
+            return
+        time.sleep(0.2)
+
+
 def timed(step: Callable[[], int], seconds: float) -> float:
     """Call `step` (returns env steps taken) for about `seconds` after one warm-up; steps/s."""
+    settle()
     step()
     steps, start = 0, time.perf_counter()
     while (elapsed := time.perf_counter() - start) < seconds:
@@ -277,6 +303,7 @@ def interleaved(env_fn, make_agent, seconds: float, repeat: int) -> dict[str, li
         }
         for sampler in samplers.values():
             sampler.collect()  # warm-up
+        settle()
         labels = list(samplers)
         for _ in range(repeat):
             steps = dict.fromkeys(labels, 0)
@@ -319,6 +346,7 @@ def parallel_over_sync(env_fn, make_agent, seconds: float, repeat: int) -> list[
             sides = [vector_steps, lambda: sampler.collect().rewards.size]
             for side in sides:
                 side()  # warm-up
+            settle()
             for _ in range(repeat):
                 steps, spent, turn = [0, 0], [0.0, 0.0], 0
                 while min(spent) < seconds:
@@ -381,6 +409,7 @@ def envpool_cell(python: str | None, task: str, seconds: float) -> float | None:
 
     if task not in TASKS:
         return None
+    settle()
     if installed("envpool"):
         return envpool_rate(task, seconds, N_ALL, WORKERS, HORIZON)
     if python is None:
@@ -412,6 +441,7 @@ def _plain_process(env_fn, n: int, seconds: float, out) -> None:
 
 def plain_rate(env_fn, processes: int, n: int, seconds: float) -> float:
     """Env steps/s of `processes` plain processes stepping `n` envs each, random actions."""
+    settle()
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [
