@@ -520,6 +520,51 @@ def test_sweep_removes_only_the_named_process_or_cluster():
     assert segments(other) == []
 
 
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and, for the few moments a test takes, unused)."""
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return int(child.stdout)
+
+
+def _touch(name: str) -> str:
+    path = os.path.join(_shm.SHM_DIR, name)
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL, 0o600))
+    return path
+
+
+def test_the_dead_owner_sweep_removes_only_segments_whose_process_is_gone():
+    tag, dead = _shm.cluster_tag(os.urandom(8)), _dead_pid()
+    gone = [_shm.segment_name(tag, dead, 1), _shm.segment_name(tag, dead, 2)]
+    kept = [_shm.segment_name(tag, os.getpid(), 1), _shm.segment_name(tag, 0, 1)]
+    kept.append(f"parl-{tag}-{dead}-x")  # not a segment's name
+    for name in gone + kept:
+        _touch(name)
+    try:
+        assert _shm.sweep_dead_owners() >= 2
+        assert segments(tag) == sorted(kept)
+    finally:
+        for name in kept:
+            _shm.unlink(os.path.join(_shm.SHM_DIR, name))
+
+
+def test_a_starting_cluster_removes_what_a_cluster_killed_whole_left(tmp_path):
+    """Every process of a cluster killed at once: nothing swept its segments but the next start."""
+    tag, dead = _shm.cluster_tag(os.urandom(8)), _dead_pid()
+    path = _touch(_shm.segment_name(tag, dead, 7))
+    try:
+        cluster = make_cluster(tmp_path, workers=(1,))
+        cluster.stop()
+        assert not os.path.exists(path)
+    finally:
+        _shm.unlink(path)
+
+
 def test_segment_sizes_and_hand_backs():
     from parl_remote._exceptions import ProtocolError
 

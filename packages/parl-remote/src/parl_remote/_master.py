@@ -80,6 +80,7 @@ class Master:
         self._done = loop.create_future()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop, f"received {signal.Signals(sig).name}")
+        _shm.sweep_dead_owners()
         self._server = await serve_async(
             self.host,
             self.port,

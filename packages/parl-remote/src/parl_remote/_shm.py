@@ -24,8 +24,10 @@ Two parts, as in the rest of the protocol:
 
 A connection's segments are removed when it closes; those of a process killed before it could
 are removed by the worker when an actor process dies, by the master when a client on its host
-dies, and by `xparl stop` (`sweep`). A process whose segments reach `PARL_SHM_MAX_BYTES` in
-all sends through the socket instead: a call never fails for want of shared memory.
+dies, and by `xparl stop` (`sweep`); those of a cluster killed whole, by the next master or
+worker to start on that host (`sweep_dead_owners`). A process whose segments reach
+`PARL_SHM_MAX_BYTES` in all sends through the socket instead: a call never fails for want of
+shared memory.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
+import logging
 import os
 import re
 import socket
@@ -45,6 +48,8 @@ from parl_remote._exceptions import ProtocolError
 
 if TYPE_CHECKING:
     from parl_remote._shm_link import SharedLink
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_REF",
@@ -65,6 +70,7 @@ __all__ = [
     "size_class",
     "store",
     "sweep",
+    "sweep_dead_owners",
     "unlink",
     "wants_segment",
 ]
@@ -270,6 +276,52 @@ def sweep(tag: str, pid: int | None = None) -> int:
             unlink(os.path.join(SHM_DIR, name))
             removed += 1
     return removed
+
+
+_ANY_CLUSTER = re.compile(r"parl-[0-9a-f]{12}-([0-9]{1,10})-[0-9]{1,20}")
+
+
+def sweep_dead_owners() -> int:
+    """Remove this user's segments, of any cluster, whose owning process no longer runs; how many.
+
+    A cluster removes the segments of its own processes that die, but a cluster killed whole
+    (every process at once, with SIGKILL) is left with no process to do it: its segments stay
+    in `/dev/shm`, taking memory, until the host restarts. The master and every worker call
+    this as they start. A segment goes only if its name is a segment's, its file is this
+    user's, and the pid in its name runs no process (another user's process counts as
+    running).
+    """
+    removed = 0
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return 0
+    uid = os.getuid()
+    for name in names:
+        match = _ANY_CLUSTER.fullmatch(name)
+        if match is None or _runs(int(match[1])):
+            continue
+        path = os.path.join(SHM_DIR, name)
+        with contextlib.suppress(OSError):
+            if os.lstat(path).st_uid == uid:
+                os.unlink(path)
+                removed += 1
+    if removed:
+        logger.info("removed %d shared-memory segments of processes that are gone", removed)
+    return removed
+
+
+def _runs(pid: int) -> bool:
+    """Whether a process `pid` exists (pid 0 is never taken for gone)."""
+    if pid == 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def received() -> int:

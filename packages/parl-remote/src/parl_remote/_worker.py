@@ -108,6 +108,7 @@ class Worker:
         self._warm_changed = asyncio.Condition()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop, f"received {signal.Signals(sig).name}")
+        _shm.sweep_dead_owners()
         try:
             await self.link.connect()
             self._refill()
