@@ -133,6 +133,16 @@ def test_a_dqn_option_outside_its_values_is_refused_before_anything_starts(capsy
     assert not (tmp_path / "r").exists()
 
 
+def test_a_target_on_evaluations_is_checked_before_anything_starts(capsys, tmp_path):
+    logdir = str(tmp_path / "r")
+    assert main(["dqn/cartpole", "--train.target_on", "best", "--logdir", logdir]) == 2
+    assert "train.target_on='best'; allowed: train, eval" in capsys.readouterr().err
+    argv = ["dqn/cartpole", "--train.target_on", "eval", "--train.eval_every", "0"]
+    assert main([*argv, "--logdir", logdir]) == 2
+    assert "train.eval_every must be > 0" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("name", sorted(REQUIRED))
 def test_dump_reads_back_to_the_same_config(name, tmp_path):
     config = load_config(name)

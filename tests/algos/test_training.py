@@ -36,6 +36,21 @@ def test_target_needs_a_full_window_whose_mean_reaches_it(tmp_path):
     assert run.reached_at == 140  # the first time counts
 
 
+def test_a_target_on_evaluations_counts_them_and_not_the_training_episodes(tmp_path):
+    run = _run(tmp_path, target_return=10.0, target_on="eval", stop_at_target=True)
+    run.record(100, [Episode(10 * i, 50.0, 10) for i in range(1, 11)])
+    assert run.reached_at is None and not run.done  # training episodes do not count
+    run.record_evaluation(200, 9.5)
+    assert run.reached_at is None
+    run.record(300)
+    run.record_evaluation(250, 10.0)  # the env step of the evaluated weights
+    assert run.reached_at == 250 and run.done
+    run.record_evaluation(300, 20.0)
+    assert run.reached_at == 250
+    with pytest.raises(ValueError, match="target_on='best'"):
+        _run(tmp_path, target_on="best")
+
+
 def test_no_stop_without_stop_at_target_and_results(tmp_path):
     run = _run(tmp_path, target_return=1.0)
     run.record(20, [Episode(2 * i, 1.0, 2) for i in range(1, 11)])

@@ -48,6 +48,7 @@ __all__ = [
     "RunArgs",
     "RunResult",
     "ScheduleArgs",
+    "TARGETS_ON",
     "TrainingRun",
     "evaluate",
     "save_learning_curve",
@@ -55,6 +56,10 @@ __all__ = [
     "train_off_policy",
     "train_on_policy",
 ]
+
+
+TARGETS_ON = ("train", "eval")
+"""What `ScheduleArgs.target_return` can be compared with."""
 
 
 @dataclasses.dataclass
@@ -71,6 +76,10 @@ class ScheduleArgs:
     """Episodes per evaluation."""
     target_return: float | None = None
     """Report when the mean return of the last 10 training episodes first reaches this."""
+    target_on: str = "train"
+    """What target_return is compared with: "train", the mean return of the last 10 training
+    episodes, or "eval", an evaluation's mean return (the greedy policy's: for runs whose
+    actors explore by design, as Ape-X's do)."""
     stop_at_target: bool = False
     """Stop training as soon as target_return is reached."""
     torch_threads: int = 1
@@ -227,7 +236,8 @@ class RunResult:
     """Training episodes finished."""
     reached_at: int | None
     """The env step at which the mean return of the last `window` training episodes first
-    reached `target_return` (None: never, or no target)."""
+    reached `target_return`, or with `target_on="eval"` the env step of the first evaluation
+    whose mean return did (None: never, or no target)."""
     reached_seconds: float | None
     """Seconds of training (set-up excluded) until `reached_at`."""
     final_mean_return: float | None
@@ -279,6 +289,9 @@ class TrainingRun:
         self.eval_every = args.eval_every
         self.eval_episodes = args.eval_episodes
         self.target_return = args.target_return
+        if args.target_on not in TARGETS_ON:
+            raise ValueError(f"target_on={args.target_on!r}: allowed {', '.join(TARGETS_ON)}")
+        self.target_on = args.target_on
         self.stop_at_target = args.stop_at_target
         self.window = window
         self.log_every = log_every
@@ -341,6 +354,7 @@ class TrainingRun:
             if (
                 self.reached_at is None
                 and self.target_return is not None
+                and self.target_on == "train"
                 and len(self._recent) == self.window
                 and mean >= self.target_return
             ):
@@ -385,6 +399,20 @@ class TrainingRun:
         self.eval_curve.append((env_step, mean))
         summary.add_scalar("eval/mean_return", mean, env_step)
         logger.info("env step %d: evaluation mean return %.1f", env_step, mean)
+        if (
+            self.reached_at is None
+            and self.target_return is not None
+            and self.target_on == "eval"
+            and mean >= self.target_return
+        ):
+            self.reached_at = env_step
+            self.reached_seconds = time.perf_counter() - self._start
+            logger.info(
+                "evaluation mean return reached %.1f at env step %d (%.1f s)",
+                mean,
+                env_step,
+                self.reached_seconds,
+            )
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint needs to continue this run: counters, curves, schedules, clock."""

@@ -25,7 +25,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from parl_algos.training import ScheduleArgs
+from parl_algos.training import TARGETS_ON, ScheduleArgs
 
 __all__ = [
     "Config",
@@ -185,6 +185,10 @@ def check_config(config: Config) -> None:
             raise ConfigError(f"train.{key}={getattr(train, key)} must be at least 1")
     if train.eval_every < 0:
         raise ConfigError(f"train.eval_every={train.eval_every} must be 0 (never) or more")
+    if train.target_on not in TARGETS_ON:
+        raise ConfigError(f"train.target_on={train.target_on!r}; allowed: {', '.join(TARGETS_ON)}")
+    if train.target_on == "eval" and train.target_return is not None and not train.eval_every:
+        raise ConfigError("train.target_on='eval' needs evaluations: train.eval_every must be > 0")
     if spec.check is not None:
         spec.check(config)
 
