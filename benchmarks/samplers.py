@@ -30,6 +30,12 @@ have them, `pip install -c constraints.txt "gymnasium[mujoco]" stable-baselines3
     python benchmarks/samplers.py --tasks --crossover   # the alternating mode's crossover only
     python benchmarks/samplers.py --tasks CartPole-v1 --socket-handoff   # flags against socket
     python benchmarks/samplers.py --tasks CartPole-v1 --fixed-spin   # adaptive spin against 50 µs
+    python benchmarks/samplers.py --zero-copy --seconds 5   # shared batches against copies only
+
+`--zero-copy` measures only `ParallelSampler`'s batches in shared memory (its workers write
+into the batch) against its copy path (the caller copies every worker's rollout into a fresh
+batch), one sampler switching path every turn, with a one-process `SyncVectorEnv` taking turns
+too, random actions, on each task.
 """
 
 from __future__ import annotations
@@ -361,6 +367,86 @@ def parallel_over_sync(env_fn, make_agent, seconds: float, repeat: int) -> list[
     return ratios
 
 
+def zero_copy_over_copy(env_fn, make_agent, seconds: float, repeat: int) -> list[tuple]:
+    """Shared batches against the copy path, and each against `SyncVectorEnv`, by turns.
+
+    One `ParallelSampler` collects with its batches in shared memory and with the copy path
+    (`_zero_copy`) in turn, and a one-process `SyncVectorEnv` of 16 takes its turns too, the
+    first of a round moving on by one every round, until each has spent `seconds` in the
+    repetition. Returns `(shared / copy, shared / sync, copy / sync)` of each repetition.
+    """
+    envs = gym.vector.SyncVectorEnv(
+        [env_fn] * N_ALL, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    agent = make_agent()
+    state = {"obs": envs.reset(seed=0)[0]}
+
+    def vector_steps() -> int:
+        for _ in range(HORIZON):
+            state["obs"], *_ = envs.step(agent.sample(state["obs"]))
+        return HORIZON * N_ALL
+
+    lines = []
+    try:
+        with ParallelSampler(
+            env_fn, make_agent(), WORKERS, ENVS_PER_WORKER, horizon=HORIZON, seed=0
+        ) as sampler:
+
+            def collect(zero_copy: bool) -> int:
+                sampler._zero_copy = zero_copy
+                return sampler.collect().rewards.size
+
+            sides = [
+                vector_steps,
+                functools.partial(collect, True),
+                functools.partial(collect, False),
+            ]
+            for side in sides:
+                side()  # warm-up
+            settle()
+            for _ in range(repeat):
+                steps, spent, turn = [0] * 3, [0.0] * 3, 0
+                while min(spent) < seconds:
+                    for i in range(3):
+                        side = (turn + i) % 3
+                        start = time.perf_counter()
+                        steps[side] += sides[side]()
+                        spent[side] += time.perf_counter() - start
+                    turn += 1
+                sync, shared, copy = (n / t for n, t in zip(steps, spent, strict=True))
+                lines.append((shared / copy, shared / sync, copy / sync))
+    finally:
+        envs.close()
+    return lines
+
+
+def zero_copy(tasks: list, seconds: float, repeat: int) -> None:
+    """The `--zero-copy` table: each task's `zero_copy_over_copy`, random actions."""
+    results = []
+    for name, env_fn, *_ in tasks:
+        probe = env_fn()
+        space = probe.action_space
+        probe.close()
+        before = load()
+        lines = zero_copy_over_copy(env_fn, lambda space=space: RandomAgent(space), seconds, repeat)
+        results.append((name, lines, f"{before} -> {load()}"))
+        columns = "; ".join(spread(list(values)) for values in zip(*lines, strict=True))
+        print(f"{name:14} shared / copy; shared / sync; copy / sync: {columns}", flush=True)
+    print()
+    print(
+        f"ParallelSampler 2x8, random actions, by turns, median of {repeat} repetitions "
+        "(each repetition's ratio in brackets):"
+    )
+    print("| task | shared / copy | shared / SyncVectorEnv | copy / SyncVectorEnv | load |")
+    print("|---|---:|---:|---:|---|")
+    for name, lines, loads in results:
+        cells = [
+            f"{statistics.median(values):.2f}x ({spread(values)})"
+            for values in zip(*lines, strict=True)
+        ]
+        print(f"| {name} | " + " | ".join(cells) + f" | {loads} |")
+
+
 def compare_line(rates: dict[str, list[float]], i: int) -> tuple[float, ...]:
     """Repetition `i`'s rate of each `COMPARED` sampler but the first over ParallelSampler's."""
     parallel = rates["ParallelSampler 2x8"][i]
@@ -560,6 +646,11 @@ def main() -> None:
         action="store_true",
         help="also CentralSampler with steps handed over on its socket (not by flags), by turns",
     )
+    parser.add_argument(
+        "--zero-copy",
+        action="store_true",
+        help="only ParallelSampler's shared batches against its copy path, by turns",
+    )
     args = parser.parse_args()
     if args.fixed_spin:
         COMPARED["CentralSampler 2x8 fixed 50 µs spin"] = (FixedSpinCentralSampler, {})
@@ -579,6 +670,11 @@ def main() -> None:
             print(f"{task[4]} is not installed: no {task[0]} rows")
             continue
         tasks.append(task)
+    if args.zero_copy:
+        zero_copy(tasks, args.seconds, args.repeat)
+        print(f"load average after: {load()}")
+        parl.disconnect()
+        return
     rows, ratios, versus_sync = [], [], []
     for name, env_fn, network, network_label, _ in tasks:
         probe = env_fn()

@@ -2,8 +2,10 @@
 
 `WorkerGroup` creates the workers (all at once), asks each for its spaces and host, gives every
 worker on this host shared-memory segments to write its rollouts into (`_shm`), and gathers the
-results of calls made on all workers. A worker that dies turns into `parl.RemoteActorDiedError`
-naming it, after the group freed every actor and segment.
+results of calls made on all workers. Where every worker is on this host, it can also keep a
+pool of whole-batch segments (`batches`) that all workers write their columns into at once. A
+worker that dies turns into `parl.RemoteActorDiedError` naming it, after the group freed every
+actor and segment.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ import numpy as np
 import parl
 from parl_algos.samplers._core import Rollout, read_records, rollout_layout, segment_layout
 from parl_algos.samplers._flags import FlagSignal, flags_available
-from parl_algos.samplers._shm import SharedArrays, host_id, shm_available, sweep_dead_owners
+from parl_algos.samplers._shm import (
+    SegmentPool,
+    SharedArrays,
+    host_id,
+    shm_available,
+    sweep_dead_owners,
+)
 from parl_algos.samplers._signal import Signal, SignalListener
 from parl_algos.samplers._worker import RemoteEnvWorker
 from parl_remote import ClusterError, RemoteActorDiedError, RemoteError
@@ -46,6 +54,7 @@ class WorkerGroup:
             agent is None for workers that only step environments).
         num_workers: how many workers.
         address: the cluster (None: the current one, or a local one).
+        batch_segments: the most whole-batch segments `batches` makes (0: no pool).
     """
 
     def __init__(
@@ -60,12 +69,16 @@ class WorkerGroup:
         seed: int | None,
         slots: int,
         address: str | None,
+        batch_segments: int = 0,
     ) -> None:
         self.owner = owner
         self.envs_per_worker = envs_per_worker
         self.workers: list[Any] = []
         self.segments: list[list[SharedArrays] | None] = [None] * num_workers
         self.signals: list[Signal | FlagSignal | None] = [None] * num_workers
+        self.batches: SegmentPool | None = None
+        """Segments of `batch_layout` that the workers write their columns into (`EnvWorker.
+        collect`'s `batch`): where every worker has shared memory and `batch_segments` > 0."""
         connect(address, num_workers)
 
         def create(index: int) -> Any:
@@ -92,6 +105,8 @@ class WorkerGroup:
             horizon, num_workers * envs_per_worker, self.observation_space, self.action_space
         )
         self._share_memory([host for _, _, host in descriptions], slots)
+        if batch_segments > 0 and all(self.shared):
+            self.batches = SegmentPool(self.batch_layout, batch_segments)
 
     def _share_memory(self, hosts: list[str], slots: int) -> None:
         here = host_id()
@@ -209,16 +224,22 @@ class WorkerGroup:
         final_obs: dict[tuple[int, int], np.ndarray] | None,
         ended: list | None,
         first_column: int,
+        rollout: Rollout | None = None,
     ) -> tuple[dict[tuple[int, int], np.ndarray], list]:
         """Worker `w`'s records of a rollout in `slot`: the call's, or (None) its segment's.
 
-        Columns are numbered from `first_column`.
+        Columns are numbered from `first_column`. `rollout`: the worker's columns of the
+        rollout, where its steps went elsewhere than `slot`'s segment (a batch segment).
         """
         segments = self.segments[w]
         if final_obs is None or ended is None:
             if segments is None:
                 raise RuntimeError(f"worker {w} left its records in a segment it does not have")
-            return read_records(segments[slot].arrays, first_column)
+            arrays = segments[slot].arrays
+            if rollout is not None:
+                flags = {"terminated": rollout.terminated, "truncated": rollout.truncated}
+                arrays = {**arrays, **flags}
+            return read_records(arrays, first_column)
         return (
             {(t, first_column + j): obs for (t, j), obs in final_obs.items()},
             [(t, first_column + j, ret, length) for t, j, ret, length in ended],
@@ -234,7 +255,10 @@ class WorkerGroup:
             target[:, cols] = source_arrays[name]
 
     def close(self) -> None:
-        """Free every actor and segment; calling it again does nothing."""
+        """Free every actor and segment; calling it again does nothing.
+
+        A batch segment still lent out keeps its mapping (not its name) until its arrays go.
+        """
         for w, signal in enumerate(self.signals):
             if signal is not None:
                 signal.close()
@@ -244,6 +268,8 @@ class WorkerGroup:
             if segments is not None:
                 _free(segments)
                 self.segments[w] = None
+        if self.batches is not None:
+            self.batches.close()
 
 
 def _free(segments: list[SharedArrays]) -> None:

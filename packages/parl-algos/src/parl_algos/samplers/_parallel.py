@@ -3,6 +3,13 @@
 `ParallelSampler` (rlpyt's parallel-CPU): each worker holds a copy of the agent and collects
 `horizon` steps on its own; a collect waits for all. `CentralSampler` (`_central`) and
 `AsyncSampler` (`_async`) build on the same `_ClusterSampler`.
+
+Where every worker is on this host, `ParallelSampler`'s workers write straight into one
+shared-memory segment laid out as the whole batch, each its own columns of every row, and the
+batch's arrays are views of that segment: the caller copies nothing. The segment is lent to the
+batch (`SegmentPool`) and used again only once the user holds none of its arrays; a user who
+keeps more batches than the pool holds gets the later ones copied into memory of their own, as
+workers on other hosts always do. Either way the batches are the same, bit for bit.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ class _ClusterSampler(BaseSampler):
 
     _agent_on_workers = True
     _slots = 1
+    _batch_segments = 0
+    """The most whole-batch segments the workers write into (`WorkerGroup.batches`; 0: none)."""
 
     def __init__(
         self,
@@ -56,6 +65,7 @@ class _ClusterSampler(BaseSampler):
             seed=seed,
             slots=self._slots,
             address=address,
+            batch_segments=self._batch_segments,
         )
         self.observation_space = self._group.observation_space
         self.action_space = self._group.action_space
@@ -92,6 +102,12 @@ class ParallelSampler(_ClusterSampler):
     Call `sync_weights()` after the agent learned to send its weights to the copies. The
     workers' random generators are seeded apart (`seed * 1000 + worker`).
 
+    Where every worker is on this host, the arrays of a batch (all but `extras` and
+    `final_obs`) are views of a shared-memory segment that the workers wrote into; it is the
+    batch's alone for as long as any of them, or any view of them, is held. Up to 8 batches
+    held at once are kept so; the ones collected while 8 are held are copied into memory of
+    this process.
+
     Args:
         env_fn: a picklable zero-argument callable returning a `gymnasium.Env`.
         agent: a picklable object with `sample(obs_batch) -> actions` or `(actions, extras)`,
@@ -104,20 +120,43 @@ class ParallelSampler(_ClusterSampler):
             local one of `num_workers` slots.
     """
 
+    _batch_segments = 8
+    _zero_copy = True
+    """Whether the workers write into a lent batch segment where they can (False: every
+    collect copies the workers' rollouts into a fresh batch, as for workers on other hosts)."""
+
     def collect(self) -> Batch:
-        """One rollout of `horizon` steps from every worker, as one `Batch`."""
+        """One rollout of `horizon` steps from every worker, as one `Batch`.
+
+        Where the workers share memory with this process, the batch's arrays are views of a
+        shared segment that is written again only once none of them is left.
+        """
         self._check_open()
         group = self._group
-        results = group.gather([w.collect(0) for w in group.workers])
-        out = Rollout.allocate(group.batch_layout)
+        pool = group.batches if self._zero_copy else None
+        segment = pool.acquire() if pool is not None else None
+        if pool is None or segment is None:
+            results = group.gather([w.collect(0) for w in group.workers])
+            out = Rollout.allocate(group.batch_layout)
+            for w, (arrays, *_) in enumerate(results):
+                group.copy_out(w, arrays, 0, out, group.columns(w))
+        else:
+            name, width = segment.name, self.batch_size
+            try:
+                results = group.gather([w.collect(0, name, width) for w in group.workers])
+            except BaseException:
+                pool.release(segment)
+                raise
+            out = Rollout(pool.lend(segment))
         extras: dict[str, list[np.ndarray]] = {}
         final_obs, ended = {}, []
-        for w, (arrays, worker_extras, worker_final, worker_ended, _) in enumerate(results):
-            group.copy_out(w, arrays, 0, out, group.columns(w))
+        for w, (_, worker_extras, worker_final, worker_ended, _) in enumerate(results):
             for name, value in worker_extras.items():
                 extras.setdefault(name, []).append(value)
+            cols = group.columns(w)
+            mine = Rollout({name: array[:, cols] for name, array in out.arrays().items()})
             more_final, more_ended = group.records(
-                w, 0, worker_final, worker_ended, group.columns(w).start
+                w, 0, worker_final, worker_ended, cols.start, mine
             )
             final_obs.update(more_final)
             ended += more_ended

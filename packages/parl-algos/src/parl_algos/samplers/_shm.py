@@ -7,6 +7,8 @@ owned by the creating process, which alone removes it with `unlink()`), and
 it is ours and of the expected size. Both give `arrays`, numpy views laid out as `layout` says.
 `host_id()` says which host a process is on (`PARL_HOST_ID`, else the hostname): processes of
 different hosts cannot share a segment and fall back to the ordinary call path.
+`SegmentPool` lends segments of one layout out as arrays that the caller keeps as long as it
+likes: a segment is lent again only once every array of its last loan is gone.
 
 No `multiprocessing.shared_memory`: its resource tracker (Python < 3.13) also adopts segments
 that a process only attached to, and removes them when that process exits.
@@ -26,7 +28,14 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import DTypeLike
 
-__all__ = ["SHM_DIR", "SharedArrays", "host_id", "shm_available", "sweep_dead_owners"]
+__all__ = [
+    "SHM_DIR",
+    "SegmentPool",
+    "SharedArrays",
+    "host_id",
+    "shm_available",
+    "sweep_dead_owners",
+]
 
 SHM_DIR = "/dev/shm"
 _ALIGN = 64
@@ -103,6 +112,10 @@ class SharedArrays:
         self.name = name
         self._mm = mm
         offsets, _ = _offsets(layout)
+        self._spans = [
+            (key, offset, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+            for (key, shape, dtype), offset in zip(layout, offsets, strict=True)
+        ]
         self.arrays = {
             key: np.frombuffer(mm, dtype, int(np.prod(shape, dtype=np.int64)), offset).reshape(
                 shape
@@ -156,6 +169,20 @@ class SharedArrays:
             os.close(fd)
         return cls(name, mm, layout, owner=False)
 
+    def new_views(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Fresh views of the segment's arrays, all on one new byte array over the whole mapping.
+
+        Returns that byte array and the views by name. Every view of the views refers to the
+        byte array (numpy keeps an array's base, not a chain of views), so a weak reference to
+        it says when none of them is left. The mapping stays valid while any of them lives.
+        """
+        whole = np.frombuffer(self._mm, np.uint8)
+        views = {}
+        for key, offset, nbytes in self._spans:
+            array = self.arrays[key]
+            views[key] = whole[offset : offset + nbytes].view(array.dtype).reshape(array.shape)
+        return whole, views
+
     def close(self) -> None:
         """Unmap the segment here (views handed out elsewhere keep it mapped until they go)."""
         self.arrays = {}
@@ -167,3 +194,75 @@ class SharedArrays:
         """Remove the segment's name (the owner only); mappings stay valid until closed."""
         if self._finalizer is not None:
             self._finalizer()
+
+
+def _room_for(size: int) -> bool:
+    """Whether `SHM_DIR` has `size` bytes free (a full tmpfs fails a write with SIGBUS)."""
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize >= size
+
+
+class SegmentPool:
+    """Segments of one layout, lent out as arrays and taken back once those arrays are gone.
+
+    `acquire()` takes a free segment, or makes one while the pool has fewer than `limit` and
+    `/dev/shm` has room for it; it returns None where neither can be (the caller then keeps to
+    memory of its own). `lend(segment)` turns an acquired segment into fresh arrays
+    (`SharedArrays.new_views`): the segment is free again once none of them, and no view of
+    them, is left, whoever holds them (`weakref.finalize` on their common base).
+    `release(segment)` frees an acquired segment that was not lent. `close()` removes every
+    segment's name at once; a segment still lent stays mapped until its arrays are gone.
+    Loans may end in any thread (a garbage collection): the free list is changed only by
+    single list operations, which need no lock.
+
+    Args:
+        layout: the arrays of every segment.
+        limit: the most segments the pool makes.
+    """
+
+    def __init__(self, layout: Layout, limit: int) -> None:
+        self.layout = list(layout)
+        self.limit = limit
+        self.segments: list[SharedArrays] = []
+        """Every segment made (free, acquired or lent), until `close()`."""
+        self._free: list[SharedArrays] = []
+        self._closed = False
+
+    def acquire(self) -> SharedArrays | None:
+        """A segment that no array refers to any more: a free one, or a new one; None: no more."""
+        if self._closed:
+            return None
+        try:
+            return self._free.pop()
+        except IndexError:
+            pass
+        if len(self.segments) >= self.limit or not _room_for(_offsets(self.layout)[1]):
+            return None
+        segment = SharedArrays.create(self.layout)
+        self.segments.append(segment)
+        return segment
+
+    def lend(self, segment: SharedArrays) -> dict[str, np.ndarray]:
+        """Arrays on an acquired `segment`; it is released once they (and their views) are gone."""
+        whole, views = segment.new_views()
+        weakref.finalize(whole, self.release, segment)
+        return views
+
+    def release(self, segment: SharedArrays) -> None:
+        """Put an acquired segment back (after `close()`: unmap it once nothing refers to it)."""
+        if self._closed:
+            segment.close()
+        else:
+            self._free.append(segment)
+
+    def close(self) -> None:
+        """Remove every segment's name; unmap the free ones (lent ones: once their arrays go)."""
+        self._closed = True
+        segments, self.segments = self.segments, []
+        for segment in segments:
+            segment.unlink()
+        while self._free:
+            self._free.pop().close()

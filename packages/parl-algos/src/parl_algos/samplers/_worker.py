@@ -3,7 +3,9 @@
 `EnvWorker` is a plain class; `RemoteEnvWorker` is it as a `@parl.remote_class(wait=False)`
 actor (its methods return futures, so a sampler drives all its workers at once). A worker
 writes its rollouts into `Rollout`s: views on shared-memory segments that the sampler made
-(same host, after `attach`), or arrays of its own that travel back in the call's result.
+(same host, after `attach`), or arrays of its own that travel back in the call's result. A
+`ParallelSampler` may also name, per collect, a segment holding the whole batch: the worker then
+writes its own columns of it, and the caller has nothing to copy.
 """
 
 from __future__ import annotations
@@ -111,6 +113,8 @@ class EnvWorker:
         )
         self.rollouts = [Rollout.allocate(self.layout) for _ in range(slots)]
         self.segments: list[SharedArrays] = []
+        self.batches: dict[str, tuple[SharedArrays, Rollout]] = {}
+        """Batch segments mapped so far (by name), with this worker's columns of each."""
         self.signal: Signal | FlagSignal | None = None
         self.index = index
         self.weights_version = 0
@@ -207,14 +211,34 @@ class EnvWorker:
         self.agent.set_weights(weights)
         self.weights_version = version
 
-    def collect(self, slot: int = 0) -> WorkerResult:
-        """Step every environment `horizon` times with the policy copy, into rollout `slot`."""
-        rollout = self.rollouts[slot]
+    def collect(self, slot: int = 0, batch: str | None = None, width: int = 0) -> WorkerResult:
+        """Step every environment `horizon` times with the policy copy, into rollout `slot`.
+
+        With `batch`, the name of a shared-memory segment laid out as a rollout of `width`
+        columns, the steps go into this worker's columns of it instead (the records still into
+        `slot`'s segment); a segment is mapped on its first use and kept mapped (a sampler
+        names no more of them than its pool holds). Plain arguments: nothing to pickle.
+        """
+        rollout = self.rollouts[slot] if batch is None else self._batch_rollout(batch, width)
         version = self.weights_version
         columns = self.columns
         extras = columns.collect(self.agent, rollout)
         arrays = None if self.segments else rollout.arrays()
         return arrays, extras, *self._records(slot), version
+
+    def _batch_rollout(self, name: str, width: int) -> Rollout:
+        """This worker's columns of the batch segment `name` (`width` columns in all)."""
+        mapped = self.batches.get(name)
+        if mapped is None:
+            if not self.segments:
+                raise RuntimeError("a batch segment needs the worker's own segments: attach first")
+            space = self.columns.observation_space, self.columns.action_space
+            segment = SharedArrays.attach(name, rollout_layout(self.horizon, width, *space))
+            n = self.columns.num_envs
+            cols = slice(self.index * n, (self.index + 1) * n)
+            rollout = Rollout({key: array[:, cols] for key, array in segment.arrays.items()})
+            mapped = self.batches[name] = segment, rollout
+        return mapped[1]
 
     def begin(self, slot: int = 0) -> np.ndarray | None:
         """Start a rollout in `slot` driven step by step; its first observations (None: shared)."""
@@ -250,6 +274,9 @@ class EnvWorker:
         for segment in self.segments:
             segment.close()
         self.segments = []
+        for segment, _ in self.batches.values():
+            segment.close()
+        self.batches = {}
 
 
 RemoteEnvWorker = parl.remote_class(wait=False)(EnvWorker)
