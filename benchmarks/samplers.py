@@ -49,7 +49,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -283,18 +283,65 @@ class FixedSpinCentralSampler(CentralSampler):
     _spin_adaptive = False
 
 
+def rates_by_turns(
+    sides: list[Callable[[], int]], seconds: float, repeat: int
+) -> list[list[float]]:
+    """Each side's env steps/s in each of `repeat` repetitions, the sides taking turns.
+
+    A side is a call that takes some env steps and returns how many. After one warm-up call
+    each and a settled machine, the sides are called in turn, the first of a round moving on
+    by one every round, until each has spent `seconds` in the repetition: the load of a shared
+    machine, which moves within seconds, falls on all of them alike.
+    """
+    for side in sides:
+        side()  # warm-up
+    settle()
+    n, rates = len(sides), []
+    for _ in range(repeat):
+        steps, spent, turn = [0] * n, [0.0] * n, 0
+        while min(spent) < seconds:
+            for i in range(n):
+                k = (turn + i) % n
+                start = time.perf_counter()
+                steps[k] += sides[k]()
+                spent[k] += time.perf_counter() - start
+            turn += 1
+        rates.append([taken / t for taken, t in zip(steps, spent, strict=True)])
+    return rates
+
+
+@contextlib.contextmanager
+def vector_side(env_fn, make_agent) -> Iterator[Callable[[], int]]:
+    """A one-process `SyncVectorEnv` of 16 with its own agent, as a side of `rates_by_turns`.
+
+    Each call takes `HORIZON` vector steps.
+    """
+    envs = gym.vector.SyncVectorEnv(
+        [env_fn] * N_ALL, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    agent = make_agent()
+    state = {"obs": envs.reset(seed=0)[0]}
+
+    def vector_steps() -> int:
+        for _ in range(HORIZON):
+            state["obs"], *_ = envs.step(agent.sample(state["obs"]))
+        return HORIZON * N_ALL
+
+    try:
+        yield vector_steps
+    finally:
+        envs.close()
+
+
 def interleaved(env_fn, make_agent, seconds: float, repeat: int) -> dict[str, list[float]]:
     """Each `COMPARED` sampler's env steps/s in each of `repeat` repetitions, taking turns.
 
     The samplers are open at once (each with its own agent and workers) and collect one batch
-    each in turn, the first of a round moving on by one every round, until each has spent
-    `seconds` collecting in the repetition: the load of a shared machine, which moves within
-    seconds, falls on all of them alike.
+    each in turn (`rates_by_turns`).
     """
-    rates: dict[str, list[float]] = {label: [] for label in COMPARED}
     with contextlib.ExitStack() as stack:
-        samplers = {
-            label: stack.enter_context(
+        samplers = [
+            stack.enter_context(
                 cls(
                     env_fn,
                     make_agent(),
@@ -305,26 +352,16 @@ def interleaved(env_fn, make_agent, seconds: float, repeat: int) -> dict[str, li
                     **kwargs,
                 )
             )
-            for label, (cls, kwargs) in COMPARED.items()
-        }
-        for sampler in samplers.values():
-            sampler.collect()  # warm-up
-        settle()
-        labels = list(samplers)
-        for _ in range(repeat):
-            steps = dict.fromkeys(labels, 0)
-            spent = dict.fromkeys(labels, 0.0)
-            turn = 0
-            while min(spent.values()) < seconds:
-                for i in range(len(labels)):
-                    label = labels[(turn + i) % len(labels)]
-                    start = time.perf_counter()
-                    steps[label] += samplers[label].collect().rewards.size
-                    spent[label] += time.perf_counter() - start
-                turn += 1
-            for label in labels:
-                rates[label].append(steps[label] / spent[label])
-    return rates
+            for cls, kwargs in COMPARED.values()
+        ]
+        sides = [functools.partial(collect_size, sampler) for sampler in samplers]
+        rates = rates_by_turns(sides, seconds, repeat)
+    return {label: [rate[k] for rate in rates] for k, label in enumerate(COMPARED)}
+
+
+def collect_size(sampler) -> int:
+    """One `collect()` of `sampler`; the env steps it took."""
+    return sampler.collect().rewards.size
 
 
 def parallel_over_sync(env_fn, make_agent, seconds: float, repeat: int) -> list[float]:
@@ -333,91 +370,40 @@ def parallel_over_sync(env_fn, make_agent, seconds: float, repeat: int) -> list[
     Both open at once, each with its own agent, one `collect()` (or `HORIZON` vector steps)
     each in turn until each has spent `seconds` in the repetition.
     """
-    envs = gym.vector.SyncVectorEnv(
-        [env_fn] * N_ALL, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
-    )
-    agent = make_agent()
-    state = {"obs": envs.reset(seed=0)[0]}
-
-    def vector_steps() -> int:
-        for _ in range(HORIZON):
-            state["obs"], *_ = envs.step(agent.sample(state["obs"]))
-        return HORIZON * N_ALL
-
-    ratios = []
-    try:
-        with ParallelSampler(
+    with (
+        vector_side(env_fn, make_agent) as vector_steps,
+        ParallelSampler(
             env_fn, make_agent(), WORKERS, ENVS_PER_WORKER, horizon=HORIZON, seed=0
-        ) as sampler:
-            sides = [vector_steps, lambda: sampler.collect().rewards.size]
-            for side in sides:
-                side()  # warm-up
-            settle()
-            for _ in range(repeat):
-                steps, spent, turn = [0, 0], [0.0, 0.0], 0
-                while min(spent) < seconds:
-                    for i in (turn % 2, 1 - turn % 2):
-                        start = time.perf_counter()
-                        steps[i] += sides[i]()
-                        spent[i] += time.perf_counter() - start
-                    turn += 1
-                ratios.append((steps[1] / spent[1]) / (steps[0] / spent[0]))
-    finally:
-        envs.close()
-    return ratios
+        ) as sampler,
+    ):
+        rates = rates_by_turns(
+            [vector_steps, functools.partial(collect_size, sampler)], seconds, repeat
+        )
+    return [parallel / sync for sync, parallel in rates]
 
 
 def zero_copy_over_copy(env_fn, make_agent, seconds: float, repeat: int) -> list[tuple]:
     """Shared batches against the copy path, and each against `SyncVectorEnv`, by turns.
 
     One `ParallelSampler` collects with its batches in shared memory and with the copy path
-    (`_zero_copy`) in turn, and a one-process `SyncVectorEnv` of 16 takes its turns too, the
-    first of a round moving on by one every round, until each has spent `seconds` in the
-    repetition. Returns `(shared / copy, shared / sync, copy / sync)` of each repetition.
+    (`_zero_copy`) in turn, and a one-process `SyncVectorEnv` of 16 takes its turns too
+    (`rates_by_turns`). Returns `(shared / copy, shared / sync, copy / sync)` of each
+    repetition.
     """
-    envs = gym.vector.SyncVectorEnv(
-        [env_fn] * N_ALL, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
-    )
-    agent = make_agent()
-    state = {"obs": envs.reset(seed=0)[0]}
-
-    def vector_steps() -> int:
-        for _ in range(HORIZON):
-            state["obs"], *_ = envs.step(agent.sample(state["obs"]))
-        return HORIZON * N_ALL
-
-    lines = []
-    try:
-        with ParallelSampler(
+    with (
+        vector_side(env_fn, make_agent) as vector_steps,
+        ParallelSampler(
             env_fn, make_agent(), WORKERS, ENVS_PER_WORKER, horizon=HORIZON, seed=0
-        ) as sampler:
+        ) as sampler,
+    ):
 
-            def collect(zero_copy: bool) -> int:
-                sampler._zero_copy = zero_copy
-                return sampler.collect().rewards.size
+        def collect(zero_copy: bool) -> int:
+            sampler._zero_copy = zero_copy
+            return collect_size(sampler)
 
-            sides = [
-                vector_steps,
-                functools.partial(collect, True),
-                functools.partial(collect, False),
-            ]
-            for side in sides:
-                side()  # warm-up
-            settle()
-            for _ in range(repeat):
-                steps, spent, turn = [0] * 3, [0.0] * 3, 0
-                while min(spent) < seconds:
-                    for i in range(3):
-                        side = (turn + i) % 3
-                        start = time.perf_counter()
-                        steps[side] += sides[side]()
-                        spent[side] += time.perf_counter() - start
-                    turn += 1
-                sync, shared, copy = (n / t for n, t in zip(steps, spent, strict=True))
-                lines.append((shared / copy, shared / sync, copy / sync))
-    finally:
-        envs.close()
-    return lines
+        sides = [vector_steps, functools.partial(collect, True), functools.partial(collect, False)]
+        rates = rates_by_turns(sides, seconds, repeat)
+    return [(shared / copy, shared / sync, copy / sync) for sync, shared, copy in rates]
 
 
 def zero_copy(tasks: list, seconds: float, repeat: int) -> None:
