@@ -116,6 +116,9 @@ def test_resuming_in_single_mode_rewrites_the_same_rows(name, tmp_path):
     assert f"resumed {crashed}" in (crashed / "log.log").read_text()
 
 
+# Slow: the same Ctrl-C as test_train_runs' (a real executable, an embedded cluster, twice),
+# through the recurrent family's session.
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "mode"), [("r2d2/cartpole-masked", "async")])
 def test_ctrl_c_in_a_session_checkpoints_and_the_run_resumes(name, mode, tmp_path):
     logdir = tmp_path / "run"

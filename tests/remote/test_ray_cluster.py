@@ -88,7 +88,7 @@ def ray_start(tmp_path_factory):
         with open(f"{home}/.ray/auth_token", "w") as f:
             f.write(secrets.token_hex(32))
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        env.update(RAY_TMPDIR=tmp, HOME=home, RAY_USAGE_STATS_ENABLED="0")
+        env.update(RAY_TMPDIR=tmp, HOME=home, RAY_USAGE_STATS_ENABLED="0", RAY_worker_niceness="0")
         port, client_port = free_port(), free_port()
         ports = {
             "--port": port,
