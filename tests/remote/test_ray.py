@@ -153,6 +153,9 @@ class Counter:
     def pid(self):
         return os.getpid()
 
+    def cwd(self):
+        return os.getcwd()
+
     def fail(self, text):
         raise KeyError(text)
 
@@ -256,6 +259,20 @@ def test_kill_fails_waiting_and_later_calls(client):
     with pytest.raises(RemoteActorDiedError, match="killed by parl.kill"):
         counter.add(1)
     parl_remote.kill(counter)  # already gone: nothing happens
+
+
+def test_a_killed_actors_directory_goes_when_the_next_actor_starts(client):
+    """`ray.kill` leaves an actor no time to remove its code directory: the next actor does."""
+    counter = Counter()
+    pid, workdir = counter.pid(), counter.cwd()
+    assert os.path.basename(workdir).startswith(f"parl-ray-actor-{pid}-")
+    assert os.path.isdir(workdir)
+    parl_remote.kill(counter)
+    wait_until(lambda: not psutil.pid_exists(pid), 30, 0.05, "the killed actor's process to exit")
+    assert os.path.isdir(workdir)  # nothing removed it
+    later = Counter()
+    assert later.add(1) == 1 and not os.path.exists(workdir)
+    assert os.path.isdir(later.cwd())
 
 
 def test_no_resources_is_a_resource_error(client, monkeypatch):

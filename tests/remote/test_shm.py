@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 
@@ -563,6 +565,43 @@ def test_a_starting_cluster_removes_what_a_cluster_killed_whole_left(tmp_path):
         assert not os.path.exists(path)
     finally:
         _shm.unlink(path)
+
+
+def test_a_starting_worker_removes_the_directory_of_a_worker_killed_before(tmp_path):
+    """A worker killed with SIGKILL leaves its directory (its actors' code): the next removes it."""
+    run_dir = tempfile.mkdtemp(prefix=f"parl-worker-{_dead_pid()}-")
+    os.makedirs(os.path.join(run_dir, "actors", "a1"))
+    try:
+        cluster = make_cluster(tmp_path, workers=(1,))
+        cluster.stop()
+        assert not os.path.exists(run_dir)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def test_the_dead_directory_sweep_removes_only_directories_whose_process_is_gone(tmp_path):
+    from parl_remote import _util
+
+    dead, root = _dead_pid(), tempfile.gettempdir()
+    gone = [tempfile.mkdtemp(prefix=f"parl-test-kind-{dead}-") for _ in range(2)]
+    with open(os.path.join(gone[0], "kept.txt"), "w") as f:
+        f.write("a file inside goes with its directory")
+    kept = [
+        _util.private_dir("test-kind"),  # this process runs
+        tempfile.mkdtemp(prefix=f"parl-test-kind-{dead}-x-"),  # not a name private_dir makes
+        tempfile.mkdtemp(prefix=f"parl-test-other-{dead}-"),  # another kind
+    ]
+    link = os.path.join(root, f"parl-test-kind-{dead}-linkxxxx")
+    os.symlink(tmp_path, link)  # a link with a dead owner's name: neither it nor its target goes
+    kept.append(link)
+    try:
+        assert _util.sweep_dead_dirs("test-kind") == 2
+        assert not any(os.path.exists(p) for p in gone)
+        assert all(os.path.lexists(p) for p in kept) and os.path.isdir(tmp_path)
+    finally:
+        os.unlink(link)
+        for path in kept[:-1]:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def test_segment_sizes_and_hand_backs():

@@ -22,13 +22,14 @@ to name the class.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import importlib
 import io
 import os
+import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 import zipfile
@@ -37,7 +38,7 @@ from typing import Any, NamedTuple
 from parl_remote import _serialize as ser
 from parl_remote._actor_calls import unpickling_error
 from parl_remote._shadow import ShadowWatch
-from parl_remote._util import method_entry
+from parl_remote._util import method_entry, private_dir, sweep_dead_dirs
 from parl_remote.protocol import messages as m
 
 __all__ = [
@@ -145,7 +146,11 @@ class RayHost:
         counts this process as their holder through them); a call's request ends with them.
         """
         try:
-            workdir = tempfile.mkdtemp(prefix=f"parl-{self.actor_id}-")
+            # Ray may end this process with SIGKILL (`ray.kill`), leaving no time to remove
+            # the directory: each actor removes those of actor processes that are gone.
+            sweep_dead_dirs("ray-actor")
+            workdir = private_dir("ray-actor")
+            atexit.register(shutil.rmtree, workdir, True)
             os.chdir(workdir)
             sys.path.insert(0, workdir)
             if msg.bundle:

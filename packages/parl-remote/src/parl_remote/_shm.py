@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from parl_remote._exceptions import ProtocolError
+from parl_remote._util import pid_runs
 
 if TYPE_CHECKING:
     from parl_remote._shm_link import SharedLink
@@ -299,7 +300,7 @@ def sweep_dead_owners() -> int:
     uid = os.getuid()
     for name in names:
         match = _ANY_CLUSTER.fullmatch(name)
-        if match is None or _runs(int(match[1])):
+        if match is None or pid_runs(int(match[1])):
             continue
         path = os.path.join(SHM_DIR, name)
         with contextlib.suppress(OSError):
@@ -309,19 +310,6 @@ def sweep_dead_owners() -> int:
     if removed:
         logger.info("removed %d shared-memory segments of processes that are gone", removed)
     return removed
-
-
-def _runs(pid: int) -> bool:
-    """Whether a process `pid` exists (pid 0 is never taken for gone)."""
-    if pid == 0:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def received() -> int:

@@ -6,6 +6,8 @@ import inspect
 import ipaddress
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import sys
@@ -24,7 +26,10 @@ __all__ = [
     "method_entry",
     "outward_ip",
     "owner_alive",
+    "pid_runs",
+    "private_dir",
     "read_json",
+    "sweep_dead_dirs",
     "write_json_atomic",
 ]
 
@@ -121,6 +126,57 @@ def owner_alive(pid: int | None) -> bool:
         return alive
     except psutil.Error:
         return False
+
+
+def private_dir(kind: str) -> str:
+    """A new directory of this process in the temp dir, mode 0700: `parl-KIND-PID-XXXXXXXX`.
+
+    The pid in its name lets `sweep_dead_dirs` remove it once this process is gone, even when
+    it was killed (SIGKILL, `ray.kill`) before it could remove the directory itself.
+    """
+    return tempfile.mkdtemp(prefix=f"parl-{kind}-{os.getpid()}-")
+
+
+def sweep_dead_dirs(kind: str) -> int:
+    """Remove this user's `private_dir(kind)` directories whose process no longer runs; how many.
+
+    A directory goes only if its name is one `private_dir(kind)` makes, it is a directory (not
+    a link) of this user, and the pid in its name runs no process (another user's counts as
+    running, and so does a pid reused since: the directory then waits for the next sweep).
+    """
+    pattern = re.compile(rf"parl-{re.escape(kind)}-([0-9]{{1,10}})-[a-z0-9_]{{8}}")
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    uid, removed = os.getuid(), 0
+    for name in names:
+        match = pattern.fullmatch(name)
+        if match is None or pid_runs(int(match[1])):
+            continue
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid == uid and os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def pid_runs(pid: int) -> bool:
+    """Whether a process `pid` exists (pid 0 is never taken for gone)."""
+    if pid == 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def kill_pid(pid: int, *, timeout: float = 5.0, create_time: float | None = None) -> bool:

@@ -25,7 +25,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import time
 import uuid
 from typing import Any, ClassVar, cast
@@ -40,7 +39,14 @@ from parl_remote._link import MasterLink
 from parl_remote._loop import run
 from parl_remote._preload import learn
 from parl_remote._transport import AsyncConnection
-from parl_remote._util import available_cpus, describe_exit, owner_alive, write_json_atomic
+from parl_remote._util import (
+    available_cpus,
+    describe_exit,
+    owner_alive,
+    private_dir,
+    sweep_dead_dirs,
+    write_json_atomic,
+)
 from parl_remote._worker_logs import ActorLogs
 from parl_remote.protocol import messages as m
 from parl_remote.protocol.connection import Connection
@@ -80,7 +86,7 @@ class Worker:
         self.ready_file = ready_file
         self.share_session = share_session
         self.worker_id = uuid.uuid4().hex[:12]
-        self.run_dir = tempfile.mkdtemp(prefix=f"parl-worker-{self.worker_id}-")
+        self.run_dir = private_dir("worker")
         self.hosts: set[ActorProcess] = set()
         self.link = MasterLink(
             master_host,
@@ -109,6 +115,7 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop, f"received {signal.Signals(sig).name}")
         _shm.sweep_dead_owners()
+        sweep_dead_dirs("worker")
         try:
             await self.link.connect()
             self._refill()
