@@ -31,7 +31,7 @@ from typing import Any, ClassVar, cast
 
 import psutil
 
-from parl_remote import _shm, _tls_join
+from parl_remote import _shm, _tls_join, _util
 from parl_remote._actor_process import ActorProcess, PreloadPacer, spawn_host, tree_rss
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ClusterError, ProtocolError
@@ -39,14 +39,7 @@ from parl_remote._link import MasterLink
 from parl_remote._loop import run
 from parl_remote._preload import learn
 from parl_remote._transport import AsyncConnection
-from parl_remote._util import (
-    available_cpus,
-    describe_exit,
-    owner_alive,
-    private_dir,
-    sweep_dead_dirs,
-    write_json_atomic,
-)
+from parl_remote._util import available_cpus, describe_exit, owner_alive, write_json_atomic
 from parl_remote._worker_logs import ActorLogs
 from parl_remote.protocol import messages as m
 from parl_remote.protocol.connection import Connection
@@ -86,7 +79,7 @@ class Worker:
         self.ready_file = ready_file
         self.share_session = share_session
         self.worker_id = uuid.uuid4().hex[:12]
-        self.run_dir = private_dir("worker")
+        self.run_dir = _util.private_dir("worker")
         self.hosts: set[ActorProcess] = set()
         self.link = MasterLink(
             master_host,
@@ -115,7 +108,7 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop, f"received {signal.Signals(sig).name}")
         _shm.sweep_dead_owners()
-        sweep_dead_dirs("worker")
+        _util.sweep_dead_dirs("worker")
         try:
             await self.link.connect()
             self._refill()
