@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -262,3 +263,25 @@ def test_the_embedded_cluster_keeps_a_lone_actor_in_its_clients_session(monkeypa
         assert os.getsid(c.pid()) == mine
     finally:
         parl.disconnect()
+
+
+def test_an_embedded_cluster_removes_the_logs_of_one_whose_process_is_gone(monkeypatch):
+    """A user process killed without `stop()` leaves its cluster's logs: the next start removes
+    them (a live process's stay)."""
+    from parl_remote import _util
+    from tests.remote.test_shm import _dead_pid
+
+    monkeypatch.delenv("PARL_CLUSTER_TOKEN", raising=False)
+    gone = tempfile.mkdtemp(prefix=f"parl-cluster-{_dead_pid()}-")
+    with open(os.path.join(gone, "master.log"), "w") as f:
+        f.write("the last words of a cluster whose user was killed\n")
+    live = _util.private_dir("cluster")
+    cluster = _cluster.EmbeddedCluster.start(cpu_num=1, monitor_port=None)
+    try:
+        assert not os.path.exists(gone) and os.path.isdir(live)
+        assert os.path.basename(cluster.logdir).startswith(f"parl-cluster-{os.getpid()}-")
+    finally:
+        cluster.stop()
+        shutil.rmtree(gone, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
+    assert not os.path.exists(cluster.logdir)

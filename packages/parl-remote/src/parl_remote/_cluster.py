@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 
 from parl_remote._exceptions import ClusterError
-from parl_remote._util import available_cpus, kill_pid, read_json
+from parl_remote._util import available_cpus, kill_pid, private_dir, read_json, sweep_dead_dirs
 
 __all__ = ["EmbeddedCluster", "ProcessInfo", "spawn"]
 
@@ -160,7 +160,10 @@ class EmbeddedCluster:
         cpu_num = cpu_num or available_cpus()
         token = secrets.token_hex(32)
         env = dict(os.environ, PARL_CLUSTER_TOKEN=token)
-        logdir = tempfile.mkdtemp(prefix="parl-cluster-")
+        # A user process that died without stop() left its cluster's logs: they stay for a
+        # look until the next embedded cluster of this user starts.
+        sweep_dead_dirs("cluster")
+        logdir = private_dir("cluster")
         owner = ["--owner-pid", str(os.getpid())]
         monitor = [] if monitor_port is None else ["--monitor_port", str(monitor_port)]
         master = spawn(
