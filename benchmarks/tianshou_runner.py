@@ -16,13 +16,14 @@ on `[v_min, v_max]`; Rainbow's has a dueling head of `NoisyLinear` layers (one l
 as PARL's `DuelingHead`), a `PrioritizedReplayBuffer` (alpha 0.6, beta 0.4 rising to 1 over the
 run's updates, as PARL's memory) and `n_step` returns. Gradients are clipped to the config's
 `max_grad_norm` (10 where it has none, as PARL's DQN; Tianshou's default is no clipping), and
-Adam takes the config's `adam_eps` (1e-8 where none, Tianshou's default too). Where Tianshou
-differs by design, it keeps its own way: its C51 picks the next action with the online network
-(a double target; PARL's `c51` config has `double = false`); and its collector acts in eval
-mode, where `NoisyLinear` is noise-free, so its Rainbow explores with the config's epsilon
-schedule (as Tianshou's own Rainbow examples do with epsilon) where PARL's explores with the
-noise alone (epsilon 0); `noise_only` true in the spec gives Tianshou's Rainbow PARL's epsilon 0
-after the warm-up.
+Adam takes the config's `adam_eps` (1e-8 where none, Tianshou's default too). Tianshou's C51
+picks the next action with the online network (a double target) by design; with the config's
+`double = false` (PARL's `c51` configs, and the C51 paper's algorithm 1) the target network
+picks it, as in PARL (`_plain_target`). Where Tianshou differs by design otherwise, it keeps its
+own way: its collector acts in eval mode, where `NoisyLinear` is noise-free, so its Rainbow
+explores with the config's epsilon schedule (as Tianshou's own Rainbow examples do with
+epsilon) where PARL's explores with the noise alone (epsilon 0); `noise_only` true in the spec
+gives Tianshou's Rainbow PARL's epsilon 0 after the warm-up.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import torch
 from tianshou.algorithm import C51, RainbowDQN
 from tianshou.algorithm.modelfree.c51 import C51Policy
 from tianshou.algorithm.optim import AdamOptimizerFactory
-from tianshou.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
+from tianshou.data import Batch, Collector, PrioritizedReplayBuffer, ReplayBuffer
 from tianshou.env import DummyVectorEnv
 from tianshou.utils.net.common import Net
 from tianshou.utils.net.discrete import NoisyLinear
@@ -57,6 +58,24 @@ def _clipped(cls: type, max_grad_norm: float | None) -> type:
 
     Clipped.__name__ = cls.__name__
     return Clipped
+
+
+def _plain_target(cls: type) -> type:
+    """`cls` (a C51) whose target network both picks the next action and gives its distribution."""
+
+    class PlainTarget(cls):
+        def _target_dist(self, batch):
+            obs_next = Batch(obs=batch.obs_next, info=[None] * len(batch))
+            out = self.policy(obs_next, model=self.model_old)  # act: argmax of the target's Q
+            next_dist = out.logits[np.arange(len(out.act)), out.act, :]
+            p = self.policy
+            target_support = batch.returns.clamp(p.v_min, p.v_max)
+            # Tianshou's C51._target_dist from here on: the same projection onto the support.
+            distance = (target_support.unsqueeze(1) - p.support.view(1, -1, 1)).abs()
+            return ((1 - distance / self.delta_z).clamp(0, 1) * next_dist.unsqueeze(1)).sum(-1)
+
+    PlainTarget.__name__ = cls.__name__
+    return PlainTarget
 
 
 def build(algo: str, a: dict, env: gym.Env):
@@ -84,7 +103,10 @@ def build(algo: str, a: dict, env: gym.Env):
         v_min=a["v_min"],
         v_max=a["v_max"],
     )
-    cls = _clipped(RainbowDQN if algo == "rainbow" else C51, a.get("max_grad_norm", MAX_GRAD_NORM))
+    cls = RainbowDQN if algo == "rainbow" else C51
+    if not a.get("double", True):
+        cls = _plain_target(cls)
+    cls = _clipped(cls, a.get("max_grad_norm", MAX_GRAD_NORM))
     return cls(
         policy=policy,
         optim=AdamOptimizerFactory(lr=a["lr"], eps=a.get("adam_eps", 1e-8)),
