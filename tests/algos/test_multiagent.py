@@ -252,6 +252,35 @@ def test_mappo_per_agent_actors_each_act_for_their_own_agent():
         torch.testing.assert_close(logits[:, i], model.actors[i](obs[:, i]))
 
 
+@pytest.mark.parametrize("shared_actor", [True, False])
+def test_mappo_agents_with_fewer_actions_never_take_the_others(shared_actor):
+    """simple_speaker_listener's speaker has 3 actions and its listener 5: the speaker's rows
+    mask logits 3 and 4, so it never samples them, and PPO's update stays finite."""
+    torch.manual_seed(0)
+    model = MultiAgentPPOMLP(4, 6, 2, [3, 5], (16,), shared_actor=shared_actor)
+    assert model.n_actions == 5 and "valid_actions" not in model.state_dict()
+    alg = MAPPO(model, update_epochs=2, minibatch_size=32, seed=0)
+    obs, state = torch.randn(64, 2, 4), torch.randn(64, 6)
+    rows = pack_agent_inputs(obs, state)
+    dist = alg.distribution(rows)
+    assert torch.equal(dist.probs[:, 0, 3:], torch.zeros(64, 2))
+    assert (dist.probs[:, 1] > 0).all() and torch.isfinite(dist.entropy()).all()
+    action = alg.sample(rows)
+    assert action[:, 0].max() <= 2 and action[:, 1].max() == 4  # 64 draws of 5 actions
+    assert alg.predict(rows)[:, 0].max() <= 2
+    stats = alg.learn(obs, state, action, torch.randn(64, 2), torch.randn(64, 2))
+    assert all(math.isfinite(v) for v in dataclasses.asdict(stats).values())
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    # One number for every agent, given once or per agent: the same model, nothing masked.
+    plain = MultiAgentPPOMLP(4, 6, 2, 5, (16,), shared_actor=shared_actor)
+    same = MultiAgentPPOMLP(4, 6, 2, [5, 5], (16,), shared_actor=shared_actor)
+    same.load_state_dict(plain.state_dict())
+    assert torch.equal(same.policy(rows), plain.policy(rows))
+    assert torch.isfinite(plain.policy(rows)).all()
+    with pytest.raises(ValueError, match="one per agent"):
+        MultiAgentPPOMLP(4, 6, 2, [3, 5, 5])
+
+
 def test_value_normalizer_standardises_by_its_debiased_running_statistics():
     norm = ValueNormalizer(beta=0.5)
     x = torch.tensor([10.0, 20.0, 30.0, 40.0])
@@ -596,7 +625,8 @@ def test_qmix_finds_the_two_step_game_optimum_where_vdn_and_independent_learners
 
 @pytest.mark.parametrize(
     ("algo", "independent", "env"),
-    [("maddpg", False, "simple_adversary"), ("mappo", True, "simple_spread")],
+    # simple_speaker_listener: the agents' observation and action sizes differ (3 and 11, 3 and 5)
+    [("maddpg", False, "simple_adversary"), ("mappo", True, "simple_speaker_listener")],
 )
 def test_mpe_example_runs_and_reports_returns(algo, independent, env):
     example = _example("mpe")

@@ -95,6 +95,8 @@ def rows(logdir: Path) -> list[dict[str, str]]:
 ON_ACTORS_SLOW = {"ddqn/cartpole", "duelingdqn/cartpole", "c51/cartpole", "qrdqn/cartpole"}
 ON_ACTORS_SLOW |= {f"{a}/{e}" for a in ("dqn", "qrdqn") for e in ("acrobot", "lunarlander")}
 ON_ACTORS_SLOW |= {"c51/acrobot", "rainbow/acrobot"}
+# simple_speaker_listener runs simple_spread's multi-agent loops with other agents' sizes.
+ON_ACTORS_SLOW |= {"maddpg/simple_speaker_listener", "mappo/simple_speaker_listener"}
 MODES = [
     pytest.param(n, m, marks=[pytest.mark.slow] if m != "single" and n in ON_ACTORS_SLOW else [])
     for n in shipped_configs()
