@@ -40,6 +40,7 @@ repository.
     python benchmarks/learning.py --tasks qrdqn,rainbow --baseline sb3
     nice python benchmarks/learning.py --tasks offline,marl --seeds 1,2
     nice python benchmarks/learning.py --tasks marl --marl-env simple_adversary --seeds 1,2
+    nice python benchmarks/learning.py --tasks marl --marl-env simple_speaker_listener
     nice python benchmarks/learning.py --tasks mujoco --seeds 1       # needs parl-algos[mujoco]
 
 Two sections measure returns rather than steps to a threshold. `offline` makes one Pendulum
@@ -48,12 +49,12 @@ learns BC, CQL and IQL from that same file with each seed, and reports each one'
 evaluation return, mean and median over the seeds (and the median's score, 0 for a random
 policy, 1 for the SAC that made the data, whose own return is the table's last row).
 `marl` trains MADDPG, independent DDPG, MAPPO and independent PPO (`examples/mpe`, MPE
-`simple_spread` or, with `--marl-env simple_adversary`, `simple_adversary`; the same env steps
-each) with each seed, and reports the greedy policy's mean return after training and the mean
-of the last 50 training episodes; on `simple_adversary` also the greedy returns of the good
-agents and of the adversary apart (their rewards pull in opposite directions), and the
-cross-play table of `examples/mpe --cross-play` (each learner's good agents against each
-learner's adversary, the two learners of a pair trained in one process).
+`simple_spread` or, with `--marl-env`, `simple_adversary` or `simple_speaker_listener`; the
+same env steps each) with each seed, and reports the greedy policy's mean return after
+training and the mean of the last 50 training episodes; on `simple_adversary` also the greedy
+returns of the good agents and of the adversary apart (their rewards pull in opposite
+directions), and the cross-play table of `examples/mpe --cross-play` (each learner's good
+agents against each learner's adversary, the two learners of a pair trained in one process).
 
 `mujoco` runs `parl-train ppo/hopper` (PPO on Hopper-v5, whose step is costly enough for
 parallel sampling to pay) in `single`, `sync` and `async` modes, 2 actors each, then
@@ -386,7 +387,7 @@ MARL_LEARNERS = {
 MARL_SCRIPT = os.path.join(REPO, "examples", "mpe", "train.py")
 
 
-MARL_ENVS = ("simple_spread", "simple_adversary")
+MARL_ENVS = ("simple_spread", "simple_adversary", "simple_speaker_listener")
 
 
 def run_marl(

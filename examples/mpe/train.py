@@ -10,7 +10,10 @@ each clipping its own gradient's norm, as it does too). `--independent` gives ea
 budget without centralization: critics on the agent's own observation and action (independent
 DDPG) or a value on its own observation (independent PPO). Environments come from `mpe2`,
 PettingZoo's particle environments: `simple_spread` (3 agents cover 3 landmarks without
-colliding) and `simple_adversary` (2 good agents and 1 adversary). Returns are episode sums of
+colliding), `simple_adversary` (2 good agents and 1 adversary) and `simple_speaker_listener`
+(a speaker that sees the goal landmark's colour but cannot move, 3 actions: what it says; a
+listener that moves, 5 actions, and hears only the speaker; each agent's observation misses what
+the other's holds, while a centralized critic or value sees both). Returns are episode sums of
 each agent's rewards; the result reports the greedy policy's after training and a uniformly
 random policy's (means over all agents, over the good agents and over the adversaries), and the
 mean over agents of the first and of the last 50 training episodes. On `simple_adversary` each
@@ -25,6 +28,7 @@ against the same adversary, its adversary more against the same good agents).
     python examples/mpe/train.py --algo mappo --value-norm
     python examples/mpe/train.py --algo mappo --separate-optimizers
     python examples/mpe/train.py --algo maddpg --env simple_adversary --cross-play
+    python examples/mpe/train.py --algo mappo --env simple_speaker_listener
 """
 
 from __future__ import annotations
@@ -46,7 +50,11 @@ from parl_algos.maddpg import MultiAgentActorCriticMLP
 from parl_algos.mappo import MultiAgentPPOMLP, pack_agent_inputs
 from parl_algos.multiagent import MultiAgentReplayMemory, ParallelEnvArrays
 
-ENVS = {"simple_spread": "simple_spread_v3", "simple_adversary": "simple_adversary_v3"}
+ENVS = {
+    "simple_spread": "simple_spread_v3",
+    "simple_adversary": "simple_adversary_v3",
+    "simple_speaker_listener": "simple_speaker_listener_v4",
+}
 
 
 @dataclass
@@ -56,7 +64,7 @@ class Args:
     independent: bool = False
     """Train the baseline instead: independent DDPG (`maddpg`) or independent PPO (`mappo`)."""
     env: str = "simple_spread"
-    """`simple_spread` (3 agents) or `simple_adversary`."""
+    """`simple_spread` (3 agents), `simple_adversary` or `simple_speaker_listener`."""
     max_cycles: int = 25
     """Steps per episode."""
     total_steps: int = 50_000
@@ -164,7 +172,7 @@ def train_maddpg(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
 
 
 def train_mappo(args: Args, env: ParallelEnvArrays, rng: np.random.Generator):
-    n_actions = env.action_spaces[0].n
+    n_actions = [space.n for space in env.action_spaces]
     model = MultiAgentPPOMLP(
         env.max_obs_dim,
         env.state_dim,

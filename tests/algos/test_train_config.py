@@ -300,6 +300,7 @@ def test_list_shows_every_shipped_config_with_its_modes():
         (["bc/pendulum", "--mode", "sync"], ["train.mode", "single"]),
         (["qmix/simple_spread", "--env.id", "simple_nothing"], ["env.id", "mpe2"]),
         (["qmix/simple_spread", "--agent.mixer", "max"], ["agent.mixer", "qmix, vdn, none"]),
+        (["qmix/simple_spread", "--env.id", "simple_speaker_listener_v4"], ["env.id", "[3, 5]"]),
         (["maddpg/simple_spread", "--agent.num_envs", "0"], ["agent.num_envs", "at least 1"]),
     ],
 )

@@ -100,6 +100,8 @@ ON_ACTORS_SLOW |= {"c51/acrobot", "rainbow/acrobot"}
 # by test_train_marl_offline), and DDPG and TD3 in async mode (SAC's loop).
 ON_ACTORS_SLOW |= {"ppo/hopper", "maddpg/simple_spread", "maddpg/simple_adversary"}
 ON_ACTORS_SLOW |= {"mappo/simple_spread", "mappo/simple_adversary", "qmix/simple_spread"}
+# simple_speaker_listener runs simple_spread's multi-agent loops with other agents' sizes.
+ON_ACTORS_SLOW |= {"maddpg/simple_speaker_listener", "mappo/simple_speaker_listener"}
 SLOW_MODES = {("ddpg/pendulum", "async"), ("td3/pendulum", "async")}
 
 

@@ -15,6 +15,7 @@ running mean and standard deviation (`ValueNormalizer`), which `MAPPO.value` und
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -97,7 +98,9 @@ class MultiAgentPPOMLP(parl.Model):
         obs_dim: every agent's observation size (zero-pad shorter ones).
         state_dim: the global state's size.
         n_agents: number of agents.
-        n_actions: number of discrete actions of every agent.
+        n_actions: number of discrete actions of every agent, or one number per agent where
+            they differ: the actors then give the largest number of logits, and each row's
+            logits past its own agent's count are masked out (they have probability zero).
         hidden: widths of the hidden layers.
         shared_actor: one actor for all agents (fed the id); otherwise one per agent.
         centralized: the value function reads the global state (MAPPO); otherwise only the
@@ -109,7 +112,7 @@ class MultiAgentPPOMLP(parl.Model):
         obs_dim: int,
         state_dim: int,
         n_agents: int,
-        n_actions: int,
+        n_actions: int | Sequence[int],
         hidden: Sequence[int] = (64, 64),
         *,
         shared_actor: bool = True,
@@ -118,21 +121,40 @@ class MultiAgentPPOMLP(parl.Model):
         super().__init__()
         self.obs_dim, self.state_dim, self.n_agents = obs_dim, state_dim, n_agents
         self.shared_actor, self.centralized = shared_actor, centralized
+        if isinstance(n_actions, numbers.Integral):
+            counts = [int(n_actions)] * n_agents
+        else:
+            counts = [int(n) for n in n_actions]
+        if len(counts) != n_agents or min(counts) < 1:
+            raise ValueError(
+                f"MultiAgentPPOMLP: {n_actions=} must be a positive int or one per agent "
+                f"({n_agents=})"
+            )
+        self.n_actions = max(counts)
+        # Row i: agent i's valid actions (not in the state dict: the sizes rebuild it).
+        valid = torch.arange(self.n_actions) < torch.tensor(counts).unsqueeze(-1)
+        self.register_buffer("valid_actions", valid, persistent=False)
+        self._masked = min(counts) < self.n_actions
         actor_in = obs_dim + n_agents if shared_actor else obs_dim
         self.actors = nn.ModuleList(
-            mlp(actor_in, hidden, n_actions, activation=nn.Tanh, orthogonal_gain=0.01)
+            mlp(actor_in, hidden, self.n_actions, activation=nn.Tanh, orthogonal_gain=0.01)
             for _ in range(1 if shared_actor else n_agents)
         )
         critic_in = (state_dim if centralized else obs_dim) + n_agents
         self.critic = mlp(critic_in, hidden, 1, activation=nn.Tanh, orthogonal_gain=1.0)
 
     def policy(self, x: torch.Tensor) -> torch.Tensor:
-        """Action logits `(..., n_actions)` of packed rows."""
+        """Action logits `(..., n_actions)` of packed rows (an agent's invalid ones masked)."""
         obs, ids = x[..., : self.obs_dim], x[..., self.obs_dim : self.obs_dim + self.n_agents]
         if self.shared_actor:
-            return self.actors[0](torch.cat([obs, ids], dim=-1))
-        logits = torch.stack([actor(obs) for actor in self.actors], dim=-2)
-        return (ids.unsqueeze(-1) * logits).sum(-2)  # each row's own agent's actor
+            logits = self.actors[0](torch.cat([obs, ids], dim=-1))
+        else:
+            every = torch.stack([actor(obs) for actor in self.actors], dim=-2)
+            logits = (ids.unsqueeze(-1) * every).sum(-2)  # each row's own agent's actor
+        if not self._masked:
+            return logits
+        valid = (ids @ self.valid_actions.to(ids.dtype)) > 0.5
+        return logits.masked_fill(~valid, torch.finfo(logits.dtype).min)
 
     def value(self, x: torch.Tensor) -> torch.Tensor:
         """State values `(...)` of packed rows."""

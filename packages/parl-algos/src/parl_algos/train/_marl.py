@@ -166,6 +166,15 @@ def check_multi_agent(config: Config) -> None:
         raise ConfigError(f"agent.num_envs={config.agent.num_envs} must be at least 1")
     if getattr(config.agent, "mixer", "qmix") not in _MIXERS:
         raise ConfigError(f"agent.mixer={config.agent.mixer!r}; allowed: {', '.join(_MIXERS)}")
+    if config.algorithm == "QMIX":
+        env = make_mpe_env(config.env)
+        counts = sorted({int(s.n) for s in env.arrays.action_spaces})
+        env.close()
+        if len(counts) > 1:
+            raise ConfigError(
+                f"env.id={config.env.id!r}: its agents have {counts} actions; QMIX needs the "
+                "same number for every agent (MADDPG and MAPPO take different ones)"
+            )
 
 
 class StackedAgent(parl.Agent):
@@ -259,7 +268,7 @@ def _build(config: Config, remote: Any) -> tuple[Any, Any, dict[str, Any]]:
             arrays.max_obs_dim,
             arrays.state_dim,
             arrays.n_agents,
-            n_actions[0],
+            n_actions,
             hidden,
             centralized=a.centralized,
         )
