@@ -509,14 +509,18 @@ def _set_rng_state(agent: Any, state: dict[str, Any]) -> None:
     _set_generators(agent.alg, state["algorithm"])
 
 
+def _out_of_band(buffer: pickle.PickleBuffer) -> bool:
+    return False
+
+
 def _picklable(objects: dict[str, Any], skip: Iterable[str] = ()) -> dict[str, Any]:
     """`objects` but `skip`, and those that cannot be pickled left out (with a warning)."""
     kept = {}
     for name, value in objects.items():
         if name in skip:
             continue
-        try:
-            pickle.dumps(value)
+        try:  # numpy arrays' bytes left out of band: a trial of a 3 GB memory is not a copy
+            pickle.dumps(value, protocol=5, buffer_callback=_out_of_band)
         except Exception as exc:  # an environment holding a renderer, a socket, ...
             logger.warning("checkpoint: %s cannot be saved (%s); a resume restarts it", name, exc)
             continue
