@@ -1,9 +1,10 @@
 """`parl-train` on Atari frames: the DQN family with `env.atari = true` (ale-py's games).
 
 The configs build the Nature CNN under the family's heads, with uint8 frames in the replay
-memory; learning sees rewards clipped to their sign while the returns reported stay the game's
-scores; evaluations explore with `agent.eval_epsilon`. Ape-X (`async`, 2 actors) on the frames
-runs in the slow suite.
+memory, and the samplers' frames (the layout of the workers' shared memory) reach it as uint8;
+learning sees rewards clipped to their sign while the returns reported stay the game's scores;
+evaluations explore with `agent.eval_epsilon`. Ape-X (`async`, 2 actors) on the frames runs in
+the slow suite.
 """
 
 from __future__ import annotations
@@ -74,6 +75,36 @@ def test_an_atari_config_plays_stacked_uint8_frames_with_the_nature_cnn(name):
         assert (support[0], support[-1], len(support)) == (-10.0, 10.0, 51)
         assert alg.optimizer.param_groups[0]["eps"] == 1.5e-4
     env.close()
+
+
+def test_the_workers_frames_reach_the_replay_memory_as_uint8():
+    """The samplers' layout (shared memory in sync and async modes) keeps the env's dtype."""
+    from parl.samplers import SerialSampler
+    from parl_algos.rollout import Trajectory
+    from parl_algos.train._apex import ReplayWriter
+
+    config, env, learner = build(
+        "rainbow/roadrunner", ("train.mode", "async"), ("agent.buffer_size", "100")
+    )
+    env.close()
+    with SerialSampler(
+        runner.make_env_fn(config),
+        learner.acting,
+        num_workers=1,
+        envs_per_worker=2,
+        horizon=8,
+        seed=1,
+    ) as sampler:
+        t = Trajectory.from_batch(sampler.collect())
+    assert t.obs.dtype == np.uint8 and t.obs.shape == (9, 2, 4, 84, 84)
+    assert t.extras["out"].shape == (8, 2, 18, 51)  # C51's logits, for the priorities
+    writer = ReplayWriter(learner.memory, n_step=3, gamma=0.99, reward_fn=learner.reward_fn)
+    writer.bootstrap_q = lambda obs: runner._outputs(learner.agent, obs)
+    writer.priority = lambda *arrays: runner._priority(learner.agent, *arrays)
+    writer.store(t)
+    memory = learner.memory
+    assert len(memory) == 12 and memory.obs.dtype == np.uint8  # 3-step: 6 a column so far
+    np.testing.assert_array_equal(memory.obs[0], t.obs[0, 0])
 
 
 def test_the_atari_key_needs_an_ale_game(capsys, tmp_path):
