@@ -42,6 +42,7 @@ repository.
     nice python benchmarks/learning.py --tasks marl --marl-env simple_adversary --seeds 1,2
     nice python benchmarks/learning.py --tasks marl --marl-env simple_speaker_listener
     nice python benchmarks/learning.py --tasks mujoco --seeds 1       # needs parl-algos[mujoco]
+    nice python benchmarks/learning.py --tasks atari --seeds 1        # ~1 hour a seed
 
 Two sections measure returns rather than steps to a threshold. `offline` makes one Pendulum
 dataset (`examples/offline_pendulum`: SAC trains online, a noisy copy of it collects it), then
@@ -64,17 +65,28 @@ first reaches `PARL_BENCH_MUJOCO_THRESHOLD` (default 200) or `PARL_BENCH_MUJOCO_
 steps (default 40k). It prints, side by side from the one invocation, env steps per second of
 training and the ratio to `single`'s, seconds to the threshold and the ratio to SB3's, and the
 load average over the runs.
+
+`atari` runs the DQN family on Atari frames through `parl-train` (`dqn/roadrunner` and
+`rainbow/roadrunner`: examples/dqn_atari's bounded budget of 50k env steps): both in `single`
+mode, their learning curves drawn in one figure (a PNG, `.benchmarks/atari-roadrunner.png`),
+and `dqn/roadrunner --mode async --actors 2` (Ape-X) beside single-process DQN: env steps per
+second of training and seconds until the mean of the last 10 training returns first reaches
+`PARL_BENCH_ATARI_THRESHOLD` (default 500), each as a ratio to single-process DQN's from the
+same invocation. `PARL_BENCH_ATARI_STEPS` shortens the runs (a check of rates: `3000` with
+`PARL_BENCH_ATARI_FLAGS="--agent.learning_starts 1000"`, so that learning starts).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import json
 import os
 import pathlib
 import re
 import runpy
+import shlex
 import statistics
 import subprocess
 import sys
@@ -456,8 +468,15 @@ MUJOCO_ACTORS = 2
 PARL_TRAIN = os.path.join(os.path.dirname(sys.executable), "parl-train")
 
 
-def run_parl_train(config: str, flags: Sequence[str], timeout: float) -> dict:
-    """One `parl-train` run in its own process; its `RunResult`, from the run's log."""
+def run_parl_train(
+    config: str, flags: Sequence[str], timeout: float, *, curve: bool = False
+) -> dict:
+    """One `parl-train` run in its own process; its `RunResult`, from the run's log.
+
+    `curve`: also the run's progress.csv as `curve`, `[env_step, mean of the last 10 training
+    returns]` of each row where an episode had ended, and `train_seconds`, the seconds of
+    training at its last row (before the final checkpoint, which `seconds` includes).
+    """
     with tempfile.TemporaryDirectory() as logdir:
         start = time.perf_counter()
         subprocess.run(
@@ -467,9 +486,17 @@ def run_parl_train(config: str, flags: Sequence[str], timeout: float) -> dict:
         )  # fmt: skip
         command_seconds = time.perf_counter() - start
         log = pathlib.Path(logdir, "log.log").read_text()
+        with open(os.path.join(logdir, "progress.csv"), newline="") as f:
+            rows = list(csv.DictReader(f))
     done = log[log.rindex("done: RunResult(") :]
     fields = dict(re.findall(r"(\w+)=([-\w.]+)", done[: done.index(")")]))
     reached = fields["reached_at"]
+    extra = {}
+    if curve:
+        extra["curve"] = [
+            [int(r["env_step"]), float(r["mean_return"])] for r in rows if r["mean_return"]
+        ]
+        extra["train_seconds"] = float(rows[-1]["seconds"])
     return {
         "reached_at": None if reached == "None" else int(reached),
         "reached_seconds": None if reached == "None" else float(fields["reached_seconds"]),
@@ -477,6 +504,7 @@ def run_parl_train(config: str, flags: Sequence[str], timeout: float) -> dict:
         "seconds": float(fields["seconds"]),
         "final_mean_return": _number(fields["final_mean_return"]),
         "command_seconds": round(command_seconds, 1),
+        **extra,
     }
 
 
@@ -571,7 +599,117 @@ def run_mujoco(seeds: Sequence[int], timeout: float, json_path: str | None = Non
     return "\n".join(lines)
 
 
-SECTIONS = {"offline": run_offline, "marl": run_marl, "mujoco": run_mujoco}
+ATARI_CONFIGS = {"DQN": "dqn/roadrunner", "Rainbow": "rainbow/roadrunner"}
+ATARI_STEPS = int(os.environ.get("PARL_BENCH_ATARI_STEPS", "50000"))
+ATARI_THRESHOLD = float(os.environ.get("PARL_BENCH_ATARI_THRESHOLD", "500"))
+ATARI_FLAGS = shlex.split(os.environ.get("PARL_BENCH_ATARI_FLAGS", ""))
+ATARI_FIGURE = os.environ.get(
+    "PARL_BENCH_ATARI_FIGURE", os.path.join(REPO, ".benchmarks", "atari-roadrunner.png")
+)
+ATARI_ACTORS = 2
+
+
+def run_atari(seeds: Sequence[int], timeout: float, json_path: str | None = None) -> str:
+    """Rainbow vs DQN on RoadRunner (one figure), and Ape-X (2 actors) vs DQN in one process.
+
+    Each seed runs `parl-train dqn/roadrunner` and `rainbow/roadrunner` in `single` mode, then
+    `dqn/roadrunner --mode async --actors 2` (Ape-X: the learner and its replay memory here,
+    2 actors with their own epsilons), every run for `PARL_BENCH_ATARI_STEPS` env steps
+    (default 50k, the configs' budget) without evaluations, with `PARL_BENCH_ATARI_FLAGS`
+    added to each command. The figure (`PARL_BENCH_ATARI_FIGURE`, default
+    `.benchmarks/atari-roadrunner.png`) draws each run's mean of the last 10 training returns
+    (game scores) against env steps, the mean over the seeds in bold. The table gives env
+    steps per second of training (to progress.csv's last row: the final checkpoint, whose
+    replay memory is 3 GB of frames, left out) and the ratio to single-process DQN's, and the
+    seconds until the mean of the last 10 training returns first reaches
+    `PARL_BENCH_ATARI_THRESHOLD` (default 500) and the ratio to DQN's, every number from this
+    one invocation, with the load average around it.
+    """
+    common = ["--train.total_steps", str(ATARI_STEPS), "--train.eval_every", "0"]
+    common += ["--train.target_return", str(ATARI_THRESHOLD), *ATARI_FLAGS]
+    kinds = {
+        "DQN": (ATARI_CONFIGS["DQN"], []),
+        "Rainbow": (ATARI_CONFIGS["Rainbow"], []),
+        "DQN, Ape-X": (ATARI_CONFIGS["DQN"], ["--mode", "async", "--actors", str(ATARI_ACTORS)]),
+    }
+    runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    loads = [os.getloadavg()[0]]
+    for seed in seeds:  # seed by seed, so that every run sees the same load
+        for kind, (config, mode) in kinds.items():
+            flags = [*common, *mode, "--train.seed", str(seed)]
+            runs[kind].append(run_parl_train(config, flags, timeout, curve=True))
+            loads.append(os.getloadavg()[0])
+            summary = {k: v for k, v in runs[kind][-1].items() if k != "curve"}
+            print(f"atari {kind} seed {seed}: {summary}", flush=True)
+    _dump(json_path, "atari", runs)
+    _draw_curves(runs, ATARI_FIGURE)
+
+    def rate(results: list[dict]) -> float:  # the last row of progress.csv: training only
+        return statistics.median(r["env_steps"] / r["train_seconds"] for r in results)
+
+    def to_threshold(results: list[dict]) -> float | None:
+        reached = [r["reached_seconds"] for r in results if r["reached_at"] is not None]
+        return statistics.median(reached) if len(reached) == len(results) else None
+
+    single, single_reached = rate(runs["DQN"]), to_threshold(runs["DQN"])
+    lines = [
+        f"\nRoadRunner (ALE/RoadRunner-v5, Nature DQN preprocessing), {ATARI_STEPS // 1000}k env "
+        f"steps a run, seeds {','.join(map(str, seeds))} (medians), load average "
+        f"{min(loads):.1f}-{max(loads):.1f} (1 minute, between runs); learning curves in "
+        f"{ATARI_FIGURE}\n",
+        f"| run | env steps / s of training (x DQN) | seconds to a mean of {ATARI_THRESHOLD:g} "
+        "(x DQN) | env steps to it | final mean of 10 | whole command, s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind, results in runs.items():
+        seconds = to_threshold(results)
+        if seconds is None:
+            missed = sum(r["reached_at"] is None for r in results)
+            reached = f"missed ({missed}/{len(results)})"
+        else:
+            ratio = f" ({seconds / single_reached:.2f}x)" if single_reached else ""
+            reached = f"{seconds:.0f}{ratio}"
+        steps = [r["reached_at"] for r in results if r["reached_at"] is not None]
+        at = f"{statistics.median(steps) / 1000:.1f}k" if steps else "-"
+        final = [r["final_mean_return"] for r in results if r["final_mean_return"] is not None]
+        final_text = f"{statistics.median(final):.0f}" if final else "-"
+        command = statistics.median(r["command_seconds"] for r in results)
+        name = f"{kind} ({ATARI_ACTORS} actors, async)" if "Ape-X" in kind else f"{kind} (single)"
+        lines.append(
+            f"| {name} | {rate(results):.0f} ({rate(results) / single:.2f}x) | {reached} "
+            f"| {at} | {final_text} | {command:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def _draw_curves(runs: dict[str, list[dict]], path: str) -> None:
+    """Each run's curve faintly, the mean over seeds (at the steps every seed has) in bold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for (kind, results), color in zip(runs.items(), ("C0", "C3", "C2"), strict=False):
+        style = "--" if "Ape-X" in kind else "-"
+        for r in results:
+            steps, returns = zip(*r["curve"], strict=True) if r["curve"] else ((), ())
+            ax.plot(steps, returns, style, color=color, alpha=0.3, linewidth=1)
+        curves = [dict(map(tuple, r["curve"])) for r in results]
+        steps = sorted(set.intersection(*(set(curve) for curve in curves)))
+        mean = [statistics.mean(curve[step] for curve in curves) for step in steps]
+        ax.plot(steps, mean, style, color=color, linewidth=2, label=kind)
+    ax.axhline(ATARI_THRESHOLD, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("env steps (4 frames each)")
+    ax.set_ylabel("mean of the last 10 training returns (game score)")
+    ax.set_title(f"RoadRunner, {ATARI_STEPS // 1000}k env steps: Rainbow vs DQN")
+    ax.legend()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+SECTIONS = {"offline": run_offline, "marl": run_marl, "mujoco": run_mujoco, "atari": run_atari}
 
 
 def main() -> None:

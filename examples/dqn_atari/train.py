@@ -1,11 +1,13 @@
 """DQN on an Atari game (RoadRunner by default): the Nature DQN setup, bounded for a small machine.
 
-The classic preprocessing comes from gymnasium's wrappers: `AtariPreprocessing` (up to 30
-no-ops at reset, 4 frames per action with max-pooling of the last two, 84x84 grayscale) and
-`FrameStackObservation` (the last 4 frames are the observation). Rewards are clipped to their
-sign for learning; reported returns are the game's scores. The Q-network is the convolutional
-network of Mnih et al. 2015 (https://doi.org/10.1038/nature14236) with the double-DQN target,
-evaluated with epsilon 0.05 as in the paper. ale-py ships the game ROMs.
+The classic preprocessing comes from gymnasium's wrappers (`parl_algos.rollout.make_atari_env`:
+`AtariPreprocessing`, up to 30 no-ops at reset, 4 frames per action with max-pooling of the last
+two, 84x84 grayscale; `FrameStackObservation`, the last 4 frames are the observation). Rewards
+are clipped to their sign for learning; reported returns are the game's scores. The Q-network is
+the convolutional network of Mnih et al. 2015 (https://doi.org/10.1038/nature14236,
+`parl_algos.nets.NatureQNetwork`) with the double-DQN target, evaluated with epsilon 0.05 as in
+the paper. ale-py ships the game ROMs. `parl-train dqn/roadrunner` runs the same setup from a
+config (and `rainbow/roadrunner` Rainbow's, `--mode async` Ape-X's).
 
 The defaults are a bounded run: 50k agent steps (200k frames) with a replay memory of 50k
 transitions (about 3 GB), some 15 minutes on one busy CPU core, where the paper trains for 50M
@@ -21,19 +23,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import ale_py
-import gymnasium as gym
 import numpy as np
-import torch
-from torch import nn
 
-import parl
 from parl.algorithms import DQN
 from parl.utils import ReplayMemory, parse_args
 from parl_algos.agents import DQNAgent
+from parl_algos.nets import NatureQNetwork
+from parl_algos.rollout import make_atari_env
 from parl_algos.training import OffPolicyArgs, TrainingRun, train_off_policy
-
-gym.register_envs(ale_py)
 
 
 @dataclass
@@ -60,42 +57,14 @@ class Args(OffPolicyArgs):
     torch_threads: int = 1
 
 
-def make_env(env_id: str) -> gym.Env:
-    """The Atari game with the Nature DQN preprocessing: 4 stacked 84x84 grayscale frames."""
-    env = gym.make(env_id, frameskip=1)  # AtariPreprocessing does the frame skipping
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84)
-    return gym.wrappers.FrameStackObservation(env, stack_size=4)
-
-
-class NatureCNN(parl.Model):
-    """Three convolutions and a dense layer, from uint8 frames to one Q-value per action."""
-
-    def __init__(self, n_actions: int, hidden: int = 512) -> None:
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Conv2d(4, 32, 8, stride=4),
-            nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2),
-            nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1),
-            nn.ReLU(),
-            nn.Flatten(),
-            nn.Linear(64 * 7 * 7, hidden),
-            nn.ReLU(),
-            nn.Linear(hidden, n_actions),
-        )
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs.float() / 255.0)
-
-
 def main(args: Args) -> dict:
-    env, eval_env = make_env(args.env_id), make_env(args.env_id)
+    env, eval_env = make_atari_env(args.env_id), make_atari_env(args.env_id)
     run = TrainingRun(
         f"DQN on {args.env_id}", args, total_steps=args.total_steps, eval_env=eval_env
     )
     n_actions = env.action_space.n
-    alg = DQN(NatureCNN(n_actions, args.hidden_size), lr=args.lr, gamma=args.gamma)
+    model = NatureQNetwork(n_actions, hidden=args.hidden_size)
+    alg = DQN(model, lr=args.lr, gamma=args.gamma)
     agent = DQNAgent(
         alg,
         n_actions,

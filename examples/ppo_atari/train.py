@@ -22,8 +22,6 @@ import dataclasses
 import functools
 from dataclasses import asdict, dataclass
 
-import ale_py
-import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
@@ -33,9 +31,9 @@ from parl.algorithms import PPO
 from parl.samplers import CentralSampler
 from parl.utils import logger, parse_args
 from parl_algos.agents import ActorCriticAgent
+from parl_algos.nets import NatureCNN
+from parl_algos.rollout import make_atari_env
 from parl_algos.training import OnPolicyArgs, TrainingRun
-
-gym.register_envs(ale_py)
 
 
 @dataclass
@@ -67,30 +65,12 @@ class Args(OnPolicyArgs):
     logdir: str = "train_log/ppo_atari"
 
 
-def make_env(env_id: str) -> gym.Env:
-    """The Atari game with the classic preprocessing: 4 stacked 84x84 grayscale frames."""
-    gym.register_envs(ale_py)  # also in each worker's process
-    env = gym.make(env_id, frameskip=1)  # AtariPreprocessing does the frame skipping
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84)
-    return gym.wrappers.FrameStackObservation(env, stack_size=4)
-
-
 class AtariActorCritic(parl.Model):
     """The Nature CNN trunk shared by a categorical policy and a state value (uint8 frames in)."""
 
     def __init__(self, n_actions: int, hidden: int = 512) -> None:
         super().__init__()
-        self.trunk = nn.Sequential(
-            nn.Conv2d(4, 32, 8, stride=4),
-            nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2),
-            nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1),
-            nn.ReLU(),
-            nn.Flatten(),
-            nn.Linear(64 * 7 * 7, hidden),
-            nn.ReLU(),
-        )
+        self.trunk = NatureCNN(4, hidden)
         self.actor = nn.Linear(hidden, n_actions)
         self.critic = nn.Linear(hidden, 1)
         nn.init.orthogonal_(self.actor.weight, 0.01)
@@ -98,16 +78,16 @@ class AtariActorCritic(parl.Model):
 
     def policy(self, obs: torch.Tensor) -> torch.Tensor:
         """Return the action logits `(batch, n_actions)`."""
-        return self.actor(self.trunk(obs.float() / 255.0))
+        return self.actor(self.trunk(obs))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """Return the state values `(batch,)`."""
-        return self.critic(self.trunk(obs.float() / 255.0)).squeeze(-1)
+        return self.critic(self.trunk(obs)).squeeze(-1)
 
 
 def main(args: Args) -> dict:
     title = f"PPO on {args.env_id}, {args.actors} remote workers, central inference"
-    eval_env = make_env(args.env_id)
+    eval_env = make_atari_env(args.env_id)
     run = TrainingRun(title, args, total_steps=args.total_steps, eval_env=eval_env)
     if args.address is None:
         parl.connect(cpu_num=args.actors)  # a local cluster, stopped when this process exits
@@ -127,7 +107,7 @@ def main(args: Args) -> dict:
     )
     agent = ActorCriticAgent(alg, gamma=args.gamma, gae_lambda=args.gae_lambda)
     with CentralSampler(
-        functools.partial(make_env, args.env_id),
+        functools.partial(make_atari_env, args.env_id),
         agent,  # stays here: the workers only step environments
         num_workers=args.actors,
         envs_per_worker=args.num_envs,

@@ -6,6 +6,7 @@ checked against values computed by hand.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import random
 
@@ -168,6 +169,20 @@ def test_n_step_transitions_are_folded_column_by_column():
     np.testing.assert_allclose(memory.reward[:4], [2.0, 3.5, 20.0, 35.0])
     writer.store(trajectory(horizon=1, width=2, reward=[[4.0, 40.0]]))
     np.testing.assert_allclose(memory.reward[4:6], [3.0 + 0.5 * 4.0, 30.0 + 0.5 * 40.0])
+
+
+def test_frames_are_stored_as_uint8_and_rewards_as_the_writer_clips_them():
+    frames = np.random.default_rng(0).integers(0, 256, (4, 2, 4, 6, 6), dtype=np.uint8)
+    memory = ReplayMemory(100, (4, 6, 6), 0, obs_dtype=np.uint8)
+    writer = ReplayWriter(memory, n_step=2, gamma=0.5, reward_fn=np.sign)
+    scores = np.array([[100.0, -5.0], [0.0, 7.0], [3.0, 0.0]], np.float32)
+    t = trajectory(horizon=3, width=2, reward=scores)
+    writer.store(dataclasses.replace(t, obs=frames, final_obs=np.zeros((0, 4, 6, 6), np.uint8)))
+    assert memory.obs.dtype == np.uint8 and len(memory) == 4
+    np.testing.assert_allclose(memory.reward[:4], [1.0, 0.5, -0.5, 1.0])  # sign, then 2 steps
+    np.testing.assert_array_equal(memory.obs[:4], frames[[0, 1, 0, 1], [0, 0, 1, 1]])
+    np.testing.assert_array_equal(memory.next_obs[:4], frames[[2, 3, 2, 3], [0, 0, 1, 1]])
+    np.testing.assert_array_equal(t.reward, scores)  # what the returns are counted from
 
 
 def test_n_step_priorities_span_rollouts_with_the_first_steps_q_values():

@@ -73,6 +73,8 @@ def small_args(name: str) -> list[str]:
     if spec.name in OWN_LOOP_SMALL:
         return SMALL + OWN_LOOP_SMALL[spec.name]
     family = spec.family
+    if getattr(config.env, "atari", False):  # 28 KB a frame: a small memory
+        return SMALL + OFF_POLICY_SMALL + ["--agent.buffer_size", "500"]
     if family in ("off_policy", "recurrent"):
         return SMALL + {"off_policy": OFF_POLICY_SMALL, "recurrent": RECURRENT_SMALL}[family]
     n_steps = getattr(config.agent, "n_steps", None)
@@ -95,6 +97,9 @@ def rows(logdir: Path) -> list[dict[str, str]]:
 ON_ACTORS_SLOW = {"ddqn/cartpole", "duelingdqn/cartpole", "c51/cartpole", "qrdqn/cartpole"}
 ON_ACTORS_SLOW |= {f"{a}/{e}" for a in ("dqn", "qrdqn") for e in ("acrobot", "lunarlander")}
 ON_ACTORS_SLOW |= {"c51/acrobot", "rainbow/acrobot"}
+# The Atari configs run the same loops on frames: single mode here, Ape-X on them in
+# test_train_atari's slow test.
+ON_ACTORS_SLOW |= {"dqn/roadrunner", "rainbow/roadrunner"}
 # Likewise a loop's second config on actors: PPO's on Hopper (its CartPole runs in the default
 # suite), the multi-agent ones (sync mode on actors is held to single mode's rows, run for run,
 # by test_train_marl_offline), and DDPG and TD3 in async mode (SAC's loop).

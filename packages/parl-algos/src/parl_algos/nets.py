@@ -3,7 +3,9 @@
 Models stay the user's to define (a `parl.Model` per task); these helpers only save writing the
 same stack of layers again. For the DQN family: `NoisyLinear` (factorised Gaussian NoisyNet
 layers), `DuelingHead` (value and advantage streams), `QHead` (the plain one) and `QNetwork`, an
-MLP with either head, noisy or not, with one output or a distribution per action.
+MLP with either head, noisy or not, with one output or a distribution per action;
+`NatureQNetwork` puts the same heads on `NatureCNN`, the convolutional torso of the Nature DQN
+for stacked Atari frames.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ __all__ = [
     "ContinuousActorCriticMLP",
     "DuelingHead",
     "GaussianActorCriticMLP",
+    "NatureCNN",
+    "NatureQNetwork",
     "NoisyLinear",
     "QHead",
     "QNetwork",
@@ -336,11 +340,87 @@ class QNetwork(parl.Model):
         if not hidden:
             raise ValueError(f"QNetwork: {hidden=} needs at least one hidden layer")
         self.body = nn.Sequential(mlp(obs_dim, hidden[:-1], hidden[-1]), nn.ReLU())
-        head = DuelingHead if dueling else QHead
-        self.head = head(hidden[-1], n_actions, n_atoms=n_atoms, noisy=noisy)
+        self.head = _q_head(hidden[-1], n_actions, dueling=dueling, noisy=noisy, n_atoms=n_atoms)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """`(B, obs_dim)` -> `(B, n_actions)` or `(B, n_actions, n_atoms)`."""
+        return self.head(self.body(obs))
+
+
+def _q_head(
+    in_features: int, n_actions: int, *, dueling: bool, noisy: bool, n_atoms: int
+) -> nn.Module:
+    head = DuelingHead if dueling else QHead
+    return head(in_features, n_actions, n_atoms=n_atoms, noisy=noisy)
+
+
+class NatureCNN(nn.Module):
+    """The torso of the Nature DQN: stacked uint8 frames `(B, C, 84, 84)` -> `(B, features)`.
+
+    Mnih et al., "Human-level control through deep reinforcement learning", Nature 2015,
+    https://doi.org/10.1038/nature14236: the frames scaled to `[0, 1]`, then three convolutions
+    (32 8x8 filters with stride 4, 64 4x4 with stride 2, 64 3x3 with stride 1) and a dense layer,
+    each followed by a ReLU. The frames stay uint8 up to here (in replay memories and on the
+    wire: a quarter of float32's bytes).
+
+    Args:
+        in_channels: the stacked frames (4 from `make_atari_env`).
+        features: width of the dense layer (the Nature DQN's 512).
+    """
+
+    def __init__(self, in_channels: int = 4, features: int = 512) -> None:
+        super().__init__()
+        self.out_features = features
+        self.net = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(64 * 7 * 7, features),
+            nn.ReLU(),
+        )
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        """`(B, in_channels, 84, 84)` frames (uint8, 0-255) -> `(B, features)`."""
+        return self.net(frames.float() / 255.0)
+
+
+class NatureQNetwork(parl.Model):
+    """`NatureCNN` with a `QHead` or a `DuelingHead`: the DQN family's network on Atari frames.
+
+    `NatureQNetwork(n_actions)` is the Nature DQN's; the options are `QNetwork`'s, so that
+    Rainbow's is `NatureQNetwork(n_actions, dueling=True, noisy=True, n_atoms=51)` (noisy
+    layers in the head only, as `QNetwork`'s).
+
+    Args:
+        n_actions: number of discrete actions.
+        in_channels: the stacked frames of an observation.
+        hidden: width of the torso's dense layer.
+        dueling: a `DuelingHead` instead of a `QHead`.
+        noisy: `NoisyLinear` layers in the head.
+        n_atoms: outputs per action (1: Q-values `(B, n_actions)`; more: `(B, n_actions,
+            n_atoms)`).
+    """
+
+    def __init__(
+        self,
+        n_actions: int,
+        *,
+        in_channels: int = 4,
+        hidden: int = 512,
+        dueling: bool = False,
+        noisy: bool = False,
+        n_atoms: int = 1,
+    ) -> None:
+        super().__init__()
+        self.body = NatureCNN(in_channels, hidden)
+        self.head = _q_head(hidden, n_actions, dueling=dueling, noisy=noisy, n_atoms=n_atoms)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """`(B, in_channels, 84, 84)` frames -> `(B, n_actions)` or `(B, n_actions, n_atoms)`."""
         return self.head(self.body(obs))
 
 

@@ -4,7 +4,9 @@
 agent's sampler, or a remote actor's copy of the policy) and returns a `Trajectory` of numpy
 arrays, which can cross a process boundary as it is. `compute_advantages` turns a trajectory
 into the flat batch that `A2C.learn` and `PPO.learn` consume, given a value function. Episode
-returns are counted here, in one place, so every example reports them the same way.
+returns are counted here, in one place, so every example reports them the same way. The
+environments the examples and `parl-train` share are made here too (`make_rescaled_env`,
+`make_masked_cartpole`, `make_atari_env`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "Trajectory",
     "VectorCollector",
     "compute_advantages",
+    "make_atari_env",
     "make_masked_cartpole",
     "make_rescaled_env",
     "make_vector_env",
@@ -163,6 +166,31 @@ def make_rescaled_env(env_id: str, **kwargs: Any) -> gym.Env:
     return gym.wrappers.RescaleAction(
         env, np.full(shape, -1.0, dtype=dtype), np.full(shape, 1.0, dtype=dtype)
     )
+
+
+def make_atari_env(env_id: str, **kwargs: Any) -> gym.Env:
+    """An Atari game of ale-py with the Nature DQN preprocessing: 4 stacked 84x84 grayscale frames.
+
+    Mnih et al. 2015 (https://doi.org/10.1038/nature14236) through gymnasium's wrappers:
+    `AtariPreprocessing` (up to 30 no-ops at reset, 4 frames per action with the maximum of
+    the last two, 84x84 grayscale) and `FrameStackObservation` (the last 4 frames), so that an
+    observation is a `(4, 84, 84)` uint8 array. Rewards stay the game's scores: clipping them
+    for learning is the training loop's (`reward_fn=np.sign`). `kwargs` go to `gym.make` (e.g.
+    `render_mode`).
+
+    Raises:
+        ImportError: ale-py (the games, ROMs included) is not installed.
+    """
+    try:
+        import ale_py
+    except ImportError as exc:
+        raise ImportError(
+            f"{env_id} needs ale-py (the Atari games): pip install 'parl-algos[examples]'"
+        ) from exc
+    gym.register_envs(ale_py)  # in each process that makes one (a worker's too)
+    env = gym.make(env_id, frameskip=1, **kwargs)  # AtariPreprocessing skips the frames
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84)
+    return gym.wrappers.FrameStackObservation(env, stack_size=4)
 
 
 class MaskVelocity(gym.ObservationWrapper):

@@ -36,6 +36,7 @@ from parl_algos.nets import (
     ActorCriticMLP,
     ContinuousActorCriticMLP,
     GaussianActorCriticMLP,
+    NatureQNetwork,
     QNetwork,
 )
 from parl_algos.ppo import PPO, PPOStats
@@ -46,6 +47,7 @@ from parl_algos.td3 import TD3, TD3Stats
 from parl_algos.train._a3c import A3CSection, A3CSession, GA3CSection, GA3CSession
 from parl_algos.train._apex import QActing
 from parl_algos.train._config import Config, ConfigError
+from parl_algos.train._evaluator import EpsilonGreedy
 from parl_algos.train._marl import MULTI_AGENT_SPECS
 from parl_algos.train._offline import OFFLINE_SPECS
 from parl_algos.train._recurrent import (
@@ -70,6 +72,7 @@ __all__ = [
     "IMPALASection",
     "Learner",
     "PPOSection",
+    "QEnvSection",
     "QNetwork",
     "QRDQNSection",
     "RainbowSection",
@@ -94,6 +97,10 @@ class Learner:
         acting: off-policy, sync and async modes: the policy copy the workers act with
             (None: the agent itself, through `BatchActing`).
         n_step: off-policy: steps of each stored transition (an `NStepAdder` per column).
+        reward_fn: off-policy: maps each reward to the one learned from (Atari's sign
+            clipping); episode returns are still the environment's (None: as they come).
+        eval_agent: what evaluations act with, `predict(obs)` and `set_weights(weights)`
+            (None: the agent's greedy `predict`).
     """
 
     agent: parl.Agent
@@ -102,6 +109,8 @@ class Learner:
     after_step: Callable[[int], None] | None = None
     acting: Any = None
     n_step: int = 1
+    reward_fn: Callable[[Any], Any] | None = None
+    eval_agent: Any = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +167,17 @@ class EnvSection:
 
     id: str = "CartPole-v1"
     """The gymnasium environment."""
+
+
+@dataclass
+class QEnvSection(EnvSection):
+    """`[env]` of the DQN family: one environment, vector observations or Atari frames."""
+
+    atari: bool = False
+    """An Atari game of ale-py (`id = "ALE/<Game>-v5"`) as the Nature DQN plays it: 4 stacked
+    84x84 grayscale frames (`parl_algos.rollout.make_atari_env`), the Nature CNN's torso
+    under the head, uint8 frames in the replay memory, rewards clipped to their sign for
+    learning (the returns reported stay the game's scores)."""
 
 
 # -- [agent] sections ----------------------------------------------------------------------------
@@ -249,6 +269,8 @@ class DQNSection(ReplayArgs):
     """Clip the gradient's global norm to this (none or inf: no clipping)."""
     adam_eps: float = 1e-8
     """Adam's epsilon (the QR-DQN paper's: 0.01 / batch_size)."""
+    eval_epsilon: float = 0.0
+    """Exploration rate of the evaluations (0: greedy; the Atari papers' is 0.05)."""
 
 
 @dataclass
@@ -456,19 +478,24 @@ def _build_impala(config: Config, obs_space: gym.Space, act_space: gym.Space) ->
 
 
 def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
-    a, train = config.agent, config.train
-    obs_dim, n_actions = obs_space.shape[0], _discrete(config, act_space)
+    a, train, atari = config.agent, config.train, config.env.atari
+    n_actions = _discrete(config, act_space)
     _check_dqn(config)
     n_atoms = None if a.distributional is None else a.n_atoms or _ATOMS[a.distributional]
-    try:
-        model = QNetwork(
-            obs_dim,
-            n_actions,
-            (a.hidden_size, a.hidden_size),
-            dueling=a.dueling,
-            noisy=a.noisy,
-            n_atoms=n_atoms or 1,
+    heads = dict(dueling=a.dueling, noisy=a.noisy, n_atoms=n_atoms or 1)
+    if not atari and len(obs_space.shape) != 1:
+        raise ConfigError(
+            f"{config.algorithm}'s MLP needs vector observations; env.id={config.env.id!r} "
+            f"has {obs_space} (an Atari game: env.atari = true)"
         )
+    try:
+        if atari:
+            model: parl.Model = NatureQNetwork(
+                n_actions, in_channels=obs_space.shape[0], hidden=a.hidden_size, **heads
+            )
+        else:
+            hidden = (a.hidden_size, a.hidden_size)
+            model = QNetwork(obs_space.shape[0], n_actions, hidden, **heads)
         alg = DQN(
             model,
             lr=a.lr,
@@ -495,13 +522,15 @@ def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Le
         eps_decay_steps=decay,
         seed=train.seed,
     )
+    # Observations are stored as they come: Atari's frames as uint8, vectors as float32.
+    stored = dict(obs_dtype=obs_space.dtype, seed=train.seed)
     if a.prioritized:  # beta anneals to 1 over the run's gradient steps
         beta_steps = max(train.total_steps * a.gradient_steps // a.train_freq, 1)
         memory = PrioritizedReplayMemory(
-            a.buffer_size, obs_dim, 0, beta_steps=beta_steps, seed=train.seed
+            a.buffer_size, obs_space.shape, 0, beta_steps=beta_steps, **stored
         )
     else:
-        memory = ReplayMemory(a.buffer_size, obs_dim, 0, seed=train.seed)
+        memory = ReplayMemory(a.buffer_size, obs_space.shape, 0, **stored)
     acting = None
     if train.mode != "single":
         acting = QActing(
@@ -521,7 +550,18 @@ def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Le
             epsilon = agent.epsilon if acting is None else acting.scheduled_epsilon()
             summary.add_scalar("rollout/epsilon", epsilon, step)
 
-    return Learner(agent, memory=memory, after_step=after_step, acting=acting, n_step=a.n_step)
+    eval_agent = None
+    if a.eval_epsilon > 0:
+        eval_agent = EpsilonGreedy(agent, n_actions, a.eval_epsilon, seed=train.seed + 1)
+    return Learner(
+        agent,
+        memory=memory,
+        after_step=after_step,
+        acting=acting,
+        n_step=a.n_step,
+        reward_fn=np.sign if atari else None,
+        eval_agent=eval_agent,
+    )
 
 
 _ATOMS = {"c51": 51, "qr": 200}
@@ -534,6 +574,30 @@ def _check_dqn(config: Config) -> None:
     for key in ("n_step", "train_freq", "batch_size", "target_update_interval"):
         if getattr(a, key) < 1:
             raise ConfigError(f"agent.{key}={getattr(a, key)} must be at least 1")
+    if not 0.0 <= a.eval_epsilon <= 1.0:
+        raise ConfigError(f"agent.eval_epsilon={a.eval_epsilon} must be in [0, 1]")
+    if config.env.atari:
+        _check_atari(config.env.id)
+
+
+def _check_atari(env_id: str) -> None:
+    """Raise ConfigError unless `env_id` is a game of ale-py (which must be installed)."""
+    try:
+        import ale_py
+    except ImportError:
+        raise ConfigError(
+            "env.atari = true needs ale-py (the Atari games): pip install 'parl-algos[examples]'"
+        ) from None
+    gym.register_envs(ale_py)
+    try:
+        entry_point = str(gym.spec(env_id).entry_point)
+    except gym.error.Error:
+        entry_point = ""
+    if not entry_point.startswith("ale_py"):
+        raise ConfigError(
+            f"env.atari = true needs an Atari game of ale-py, e.g. id = 'ALE/RoadRunner-v5'; "
+            f"env.id={env_id!r} is not one"
+        )
 
 
 def _build_continuous(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
@@ -629,7 +693,7 @@ SPECS: dict[str, AlgorithmSpec] = {
         ),
         *(
             AlgorithmSpec(
-                name, "off_policy", EnvSection, section, DQNStats, _build_dqn, ASYNC, _check_dqn
+                name, "off_policy", QEnvSection, section, DQNStats, _build_dqn, ASYNC, _check_dqn
             )
             for name, section in (
                 ("DQN", DQNSection),

@@ -206,6 +206,8 @@ class ReplayWriter:
             priorities; the memory gives its largest).
         priority: `(out(s, a), G, discount, out(s')) -> (B,)` priorities, numpy in and out
             (default: `td_priority`; the learner's `DQN.priority` for distributional ones).
+        reward_fn: maps each reward to the one stored (Atari's `np.sign`; None: as it is);
+            the episodes' returns, counted by the samplers, stay the environment's.
     """
 
     def __init__(
@@ -216,8 +218,10 @@ class ReplayWriter:
         gamma: float = 0.99,
         bootstrap_q: Callable[[np.ndarray], np.ndarray] | None = None,
         priority: Callable[..., np.ndarray] | None = None,
+        reward_fn: Callable[[Any], Any] | None = None,
     ) -> None:
         self.memory = memory
+        self.reward_fn = reward_fn
         self.n_step = n_step
         self.gamma = gamma
         self.bootstrap_q = bootstrap_q
@@ -248,6 +252,7 @@ class ReplayWriter:
         for (i, k), final in zip(t.final_index.tolist(), t.final_obs, strict=True):
             next_obs[i, k] = final
         outputs = self._outputs(t, next_obs)
+        reward = t.reward if self.reward_fn is None else self.reward_fn(t.reward)
         actors = t.extras.get("actor")
         rows: list[tuple[int, np.ndarray, float, bool, np.ndarray]] = []
         for k in range(width):
@@ -261,7 +266,7 @@ class ReplayWriter:
                 adder.append(
                     t.obs[i, k],
                     t.action[i, k],
-                    t.reward[i, k],
+                    reward[i, k],
                     next_obs[i, k],
                     bool(t.terminated[i, k]),
                     bool(t.truncated[i, k]),

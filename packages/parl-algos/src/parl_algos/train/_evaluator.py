@@ -5,6 +5,8 @@ weights it is sent and returns the mean return of the greedy policy over some ep
 `RemoteEvaluator` is it as an actor whose calls return futures: the training loop sends the
 latest weights when an evaluation is due and reads the result when it is ready, taking the
 next one only after that (an evaluation still running when the next is due delays it).
+`EpsilonGreedy` is the agent to evaluate when the greedy policy is not what is evaluated (the
+Atari protocol's epsilon 0.05), in an evaluator or in the learner's process alike.
 """
 
 from __future__ import annotations
@@ -13,12 +15,43 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 import parl
 from parl_algos.training import evaluate
 
-__all__ = ["Evaluator", "RemoteEvaluator"]
+__all__ = ["EpsilonGreedy", "Evaluator", "RemoteEvaluator"]
+
+
+class EpsilonGreedy:
+    """An agent's greedy policy with a uniformly random action at rate `epsilon`.
+
+    What the Atari papers evaluate (Mnih et al. 2015: epsilon 0.05), so that a greedy policy
+    that stands still does not play an episode out to its time limit. Weights go to the agent.
+
+    Args:
+        agent: has `predict(obs)` (the greedy action) and `set_weights(weights)`.
+        n_actions: the number of discrete actions.
+        epsilon: the rate of random actions.
+        seed: seed of its own generator (the agent's exploration is not touched).
+    """
+
+    def __init__(self, agent: Any, n_actions: int, epsilon: float, *, seed: int | None) -> None:
+        self.agent = agent
+        self.n_actions = n_actions
+        self.epsilon = epsilon
+        self.rng = np.random.default_rng(seed)
+
+    def predict(self, obs: Any) -> int:
+        """A random action with probability `epsilon`, else the agent's greedy one."""
+        if self.rng.random() < self.epsilon:
+            return int(self.rng.integers(self.n_actions))
+        return int(self.agent.predict(obs))
+
+    def set_weights(self, weights: Any) -> None:
+        """Load weights into the agent."""
+        self.agent.set_weights(weights)
 
 
 class Evaluator:
@@ -35,7 +68,7 @@ class Evaluator:
         self.agent = agent
 
     def evaluate(self, weights: Any, episodes: int, seed: int | None) -> float:
-        """The mean return of `episodes` episodes of the agent with `weights`.
+        """The mean return of `episodes` episodes of the agent's `predict` with `weights`.
 
         `seed` seeds the first reset (None: the environment goes on from the last evaluation).
         """

@@ -41,7 +41,7 @@ import torch
 
 from parl.utils import NStepAdder, logger
 from parl_algos._common import to_tensor
-from parl_algos.rollout import Episode, Trajectory, make_rescaled_env
+from parl_algos.rollout import Episode, Trajectory, make_atari_env, make_rescaled_env
 from parl_algos.train._algorithms import AlgorithmSpec, Learner, get_spec, stat_columns
 from parl_algos.train._apex import QActing, ReplayWriter
 from parl_algos.train._config import Config, dump_config
@@ -67,6 +67,7 @@ __all__ = [
     "load_checkpoint",
     "make_collector",
     "make_env",
+    "make_env_fn",
     "make_eval_env",
     "run_single",
     "save_checkpoint",
@@ -245,6 +246,7 @@ def train_off_policy_rounds(
     *,
     after_step: Callable[[int], None] | None = None,
     acting: QActing | None = None,
+    eval_policy: Callable[[np.ndarray], Any] | None = None,
 ) -> None:
     """Off-policy learning from workers: they fill the replay memory, the learner learns.
 
@@ -253,7 +255,8 @@ def train_off_policy_rounds(
     steps (`sync`), or one worker's as soon as it has them (`async`, Ape-X style: the workers
     never wait). `writer` stores every transition; then, for each env step of the batch, the
     learner does what `train_off_policy` does after that step: `gradient_steps` updates at
-    every multiple of `train_freq` past `learning_starts`, then `after_step`.
+    every multiple of `train_freq` past `learning_starts`, then `after_step`. Evaluations in
+    this process run `eval_policy` (default: `agent.predict`).
     """
     run.start()
     stats = None
@@ -273,7 +276,7 @@ def train_off_policy_rounds(
             if after_step is not None:
                 after_step(step)
         run.record(steps, collector.pop_episodes(), stats)
-        run.maybe_evaluate(agent.predict)
+        run.maybe_evaluate(agent.predict if eval_policy is None else eval_policy)
 
 
 class _Run(TrainingRun):
@@ -416,12 +419,15 @@ def _run_args(config: Config, spec: AlgorithmSpec, logdir: str) -> OnPolicyArgs 
     return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
 
 
-def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+def make_env(env_id: str, *, atari: bool = False, **kwargs: Any) -> gym.Env:
     """One environment; Box actions are rescaled to `[-1, 1]` (the range of a tanh policy).
 
     Actions outside `[-1, 1]` (a Gaussian policy's draws) are clipped to it, and float64
-    observations (MuJoCo's) become float32, the models' dtype.
+    observations (MuJoCo's) become float32, the models' dtype. `atari`: an Atari game with the
+    Nature DQN's preprocessing (`make_atari_env`: 4 stacked 84x84 uint8 frames).
     """
+    if atari:
+        return make_atari_env(env_id, **kwargs)
     env = gym.make(env_id, **kwargs)
     if isinstance(env.action_space, gym.spaces.Box):
         env.close()
@@ -437,11 +443,19 @@ def _float32(obs: np.ndarray) -> np.ndarray:
     return obs.astype(np.float32)
 
 
+def make_env_fn(config: Config) -> Callable[[], gym.Env]:
+    """A picklable zero-argument maker of the config's environment (`make_env`'s)."""
+    return functools.partial(make_env, config.env.id, atari=getattr(config.env, "atari", False))
+
+
 def make_eval_env(config: Config, logdir: str) -> gym.Env:
     """The evaluation environment; with `train.capture_video`, its episodes are recorded."""
     if not config.train.capture_video:
-        return make_env(config.env.id)
-    env = gym.make(config.env.id, render_mode="rgb_array")
+        return make_env_fn(config)()
+    if getattr(config.env, "atari", False):  # the game's frames, not the network's
+        env = make_atari_env(config.env.id, render_mode="rgb_array")
+    else:
+        env = gym.make(config.env.id, render_mode="rgb_array")
     env = gym.wrappers.RecordVideo(
         env,
         os.path.join(logdir, "videos"),
@@ -495,14 +509,18 @@ def _set_rng_state(agent: Any, state: dict[str, Any]) -> None:
     _set_generators(agent.alg, state["algorithm"])
 
 
+def _out_of_band(buffer: pickle.PickleBuffer) -> bool:
+    return False
+
+
 def _picklable(objects: dict[str, Any], skip: Iterable[str] = ()) -> dict[str, Any]:
     """`objects` but `skip`, and those that cannot be pickled left out (with a warning)."""
     kept = {}
     for name, value in objects.items():
         if name in skip:
             continue
-        try:
-            pickle.dumps(value)
+        try:  # numpy arrays' bytes left out of band: a trial of a 3 GB memory is not a copy
+            pickle.dumps(value, protocol=5, buffer_callback=_out_of_band)
         except Exception as exc:  # an environment holding a renderer, a socket, ...
             logger.warning("checkpoint: %s cannot be saved (%s); a resume restarts it", name, exc)
             continue
@@ -628,16 +646,21 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
         learner = spec.build(config, eval_env.observation_space, eval_env.action_space)
         objects.update(collector=make_collector(config, learner.agent), eval_env=eval_env)
     else:
-        env = make_env(config.env.id)
+        env = make_env_fn(config)()
         learner = spec.build(config, env.observation_space, env.action_space)
         memory = learner.memory
+        if learner.eval_agent is not None:  # its generator, for an exact resume
+            objects["eval_rng"] = learner.eval_agent.rng
         if train.mode == "single":
             if learner.n_step > 1:
                 memory = NStepAdder(memory, learner.n_step, config.agent.gamma)
             objects.update(env=env, loop=OffPolicyState.start(env, train.seed))
         else:
             objects["writer"] = ReplayWriter(
-                memory, n_step=learner.n_step, gamma=config.agent.gamma
+                memory,
+                n_step=learner.n_step,
+                gamma=config.agent.gamma,
+                reward_fn=learner.reward_fn,
             )
             env.action_space.seed(train.seed)
             # The warm-up's random actions, each worker its share of what is left of them.
@@ -660,6 +683,8 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
         learner.memory = objects.get("memory", learner.memory)
         if "writer" in objects:
             objects["writer"].memory = learner.memory
+        if "eval_rng" in objects:
+            learner.eval_agent.rng = objects["eval_rng"]
         run.eval_env = objects["eval_env"]
         run.load_state_dict(state["run"])
         _set_rng_state(learner.agent, state["rng"])
@@ -672,8 +697,7 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
     if train.mode != "single" and not train.capture_video and train.eval_every > 0:
         from parl_algos.train._evaluator import RemoteEvaluator
 
-        env_fn = functools.partial(make_env, config.env.id)
-        run.evaluator = RemoteEvaluator(env_fn, learner.agent)
+        run.evaluator = RemoteEvaluator(make_env_fn(config), learner.eval_agent or learner.agent)
         run.weights = learner.agent.get_weights
     try:
         with _Interrupt(run):
@@ -716,14 +740,12 @@ def make_collector(config: Config, agent: Any) -> SamplerCollector:
 
     train = config.train
     if get_spec(config.algorithm).family == "on_policy":
-        env_fn = functools.partial(make_env, config.env.id)
         horizon, num_envs = config.agent.n_steps, config.env.num_envs
     else:
-        env_fn = functools.partial(make_env, config.env.id)
         horizon, num_envs = max(config.agent.train_freq // train.actors, 8), train.actors
     if train.mode == "single":
         sampler = SerialSampler(
-            env_fn,
+            make_env_fn(config),
             agent,
             num_workers=1,
             envs_per_worker=num_envs,
@@ -740,7 +762,7 @@ def make_collector(config: Config, agent: Any) -> SamplerCollector:
     options = _async_options(config) if train.mode == "async" else {}
     sampler_cls = ParallelSampler if train.mode == "sync" else AsyncSampler
     sampler = sampler_cls(
-        env_fn,
+        make_env_fn(config),
         agent,
         num_workers=train.actors,
         envs_per_worker=max(num_envs // train.actors, 1),
@@ -763,6 +785,7 @@ def _train_loop(
 ) -> None:
     if run.done or run.env_steps >= args.total_steps:
         return
+    eval_policy = None if learner.eval_agent is None else learner.eval_agent.predict
     if spec.family == "on_policy":
         train_on_policy(
             run, objects["collector"], learner.agent, args, before_learn=learner.before_learn
@@ -776,6 +799,7 @@ def _train_loop(
             args,
             after_step=learner.after_step,
             acting=learner.acting,
+            eval_policy=eval_policy,
         )
     else:
         train_off_policy(
@@ -785,6 +809,8 @@ def _train_loop(
             objects["memory"],
             args,
             after_step=learner.after_step,
+            reward_fn=learner.reward_fn,
+            eval_policy=eval_policy,
             state=objects["loop"],
         )
 

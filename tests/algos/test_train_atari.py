@@ -1,0 +1,198 @@
+"""`parl-train` on Atari frames: the DQN family with `env.atari = true` (ale-py's games).
+
+The configs build the Nature CNN under the family's heads, with uint8 frames in the replay
+memory, and the samplers' frames (the layout of the workers' shared memory) reach it as uint8;
+learning sees rewards clipped to their sign while the returns reported stay the game's scores;
+evaluations explore with `agent.eval_epsilon`. Ape-X (`async`, 2 actors) on the frames runs in
+the slow suite.
+"""
+
+from __future__ import annotations
+
+import csv
+import pickle
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import parl_algos.train._runner as runner
+from parl.utils import PrioritizedReplayMemory, ReplayMemory
+from parl_algos.nets import NatureQNetwork
+from parl_algos.train import (
+    SPECS,
+    ConfigError,
+    apply_override,
+    latest_checkpoint,
+    load_config,
+    main,
+    run_single,
+)
+from parl_algos.train._evaluator import EpsilonGreedy
+from tests.algos.train_cli import parl_train
+
+pytest.importorskip("ale_py")
+
+ATARI = ("dqn/roadrunner", "rainbow/roadrunner")
+# A few hundred steps on a small memory: rows, a checkpoint and an evaluation.
+SMALL = ["--train.log_every", "100", "--train.checkpoint_every", "200"]
+SMALL += ["--train.eval_every", "200", "--train.eval_episodes", "1", "--no-progress"]
+SMALL += ["--agent.learning_starts", "100", "--agent.train_freq", "50"]
+SMALL += ["--agent.gradient_steps", "5", "--agent.buffer_size", "500"]
+
+
+def build(name: str, *overrides: tuple[str, str]):
+    config = load_config(name)
+    for key, text in overrides:
+        apply_override(config, key, text)
+    env = runner.make_env_fn(config)()
+    return (
+        config,
+        env,
+        SPECS[config.algorithm].build(config, env.observation_space, env.action_space),
+    )
+
+
+@pytest.mark.parametrize("name", ATARI)
+def test_an_atari_config_plays_stacked_uint8_frames_with_the_nature_cnn(name):
+    _, env, learner = build(name, ("agent.buffer_size", "100"))
+    obs, _ = env.reset(seed=1)
+    assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
+    assert env.observation_space.shape == (4, 84, 84)
+    assert isinstance(learner.agent.alg.model, NatureQNetwork)
+    memory = learner.memory
+    assert isinstance(memory, PrioritizedReplayMemory) == (name == "rainbow/roadrunner")
+    assert memory.obs.shape == (100, 4, 84, 84) and memory.obs.dtype == np.uint8
+    assert memory.next_obs.dtype == np.uint8
+    assert learner.reward_fn is np.sign
+    assert isinstance(learner.eval_agent, EpsilonGreedy) and learner.eval_agent.epsilon == 0.05
+    assert 0 <= learner.agent.predict(obs) < env.action_space.n
+    alg = learner.agent.alg
+    if name == "rainbow/roadrunner":
+        assert (alg.distributional, alg.n_step, alg.noisy, alg.dueling) == ("c51", 3, True, True)
+        support = alg.support.tolist()
+        assert (support[0], support[-1], len(support)) == (-10.0, 10.0, 51)
+        assert alg.optimizer.param_groups[0]["eps"] == 1.5e-4
+    env.close()
+
+
+def test_the_workers_frames_reach_the_replay_memory_as_uint8():
+    """The samplers' layout (shared memory in sync and async modes) keeps the env's dtype."""
+    from parl.samplers import SerialSampler
+    from parl_algos.rollout import Trajectory
+    from parl_algos.train._apex import ReplayWriter
+
+    config, env, learner = build(
+        "rainbow/roadrunner", ("train.mode", "async"), ("agent.buffer_size", "100")
+    )
+    env.close()
+    with SerialSampler(
+        runner.make_env_fn(config),
+        learner.acting,
+        num_workers=1,
+        envs_per_worker=2,
+        horizon=8,
+        seed=1,
+    ) as sampler:
+        t = Trajectory.from_batch(sampler.collect())
+    assert t.obs.dtype == np.uint8 and t.obs.shape == (9, 2, 4, 84, 84)
+    assert t.extras["out"].shape == (8, 2, 18, 51)  # C51's logits, for the priorities
+    writer = ReplayWriter(learner.memory, n_step=3, gamma=0.99, reward_fn=learner.reward_fn)
+    writer.bootstrap_q = lambda obs: runner._outputs(learner.agent, obs)
+    writer.priority = lambda *arrays: runner._priority(learner.agent, *arrays)
+    writer.store(t)
+    memory = learner.memory
+    assert len(memory) == 12 and memory.obs.dtype == np.uint8  # 3-step: 6 a column so far
+    np.testing.assert_array_equal(memory.obs[0], t.obs[0, 0])
+
+
+def test_the_atari_key_needs_an_ale_game(capsys, tmp_path):
+    logdir = tmp_path / "r"
+    assert main(["dqn/cartpole", "--env.atari", "true", "--logdir", str(logdir)]) == 2
+    assert "env.atari = true needs an Atari game of ale-py" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="env.atari = true"):
+        build("dqn/roadrunner", ("env.atari", "false"))  # raw 210x160 frames: not a vector
+    assert not logdir.exists()
+    with pytest.raises(ConfigError, match="unknown key env.atari"):
+        apply_override(load_config("sac/pendulum"), "env.atari", "true")
+
+
+def test_evaluations_act_epsilon_greedily():
+    class Greedy:
+        weights = None
+
+        def predict(self, obs):
+            return 0
+
+        def set_weights(self, weights):
+            self.weights = weights
+
+    agent = Greedy()
+    policy = EpsilonGreedy(agent, 4, 0.25, seed=1)
+    actions = np.array([policy.predict(None) for _ in range(4000)])
+    assert np.mean(actions != 0) == pytest.approx(0.25 * 3 / 4, abs=0.03)
+    policy.set_weights("w")
+    assert agent.weights == "w"
+    assert all(EpsilonGreedy(agent, 4, 0.0, seed=1).predict(None) == 0 for _ in range(100))
+
+
+class Scored(gym.RewardWrapper):
+    """A game that scores 100 points a step beyond its own: learning must see 1s."""
+
+    def reward(self, reward):
+        return reward + 100.0
+
+
+def test_learning_rewards_are_clipped_while_reported_returns_are_the_scores(tmp_path, monkeypatch):
+    make_atari_env = runner.make_atari_env
+    monkeypatch.setattr(runner, "make_atari_env", lambda *a, **k: Scored(make_atari_env(*a, **k)))
+    config = load_config("dqn/roadrunner")
+    for key, text in [
+        ("train.total_steps", "600"),
+        ("train.eval_every", "0"),
+        ("train.log_every", "100"),
+        ("train.progress", "false"),
+        ("agent.learning_starts", "100"),
+        ("agent.train_freq", "100"),
+        ("agent.buffer_size", "500"),
+    ]:
+        apply_override(config, key, text)
+    result = run_single(config, str(tmp_path / "run"))
+    assert result.env_steps == 600
+    with open(tmp_path / "run" / "progress.csv", newline="") as f:
+        returns = [float(r["mean_return"]) for r in csv.DictReader(f) if r["mean_return"]]
+    assert returns and min(returns) >= 100.0 * 50  # the scores of episodes of 50 steps or more
+    with open(Path(latest_checkpoint(str(tmp_path / "run"))) / "state.pkl", "rb") as f:
+        memory = pickle.load(f)["objects"]["memory"]
+    assert isinstance(memory, ReplayMemory) and memory.obs.dtype == np.uint8
+    assert memory.obs.shape == (500, 4, 84, 84) and memory.size() == 500
+    assert set(np.unique(memory.reward).tolist()) == {1.0}
+
+
+@pytest.mark.slow
+def test_ape_x_learns_from_uint8_frames_with_two_actors(tmp_path):
+    logdir = tmp_path / "run"
+    proc = parl_train(
+        "dqn/roadrunner",
+        "--mode",
+        "async",
+        "--actors",
+        "2",
+        "--train.total_steps",
+        "400",
+        "--logdir",
+        str(logdir),
+        *SMALL,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(logdir / "progress.csv", newline="") as f:
+        written = list(csv.DictReader(f))
+    assert int(written[-1]["env_step"]) >= 400 and any(r["loss"] for r in written)
+    assert "evaluation mean return" in (logdir / "log.log").read_text()
+    with open(Path(latest_checkpoint(str(logdir))) / "state.pkl", "rb") as f:
+        objects = pickle.load(f)["objects"]
+    memory = objects["memory"]
+    assert memory.obs.dtype == np.uint8 and memory.obs.shape == (500, 4, 84, 84)
+    assert objects["writer"].written >= 400 and memory.size() >= 400
+    assert set(np.unique(memory.reward[: memory.size()]).tolist()) <= {-1.0, 0.0, 1.0}
