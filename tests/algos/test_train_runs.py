@@ -108,10 +108,18 @@ ON_ACTORS_SLOW |= {"mappo/simple_spread", "mappo/simple_adversary", "qmix/simple
 # simple_speaker_listener runs simple_spread's multi-agent loops with other agents' sizes.
 ON_ACTORS_SLOW |= {"maddpg/simple_speaker_listener", "mappo/simple_speaker_listener"}
 SLOW_MODES = {("ddpg/pendulum", "async"), ("td3/pendulum", "async")}
+# In one process too, the DQN family's members run the loop of `dqn/cartpole` (their options
+# all at once in `rainbow/cartpole`, the distributional heads in `c51/cartpole` and
+# `qrdqn/cartpole`, frames in `dqn/roadrunner` and test_train_atari); the other members'
+# configs run here in the slow suite (test_train_config loads every one in the default suite).
+SLOW_SINGLE = {"ddqn/cartpole", "duelingdqn/cartpole", "dqn/acrobot", "c51/acrobot"}
+SLOW_SINGLE |= {"qrdqn/acrobot", "qrdqn/lunarlander", "rainbow/acrobot", "rainbow/roadrunner"}
 
 
 def _slow(name: str, mode: str) -> bool:
-    return mode != "single" and (name in ON_ACTORS_SLOW or (name, mode) in SLOW_MODES)
+    if mode == "single":
+        return name in SLOW_SINGLE
+    return name in ON_ACTORS_SLOW or (name, mode) in SLOW_MODES
 
 
 MODES = [
