@@ -512,6 +512,12 @@ def _number(text: str) -> float | None:
     return None if text == "None" else float(text)
 
 
+def _seconds_to_threshold(results: list[dict]) -> float | None:
+    """The median seconds of training to the threshold; None unless every run reached it."""
+    reached = [r["reached_seconds"] for r in results if r["reached_at"] is not None]
+    return statistics.median(reached) if len(reached) == len(results) else None
+
+
 def run_mujoco(seeds: Sequence[int], timeout: float, json_path: str | None = None) -> str:
     """PPO on Hopper-v5 through parl-train in each mode (2 actors), beside SB3's SubprocVecEnv.
 
@@ -561,11 +567,7 @@ def run_mujoco(seeds: Sequence[int], timeout: float, json_path: str | None = Non
     def rate(results: list[dict]) -> float:
         return statistics.median(r["env_steps"] / r["seconds"] for r in results)
 
-    def to_threshold(results: list[dict]) -> float | None:
-        reached = [r["reached_seconds"] for r in results if r["reached_at"] is not None]
-        return statistics.median(reached) if len(reached) == len(results) else None
-
-    single, sb3 = rate(runs["single"]), to_threshold(runs["sb3"])
+    single, sb3 = rate(runs["single"]), _seconds_to_threshold(runs["sb3"])
     lines = [
         f"\nPPO on {env.id} ({MUJOCO_CONFIG}: {env.num_envs} environments, "
         f"{a['n_steps'] * env.num_envs} steps a batch; {MUJOCO_ACTORS} actors), until the mean "
@@ -577,7 +579,7 @@ def run_mujoco(seeds: Sequence[int], timeout: float, json_path: str | None = Non
         "|---|---|---|---|---|",
     ]
     for who, results in runs.items():
-        seconds = to_threshold(results)
+        seconds = _seconds_to_threshold(results)
         if seconds is None:
             missed = sum(r["reached_at"] is None for r in results)
             reached = f"missed ({missed}/{len(results)})"
@@ -647,11 +649,7 @@ def run_atari(seeds: Sequence[int], timeout: float, json_path: str | None = None
     def rate(results: list[dict]) -> float:  # the last row of progress.csv: training only
         return statistics.median(r["env_steps"] / r["train_seconds"] for r in results)
 
-    def to_threshold(results: list[dict]) -> float | None:
-        reached = [r["reached_seconds"] for r in results if r["reached_at"] is not None]
-        return statistics.median(reached) if len(reached) == len(results) else None
-
-    single, single_reached = rate(runs["DQN"]), to_threshold(runs["DQN"])
+    single, single_reached = rate(runs["DQN"]), _seconds_to_threshold(runs["DQN"])
     lines = [
         f"\nRoadRunner (ALE/RoadRunner-v5, Nature DQN preprocessing), {ATARI_STEPS // 1000}k env "
         f"steps a run, seeds {','.join(map(str, seeds))} (medians), load average "
@@ -662,7 +660,7 @@ def run_atari(seeds: Sequence[int], timeout: float, json_path: str | None = None
         "|---|---|---|---|---|---|",
     ]
     for kind, results in runs.items():
-        seconds = to_threshold(results)
+        seconds = _seconds_to_threshold(results)
         if seconds is None:
             missed = sum(r["reached_at"] is None for r in results)
             reached = f"missed ({missed}/{len(results)})"
