@@ -8,6 +8,7 @@ nothing else of a warm process imports numpy) before it imports numpy itself.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 import types
@@ -224,6 +225,23 @@ def test_the_preloader_imports_in_the_background_skips_failures_and_stops(tmp_pa
     finally:
         for name in ("pre_ok", "pre_bad"):
             sys.modules.pop(name, None)
+
+
+def test_the_preloading_thread_keeps_its_processs_priority(tmp_path, monkeypatch):
+    """A niced thread that holds the GIL through a long import stalls its process's event loop
+    whenever other processes keep the CPUs busy: the preloader must not lower its own thread."""
+    (tmp_path / "pre_nice.py").write_text(
+        "import os, threading\nNICE = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    preloader = Preloader(max_mb=1e9)
+    try:
+        preloader.add(["pre_nice"])
+        wait_until(lambda: not preloader.busy, 30, what="the preload")
+        assert preloader.finish(30) and preloader.imported == ["pre_nice"]
+        assert os.getpriority(os.PRIO_PROCESS, 0) == sys.modules["pre_nice"].NICE
+    finally:
+        sys.modules.pop("pre_nice", None)
 
 
 # -- across workers, and the master's bounds ------------------------------------------------------

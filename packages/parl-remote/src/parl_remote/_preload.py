@@ -9,9 +9,11 @@ processes import it, one process at a time, each in the background on a thread o
 modules an earlier actor of this worker imported are preloaded, so no user code runs unasked;
 a module that fails or is missing is logged and skipped; the process stops preloading once its
 memory passes `PARL_PRELOAD_MAX_MB`. Preloading yields to actors: the worker holds it at the
-next module (`Preloader.pause`) while its actors keep the CPUs busy, and the preloading thread
-runs at the lowest priority of its process. When the process is assigned an actor it starts no
-further import and the actor's code does not wait for the one in flight: Python's module locks
+next module (`Preloader.pause`) while its actors keep the CPUs busy. The preloading thread keeps
+its process's priority: a niced thread holding the GIL (as the import of a compiled module does
+for seconds) would stall the process's event loop whenever the CPUs are busy, past the worker's
+wait for it to take its actor. When the process is assigned an actor it starts no further
+import and the actor's code does not wait for the one in flight: Python's module locks
 make the actor wait only if it imports that very module. A shipped module always wins over a
 preloaded one of the same name (`drop_shadowed`). `PARL_PRELOAD=0` turns all of it off.
 """
@@ -167,13 +169,6 @@ class _Gate:
             self.go.wait()
 
 
-def _lowest_priority() -> None:
-    """Run the calling thread at the lowest priority of its process (Linux: nice is per thread)."""
-    if sys.platform == "linux":
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-
-
 class Preloader:
     """Imports module names in the background of a warm process, until it is told to stop.
 
@@ -268,7 +263,6 @@ class Preloader:
             return None
 
     def _run(self) -> None:
-        _lowest_priority()
         gate = _Gate(self._go)
         sys.meta_path.insert(0, gate)
         try:
