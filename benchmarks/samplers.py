@@ -633,6 +633,11 @@ def main() -> None:
         help="also CentralSampler with steps handed over on its socket (not by flags), by turns",
     )
     parser.add_argument(
+        "--unpinned",
+        action="store_true",
+        help="also CentralSampler with its workers left unpinned (pin_workers=False), by turns",
+    )
+    parser.add_argument(
         "--zero-copy",
         action="store_true",
         help="only ParallelSampler's shared batches against its copy path, by turns",
@@ -640,6 +645,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.fixed_spin:
         COMPARED["CentralSampler 2x8 fixed 50 µs spin"] = (FixedSpinCentralSampler, {})
+    if args.unpinned:
+        COMPARED["CentralSampler 2x8 unpinned"] = (CentralSampler, {"pin_workers": False})
     if args.socket_handoff:
         COMPARED["CentralSampler 2x8 socket hand-off"] = (SocketCentralSampler, {})
     torch.set_num_threads(1)

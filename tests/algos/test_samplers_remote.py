@@ -279,3 +279,66 @@ def test_async_batches_say_which_worker_and_which_weights(cluster):
         for j in range(n):  # worker w's env j was first reset with seed + w * n + j
             env = ENV_FN()
             np.testing.assert_array_equal(first[j], env.reset(seed=SIZES["seed"] + w * n + j)[0])
+
+
+class AffinityObs(gym.ObservationWrapper):
+    """Observes the CPUs its process may run on: `[how many, the lowest]`."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.observation_space = gym.spaces.Box(0.0, 1e6, (2,), np.float32)
+
+    def observation(self, observation):
+        cpus = os.sched_getaffinity(0)
+        return np.array([len(cpus), min(cpus)], np.float32)
+
+
+def affinity_env() -> gym.Env:
+    return AffinityObs(ENV_FN())
+
+
+class FirstAction:
+    def sample(self, obs: np.ndarray) -> np.ndarray:
+        return np.zeros(len(obs), np.int64)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")
+def test_central_runs_each_worker_on_a_cpu_of_its_own_while_it_collects(cluster):
+    mine = sorted(os.sched_getaffinity(0))
+    with (
+        CentralSampler(affinity_env, FirstAction(), **SIZES, pin_workers=True) as pinned,
+        CentralSampler(affinity_env, FirstAction(), **SIZES, pin_workers=False) as free,
+    ):
+        assert pinned.worker_cpus == {0: mine[0], 1: mine[1 % len(mine)]}
+        assert free.worker_cpus == {}
+        for _ in range(2):
+            obs = pinned.collect().obs[1:]  # the first reset came before the first collect
+            for w, cpu in pinned.worker_cpus.items():
+                cols = slice(w * 2, w * 2 + 2)
+                assert (obs[:, cols, 0] == 1).all() and (obs[:, cols, 1] == cpu).all()
+        assert (free.collect().obs[1:, :, 0] == len(mine)).all()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")
+def test_a_workers_cpus_come_back_after_a_collect_and_a_cpu_it_may_not_use_is_ignored():
+    from parl_algos.samplers._worker import _on_cpu
+
+    mine = os.sched_getaffinity(0)
+    with _on_cpu(min(mine)):
+        assert os.sched_getaffinity(0) == {min(mine)}
+    assert os.sched_getaffinity(0) == mine
+    with _on_cpu(max(mine) + 1), _on_cpu(None):
+        assert os.sched_getaffinity(0) == mine
+
+
+def test_workers_are_pinned_by_default_only_where_cpus_are_scarce(monkeypatch):
+    from parl_algos.samplers._central import _worker_cpus
+
+    signals = [object(), object()]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 5}, raising=False)
+    assert _worker_cpus(signals, None) == {0: 4, 1: 5}  # two workers and this process, 2 CPUs
+    assert _worker_cpus([None, object()], None) == {1: 4}  # only a worker on this host
+    assert _worker_cpus(signals, False) == {}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert _worker_cpus(signals, None) == {}  # a CPU for each, and one left for this process
+    assert _worker_cpus(signals, True) == {0: 0, 1: 1}

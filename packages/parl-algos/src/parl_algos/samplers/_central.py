@@ -19,6 +19,7 @@ socket: `collect()` raises `parl.RemoteActorDiedError` naming it; every wait is 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +54,14 @@ class CentralSampler(_ClusterSampler):
         alternating: two groups of workers (at least 2 workers): one steps its environments
             while the actions of the other are computed; `agent.sample` then runs once per
             group and step.
+        pin_workers: run each worker on this host on a CPU of its own while it collects
+            (Linux; its CPUs are given back after each collect). None: only where this
+            process may use no more CPUs than such workers and one: there, Linux puts two
+            workers woken at once on the same CPU while this process waits on the other, and
+            they step one after the other.
+
+    Attributes:
+        worker_cpus: the CPU of each pinned worker, by worker index (empty: none pinned).
     """
 
     _agent_on_workers = False
@@ -75,6 +84,7 @@ class CentralSampler(_ClusterSampler):
         seed: int | None = 0,
         address: str | None = None,
         alternating: bool = False,
+        pin_workers: bool | None = None,
     ) -> None:
         if alternating and num_workers < 2:
             raise ValueError(f"alternating=True needs two groups of workers, got {num_workers=}")
@@ -85,6 +95,7 @@ class CentralSampler(_ClusterSampler):
             self.close()
             raise
         self.alternating = alternating
+        self.worker_cpus = _worker_cpus(self._group.signals, pin_workers)
         half = (num_workers + 1) // 2
         workers = list(range(num_workers))
         self._groups = [workers[:half], workers[half:]] if alternating else [workers]
@@ -96,7 +107,7 @@ class CentralSampler(_ClusterSampler):
         steps: list[list[dict[str, np.ndarray]]] = []
         final_obs: dict[tuple[int, int], np.ndarray] = {}
         ended: list = []
-        run = _Collect(self._group, self.horizon, out)
+        run = _Collect(self._group, self.horizon, out, self.worker_cpus)
         try:  # signalled workers wait on this thread's wake-ups: short slices meanwhile
             with short_slice() if run.signals else contextlib.nullcontext():
                 self._steps(run, steps, final_obs, ended)
@@ -138,6 +149,17 @@ class CentralSampler(_ClusterSampler):
         run.end(final_obs, ended)
 
 
+def _worker_cpus(signals: list, pin: bool | None) -> dict[int, int]:
+    """A CPU for each signalled worker (one on this host), where `pin` says so (None: scarce)."""
+    signalled = [w for w, signal in enumerate(signals) if signal is not None]
+    if pin is False or not signalled or not hasattr(os, "sched_getaffinity"):
+        return {}
+    cpus = sorted(os.sched_getaffinity(0))
+    if pin is None and len(cpus) > len(signalled) + 1:
+        return {}
+    return {w: cpus[k % len(cpus)] for k, w in enumerate(signalled)}
+
+
 class _Collect:
     """One collect of a `CentralSampler` on the workers: signalled ones and called ones.
 
@@ -147,8 +169,11 @@ class _Collect:
     next); its rewards and flags are copied once, at the end.
     """
 
-    def __init__(self, group: WorkerGroup, horizon: int, out: Rollout) -> None:
+    def __init__(
+        self, group: WorkerGroup, horizon: int, out: Rollout, cpus: dict[int, int]
+    ) -> None:
         self.group = group
+        self.cpus = cpus
         self.horizon = horizon
         self.out = out
         workers = range(len(group.workers))
@@ -164,7 +189,7 @@ class _Collect:
         """Start every worker's rollout; write the first observations into `out.obs[0]`."""
         group, out = self.group, self.out
         for w in self.signals:
-            self.drives[w] = group.workers[w].drive(0)
+            self.drives[w] = group.workers[w].drive(0, self.cpus.get(w))
             self.awaiting.add(w)
         slow = [w for w in range(len(group.workers)) if w not in self.drives]
         starts = group.gather([group.workers[w].begin(0) for w in slow], slow)

@@ -11,8 +11,9 @@ writes its own columns of it, and the caller has nothing to copy.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -168,13 +169,14 @@ class EnvWorker:
             self.signal = FlagSignal(signal, words, sampler=False, spin_s=spin_s, adaptive=adaptive)
         return True
 
-    def drive(self, slot: int = 0) -> Records | None:
+    def drive(self, slot: int = 0, cpu: int | None = None) -> Records | None:
         """Step a rollout in shared-memory `slot` as the signal says, one byte a step each way.
 
         Writes the first observations and signals `READY`; then, `horizon` times, waits for
         `STEP` (the sampler wrote the actions), steps and signals `READY`, on short scheduler slices
-        (`short_slice`). Returns the rollout's
-        `Records` (in its segment), or None where the sampler sent `ABORT`.
+        (`short_slice`) and, given a `cpu` this process may use, on that CPU alone (its CPUs
+        are given back at the end). Returns the rollout's `Records` (in its segment), or None
+        where the sampler sent `ABORT`.
         """
         signal = self.signal
         if signal is None:
@@ -182,7 +184,7 @@ class EnvWorker:
         rollout = self.rollouts[slot]
         columns = self.columns
         try:
-            with short_slice():
+            with short_slice(), _on_cpu(cpu):
                 columns.begin(rollout)
                 signal.send(READY)
                 for t in range(self.horizon):
@@ -281,3 +283,19 @@ class EnvWorker:
 
 RemoteEnvWorker = parl.remote_class(wait=False)(EnvWorker)
 """`EnvWorker` as an actor whose blocking methods return `RemoteFuture`s."""
+
+
+@contextlib.contextmanager
+def _on_cpu(cpu: int | None) -> Iterator[None]:
+    """Run the calling process on `cpu` alone inside the block, where it may use it (Linux)."""
+    allowed = (
+        os.sched_getaffinity(0) if cpu is not None and hasattr(os, "sched_getaffinity") else None
+    )
+    if allowed is None or cpu not in allowed:
+        yield
+        return
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
