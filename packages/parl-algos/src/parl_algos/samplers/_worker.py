@@ -287,15 +287,21 @@ RemoteEnvWorker = parl.remote_class(wait=False)(EnvWorker)
 
 @contextlib.contextmanager
 def _on_cpu(cpu: int | None) -> Iterator[None]:
-    """Run the calling process on `cpu` alone inside the block, where it may use it (Linux)."""
+    """Run the calling thread (the one that steps) on `cpu` alone inside the block.
+
+    Only where it may use `cpu` (Linux); where the system refuses, it runs as it was.
+    """
     allowed = (
         os.sched_getaffinity(0) if cpu is not None and hasattr(os, "sched_getaffinity") else None
     )
-    if allowed is None or cpu not in allowed:
-        yield
-        return
-    os.sched_setaffinity(0, {cpu})
+    pinned = False
+    if allowed is not None and cpu in allowed:
+        with contextlib.suppress(OSError):  # a CPU taken offline or out of the cpuset meanwhile
+            os.sched_setaffinity(0, {cpu})
+            pinned = True
     try:
         yield
     finally:
-        os.sched_setaffinity(0, allowed)
+        if pinned:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, allowed)
