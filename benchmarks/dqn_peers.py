@@ -16,12 +16,12 @@ training to the threshold (a miss counts as the cap and its full time, and says 
 configs' DQN uses the plain target, as SB3's does; SB3 decays epsilon from step 0, PARL from
 the end of the warm-up (`learning_starts`, 0 in the Acrobot and LunarLander configs).
 
-`tianshou`: the shipped `c51/<env>` and `rainbow/<env>` configs (CartPole-v1, Acrobot-v1)
-against Tianshou's C51 and Rainbow (`benchmarks/tianshou_runner.py`, which says where
-Tianshou's algorithms differ by design) given the same hyperparameters and the same schedule,
-to the config's threshold within its cap, as `peers` does. Tianshou's collector acts without
-the noise of noisy layers, so its Rainbow gets the config's epsilon schedule; `--noise-only`
-gives it PARL's epsilon 0 instead.
+`tianshou`: the shipped `c51/<env>` and `rainbow/<env>` configs (CartPole-v1, Acrobot-v1,
+LunarLander-v3) against Tianshou's C51 and Rainbow (`benchmarks/tianshou_runner.py`, which says
+where Tianshou's algorithms differ by design) given the same hyperparameters and the same
+schedule, to the config's threshold within its cap, as `peers` does. Tianshou's collector acts
+without the noise of noisy layers, so its Rainbow gets the config's epsilon schedule;
+`--noise-only` gives it PARL's epsilon 0 instead.
 
 `masked`: CartPole-v1 with the velocities masked out (`CartPoleNoVelocity-v1`), where a
 feed-forward Q-network has no way to know which way the pole moves: `parl-train
@@ -72,7 +72,11 @@ from learning import REPO, SB3_RUNNER, SB3_VERSION, ensure_sb3, run_parl_train
 TIANSHOU_VERSION = "2.0.1"
 TIANSHOU_VENV = os.path.join(REPO, ".benchmarks", f"tianshou-{TIANSHOU_VERSION}")
 TIANSHOU_RUNNER = os.path.join(REPO, "benchmarks", "tianshou_runner.py")
-TIANSHOU_ENVS = {"cartpole": ("c51", "rainbow"), "acrobot": ("c51", "rainbow")}
+TIANSHOU_ENVS = {
+    "cartpole": ("c51", "rainbow"),
+    "acrobot": ("c51", "rainbow"),
+    "lunarlander": ("c51", "rainbow"),
+}
 
 ENVS = {"cartpole": ("qrdqn",), "acrobot": ("dqn", "qrdqn"), "lunarlander": ("dqn", "qrdqn")}
 # The light schedule of the QR-DQN and Rainbow configs: 64-unit layers, 16 updates every 64
@@ -323,7 +327,7 @@ def main() -> None:
     parser.add_argument(
         "--envs",
         default=",".join(ENVS),
-        help="peers and tianshou: comma-separated envs (tianshou: cartpole, acrobot)",
+        help="peers and tianshou: comma-separated envs (tianshou: cartpole, acrobot, lunarlander)",
     )
     parser.add_argument(
         "--algos",

@@ -13,8 +13,9 @@ sb3_runner.py's). Imports nothing of PARL: only Tianshou, gymnasium, numpy and t
 
 The network is Tianshou's `Net`: `hidden_size`-unit ReLU layers, a softmax over `n_atoms` atoms
 on `[v_min, v_max]`; Rainbow's has a dueling head of `NoisyLinear` layers (one layer a stream,
-as PARL's `DuelingHead`), a `PrioritizedReplayBuffer` (alpha 0.6, beta 0.4 rising to 1 over the
-run's updates, as PARL's memory) and `n_step` returns. Gradients are clipped to the config's
+as PARL's `DuelingHead`), a `PrioritizedReplayBuffer` (the config's `priority_alpha`, and its
+`priority_beta` rising to 1 over the run's updates, as PARL's memory; 0.6 and 0.4 where the
+spec has none) and `n_step` returns. Gradients are clipped to the config's
 `max_grad_norm` (10 where it has none, as PARL's DQN; Tianshou's default is no clipping), and
 Adam takes the config's `adam_eps` (1e-8 where none, Tianshou's default too). Tianshou's C51
 picks the next action with the online network (a double target) by design; with the config's
@@ -130,7 +131,8 @@ def main() -> None:
     policy = algorithm.policy
     updates = max(cap * a["gradient_steps"] // a["train_freq"], 1)
     if a["prioritized"]:
-        buffer = PrioritizedReplayBuffer(a["buffer_size"], alpha=0.6, beta=0.4)
+        alpha, beta = a.get("priority_alpha", 0.6), a.get("priority_beta", 0.4)
+        buffer = PrioritizedReplayBuffer(a["buffer_size"], alpha=alpha, beta=beta)
     else:
         buffer = ReplayBuffer(a["buffer_size"])
     collector = Collector(policy, env, buffer, exploration_noise=True)
@@ -152,7 +154,7 @@ def main() -> None:
             if step > a["learning_starts"] and step % a["train_freq"] == 0:
                 for _ in range(a["gradient_steps"]):
                     if a["prioritized"]:
-                        buffer.set_beta(0.4 + 0.6 * min(done_updates / updates, 1.0))
+                        buffer.set_beta(beta + (1.0 - beta) * min(done_updates / updates, 1.0))
                     algorithm.update(buffer, sample_size=a["batch_size"])
                     done_updates += 1
             if step % a["target_update_interval"] == 0:

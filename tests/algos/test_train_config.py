@@ -117,6 +117,22 @@ def test_a_dqn_configs_adam_epsilon_and_gradient_clip_reach_the_algorithm():
     assert (alg.max_grad_norm, alg.optimizer.param_groups[0]["eps"]) == (None, 7.8125e-5)
 
 
+def test_a_dqn_configs_priority_exponents_reach_the_replay_memory(capsys, tmp_path):
+    memory = build("rainbow/cartpole").memory
+    assert (memory.alpha, memory.beta) == (0.6, 0.4)
+    overrides = ("agent.priority_alpha", "0.5"), ("agent.priority_beta", "0.2")
+    memory = build("rainbow/cartpole", *overrides).memory
+    assert (memory.alpha, memory.beta) == (0.5, 0.2)
+    for key, text, message in (
+        ("priority_alpha", "-0.5", "agent.priority_alpha=-0.5 must be non-negative"),
+        ("priority_beta", "1.5", "agent.priority_beta=1.5 must be in [0, 1]"),
+    ):
+        argv = ["rainbow/cartpole", f"--agent.{key}", text, "--logdir", str(tmp_path / key)]
+        assert main(argv) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / key).exists()
+
+
 def test_a_dqn_agent_on_actors_acts_with_the_learners_exploration():
     assert build("dqn/cartpole").acting is None  # single mode: the agent acts itself
     for mode in ("sync", "async"):

@@ -96,7 +96,7 @@ def rows(logdir: Path) -> list[dict[str, str]]:
 # environments.
 ON_ACTORS_SLOW = {"ddqn/cartpole", "duelingdqn/cartpole", "c51/cartpole", "qrdqn/cartpole"}
 ON_ACTORS_SLOW |= {f"{a}/{e}" for a in ("dqn", "qrdqn") for e in ("acrobot", "lunarlander")}
-ON_ACTORS_SLOW |= {"c51/acrobot", "rainbow/acrobot"}
+ON_ACTORS_SLOW |= {f"{a}/{e}" for a in ("c51", "rainbow") for e in ("acrobot", "lunarlander")}
 # The Atari configs run the same loops on frames: single mode here, Ape-X on them in
 # test_train_atari's slow test.
 ON_ACTORS_SLOW |= {"dqn/roadrunner", "rainbow/roadrunner"}
@@ -114,6 +114,7 @@ SLOW_MODES = {("ddpg/pendulum", "async"), ("td3/pendulum", "async")}
 # configs run here in the slow suite (test_train_config loads every one in the default suite).
 SLOW_SINGLE = {"ddqn/cartpole", "duelingdqn/cartpole", "dqn/acrobot", "c51/acrobot"}
 SLOW_SINGLE |= {"qrdqn/acrobot", "qrdqn/lunarlander", "rainbow/acrobot", "rainbow/roadrunner"}
+SLOW_SINGLE |= {"c51/lunarlander", "rainbow/lunarlander"}
 
 
 def _slow(name: str, mode: str) -> bool:

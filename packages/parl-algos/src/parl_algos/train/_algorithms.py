@@ -248,6 +248,12 @@ class DQNSection(ReplayArgs):
     """Use a dueling Q-network."""
     prioritized: bool = False
     """Sample the replay memory by priority (TD error)."""
+    priority_alpha: float = 0.6
+    """Prioritized replay: transitions are drawn in proportion to priority ** this (0: uniform,
+    1: proportional; the Rainbow paper's is 0.5)."""
+    priority_beta: float = 0.4
+    """Prioritized replay: the importance-sampling exponent at the start, annealed to 1 over
+    the run's gradient steps."""
     n_step: int = 1
     """Steps of each stored transition's return (n-step learning)."""
     noisy: bool = False
@@ -527,7 +533,13 @@ def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Le
     if a.prioritized:  # beta anneals to 1 over the run's gradient steps
         beta_steps = max(train.total_steps * a.gradient_steps // a.train_freq, 1)
         memory = PrioritizedReplayMemory(
-            a.buffer_size, obs_space.shape, 0, beta_steps=beta_steps, **stored
+            a.buffer_size,
+            obs_space.shape,
+            0,
+            alpha=a.priority_alpha,
+            beta=a.priority_beta,
+            beta_steps=beta_steps,
+            **stored,
         )
     else:
         memory = ReplayMemory(a.buffer_size, obs_space.shape, 0, **stored)
@@ -576,6 +588,10 @@ def _check_dqn(config: Config) -> None:
             raise ConfigError(f"agent.{key}={getattr(a, key)} must be at least 1")
     if not 0.0 <= a.eval_epsilon <= 1.0:
         raise ConfigError(f"agent.eval_epsilon={a.eval_epsilon} must be in [0, 1]")
+    if a.priority_alpha < 0:
+        raise ConfigError(f"agent.priority_alpha={a.priority_alpha} must be non-negative")
+    if not 0.0 <= a.priority_beta <= 1.0:
+        raise ConfigError(f"agent.priority_beta={a.priority_beta} must be in [0, 1]")
     if config.env.atari:
         _check_atari(config.env.id)
 
