@@ -30,6 +30,7 @@ have them, `pip install -c constraints.txt "gymnasium[mujoco]" stable-baselines3
     python benchmarks/samplers.py --tasks --crossover   # the alternating mode's crossover only
     python benchmarks/samplers.py --tasks CartPole-v1 --socket-handoff   # flags against socket
     python benchmarks/samplers.py --tasks CartPole-v1 --fixed-spin   # adaptive spin against 50 µs
+    python benchmarks/samplers.py --tasks CartPole-v1 --unpinned --caller-free  # CPU pinning
     python benchmarks/samplers.py --zero-copy --seconds 5   # shared batches against copies only
 
 `--zero-copy` measures only `ParallelSampler`'s batches in shared memory (its workers write
@@ -281,6 +282,12 @@ class FixedSpinCentralSampler(CentralSampler):
 
     _spin_s = (50e-6, 50e-6)
     _spin_adaptive = False
+
+
+class CallerFreeCentralSampler(CentralSampler):
+    """`CentralSampler` whose pinned workers' caller is not pinned to the last one's CPU."""
+
+    _pin_caller = False
 
 
 def rates_by_turns(
@@ -638,6 +645,11 @@ def main() -> None:
         help="also CentralSampler with its workers left unpinned (pin_workers=False), by turns",
     )
     parser.add_argument(
+        "--caller-free",
+        action="store_true",
+        help="also CentralSampler with pinned workers but its own thread left free, by turns",
+    )
+    parser.add_argument(
         "--zero-copy",
         action="store_true",
         help="only ParallelSampler's shared batches against its copy path, by turns",
@@ -647,6 +659,8 @@ def main() -> None:
         COMPARED["CentralSampler 2x8 fixed 50 µs spin"] = (FixedSpinCentralSampler, {})
     if args.unpinned:
         COMPARED["CentralSampler 2x8 unpinned"] = (CentralSampler, {"pin_workers": False})
+    if args.caller_free:
+        COMPARED["CentralSampler 2x8 caller free"] = (CallerFreeCentralSampler, {})
     if args.socket_handoff:
         COMPARED["CentralSampler 2x8 socket hand-off"] = (SocketCentralSampler, {})
     torch.set_num_threads(1)

@@ -298,7 +298,13 @@ def affinity_env() -> gym.Env:
 
 
 class FirstAction:
+    """Always action 0; notes the CPUs of the thread that chooses (the caller's)."""
+
+    def __init__(self) -> None:
+        self.cpus: list[set[int]] = []
+
     def sample(self, obs: np.ndarray) -> np.ndarray:
+        self.cpus.append(os.sched_getaffinity(0))
         return np.zeros(len(obs), np.int64)
 
 
@@ -317,6 +323,17 @@ def test_central_runs_each_worker_on_a_cpu_of_its_own_while_it_collects(cluster)
                 cols = slice(w * 2, w * 2 + 2)
                 assert (obs[:, cols, 0] == 1).all() and (obs[:, cols, 1] == cpu).all()
         assert (free.collect().obs[1:, :, 0] == len(mine)).all()
+        # The caller chooses on the last worker's CPU (woken last), and gets its own back.
+        assert pinned.agent.cpus == [{pinned.worker_cpus[1]}] * (2 * SIZES["horizon"])
+        assert free.agent.cpus == [set(mine)] * SIZES["horizon"]
+        assert sorted(os.sched_getaffinity(0)) == mine
+    # Alternating groups step while the caller chooses: it stays free.
+    with CentralSampler(
+        affinity_env, FirstAction(), **SIZES, pin_workers=True, alternating=True
+    ) as alternating:
+        alternating.collect()
+        assert alternating.worker_cpus and alternating.agent.cpus
+        assert all(cpus == set(mine) for cpus in alternating.agent.cpus)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")

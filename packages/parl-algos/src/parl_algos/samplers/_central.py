@@ -31,7 +31,7 @@ from parl_algos.samplers._flags import FlagSignal
 from parl_algos.samplers._group import WorkerGroup
 from parl_algos.samplers._parallel import _ClusterSampler
 from parl_algos.samplers._signal import SignalClosed, short_slice
-from parl_algos.samplers._worker import ABORT, ERROR, READY, STEP
+from parl_algos.samplers._worker import ABORT, ERROR, READY, STEP, _on_cpu
 from parl_remote import RemoteActorDiedError
 
 __all__ = ["CentralSampler"]
@@ -55,10 +55,11 @@ class CentralSampler(_ClusterSampler):
             while the actions of the other are computed; `agent.sample` then runs once per
             group and step.
         pin_workers: run each worker on this host on a CPU of its own while it collects
-            (Linux; its CPUs are given back after each collect). None: only where this
-            process may use no more CPUs than such workers and one: there, Linux puts two
-            workers woken at once on the same CPU while this process waits on the other, and
-            they step one after the other.
+            (Linux; its CPUs are given back after each collect), and the collecting thread on
+            the last worker's CPU (not with `alternating`), which it wakes last. None: only
+            where this process may use no more CPUs than such workers and one: there, Linux
+            puts two workers woken at once on the same CPU while this process waits on the
+            other, and they step one after the other.
 
     Attributes:
         worker_cpus: the CPU of each pinned worker, by worker index (empty: none pinned).
@@ -72,6 +73,7 @@ class CentralSampler(_ClusterSampler):
     before sleeping, where steps are handed over by flags in shared memory (None: one byte a
     step each way on the socket instead)."""
     _spin_adaptive = True
+    _pin_caller = True
     """Spin about as long as the other side usually takes (`_flags`), not always `_spin_s`."""
 
     def __init__(
@@ -109,7 +111,10 @@ class CentralSampler(_ClusterSampler):
         ended: list = []
         run = _Collect(self._group, self.horizon, out, self.worker_cpus)
         try:  # signalled workers wait on this thread's wake-ups: short slices meanwhile
-            with short_slice() if run.signals else contextlib.nullcontext():
+            with (
+                short_slice() if run.signals else contextlib.nullcontext(),
+                _on_cpu(self._caller_cpu()),
+            ):
                 self._steps(run, steps, final_obs, ended)
         except BaseException:
             run.abort()
@@ -124,6 +129,18 @@ class CentralSampler(_ClusterSampler):
         )
         arrays = out.arrays()
         return self._make_batch(arrays.pop("obs"), arrays, extras, final_obs, ended)
+
+    def _caller_cpu(self) -> int | None:
+        """The CPU this thread collects on: the last pinned worker's (None: not pinned).
+
+        It wakes the workers in order, so the one that shares its CPU is woken last, after
+        every other is already running elsewhere (woken first, it could take the CPU before
+        the others are woken). Alternating groups step while this thread chooses: it stays
+        free to go where a worker waits.
+        """
+        if not self.worker_cpus or not self._pin_caller or self.alternating:
+            return None
+        return self.worker_cpus[max(self.worker_cpus)]
 
     def _steps(self, run: _Collect, steps: list, final_obs: dict, ended: list) -> None:
         """The collect's steps: each group's actions chosen while the other group steps."""
