@@ -133,6 +133,41 @@ def test_a_dqn_configs_priority_exponents_reach_the_replay_memory(capsys, tmp_pa
         assert not (tmp_path / key).exists()
 
 
+def test_weights_go_to_the_actors_every_batch_or_every_weights_every_env_steps():
+    from parl.samplers import SerialSampler
+    from parl_algos.train._runner import SamplerCollector
+
+    class Sender(SerialSampler):  # notes the env steps at each send
+        sent: list[int]
+
+        def sync_weights(self) -> None:
+            self.sent.append(self.env_steps)
+
+    class Left:
+        def sample(self, obs):
+            return [0] * len(obs)
+
+    every_batch = [0, 8, 16, 24, 32, 40]
+    for every, expected in ((0, every_batch), (20, [0, 24]), (8, every_batch)):
+        sampler = Sender(lambda: gym.make("CartPole-v1"), Left(), 1, 1, horizon=8)
+        sampler.sent = []
+        collector = SamplerCollector(sampler, weights_every=every)
+        for _ in range(6):
+            collector.collect(0)
+        assert sampler.sent == expected and collector.weights_sent == len(expected)
+        collector.close()
+
+
+def test_weights_every_is_refused_outside_the_replay_based_algorithms(capsys, tmp_path):
+    for argv, message in (
+        (["ppo/cartpole", "--train.weights_every", "100"], "PPO's actors get them before every"),
+        (["dqn/cartpole", "--train.weights_every", "-1"], "train.weights_every=-1 must be 0 or"),
+    ):
+        assert main([*argv, "--logdir", str(tmp_path / "r")]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_dqn_agent_on_actors_acts_with_the_learners_exploration():
     assert build("dqn/cartpole").acting is None  # single mode: the agent acts itself
     for mode in ("sync", "async"):

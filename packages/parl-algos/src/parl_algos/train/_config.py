@@ -60,6 +60,11 @@ class TrainSection(ScheduleArgs):
     backend: str = "xparl"
     """Where the actors run: 'xparl' (PARL's cluster) or 'ray' (a Ray cluster; `address` is
     what `ray.init` takes, none: a local Ray of actors + 1 CPUs)."""
+    weights_every: int = 0
+    """Replay-based algorithms (DQN's family, DDPG, TD3, SAC) in sync and async modes: env
+    steps between two sends of the learner's weights (and exploration) to the actors (0:
+    before every batch; Ape-X's actors fetch them every 400 frames, 100 steps of an Atari
+    game)."""
     checkpoint_every: int = 10_000
     """Env steps between two checkpoints (one is always written at the end)."""
     log_every: int = 1000
@@ -185,6 +190,14 @@ def check_config(config: Config) -> None:
             raise ConfigError(f"train.{key}={getattr(train, key)} must be at least 1")
     if train.eval_every < 0:
         raise ConfigError(f"train.eval_every={train.eval_every} must be 0 (never) or more")
+    if train.weights_every < 0:
+        raise ConfigError(f"train.weights_every={train.weights_every} must be 0 or more")
+    if train.weights_every and spec.family != "off_policy":
+        raise ConfigError(
+            f"train.weights_every={train.weights_every}: only the replay-based algorithms "
+            f"(DQN's family, DDPG, TD3, SAC) send weights less often; {spec.name}'s actors get "
+            "them before every batch (0)"
+        )
     if train.target_on not in TARGETS_ON:
         raise ConfigError(f"train.target_on={train.target_on!r}; allowed: {', '.join(TARGETS_ON)}")
     if train.target_on == "eval" and train.target_return is not None and not train.eval_every:

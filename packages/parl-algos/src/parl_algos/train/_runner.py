@@ -171,17 +171,26 @@ class SamplerCollector:
     """A sampler (`parl.samplers`) with the face of a `VectorCollector`, for `train_on_policy`.
 
     Each `collect` first sends the agent's weights to the sampler's workers (nothing for a
-    `SerialSampler`), then returns the sampler's next batch as a `Trajectory`. `offset` counts
-    the env steps of earlier sessions of the run, when a resumed run starts a fresh sampler.
+    `SerialSampler`), or with `weights_every` only once that many env steps passed since the
+    last send, then returns the sampler's next batch as a `Trajectory`. `offset` counts the env
+    steps of earlier sessions of the run, when a resumed run starts a fresh sampler.
 
     Args:
         sampler: a `SerialSampler` or `ParallelSampler` built with the agent.
         offset: env steps taken before this sampler's first.
+        weights_every: env steps between two sends of the weights (0: before every batch;
+            the first batch always gets them).
+
+    Attributes:
+        weights_sent: sends of the weights so far.
     """
 
-    def __init__(self, sampler: Any, *, offset: int = 0) -> None:
+    def __init__(self, sampler: Any, *, offset: int = 0, weights_every: int = 0) -> None:
         self.sampler = sampler
         self.offset = offset
+        self.weights_every = weights_every
+        self.weights_sent = 0
+        self._sent_at: int | None = None
 
     @property
     def env_steps(self) -> int:
@@ -190,7 +199,11 @@ class SamplerCollector:
 
     def collect(self, n_steps: int, act: Any = None) -> Trajectory:
         """The sampler's next batch (its own `horizon` steps, with its own agent)."""
-        self.sampler.sync_weights()
+        steps = self.sampler.env_steps
+        if self._sent_at is None or steps - self._sent_at >= self.weights_every:
+            self.sampler.sync_weights()
+            self.weights_sent += 1
+            self._sent_at = steps
         return Trajectory.from_batch(self.sampler.collect())
 
     def pop_episodes(self) -> list[Episode]:
@@ -770,7 +783,7 @@ def make_collector(config: Config, agent: Any) -> SamplerCollector:
         seed=train.seed,
         **options,
     )
-    return SamplerCollector(sampler)
+    return SamplerCollector(sampler, weights_every=train.weights_every)
 
 
 def _async_options(config: Config) -> dict[str, Any]:
