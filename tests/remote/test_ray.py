@@ -30,7 +30,7 @@ import parl_remote
 from parl_remote import RemoteActorDiedError, RemoteError, RemoteSerializeError, ResourceError
 from parl_remote._config import settings
 from tests.remote import test_api, test_failures, test_hardening, test_shipping_and_logs
-from tests.remote.conftest import one_ray_at_a_time, wait_until
+from tests.remote.conftest import init_test_ray, one_ray_at_a_time, wait_until
 
 pytestmark = pytest.mark.xdist_group("ray")
 
@@ -51,7 +51,8 @@ def ray_client(tmp_path_factory):
         # with the two cores busy).
         mp.setenv("RAY_worker_niceness", "0")
         try:
-            ray.init(
+            init_test_ray(
+                ray,
                 address="local",
                 num_cpus=2,
                 include_dashboard=False,
