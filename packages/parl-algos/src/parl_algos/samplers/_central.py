@@ -74,6 +74,7 @@ class CentralSampler(_ClusterSampler):
     step each way on the socket instead)."""
     _spin_adaptive = True
     _pin_caller = True
+    """With pinned workers, collect on the last one's CPU (`_caller_cpu`); False: left free."""
     """Spin about as long as the other side usually takes (`_flags`), not always `_spin_s`."""
 
     def __init__(
