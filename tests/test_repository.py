@@ -35,3 +35,22 @@ def test_no_parl_remote_module_over_500_lines():
     assert sizes, src
     too_long = {name: n for name, n in sizes.items() if n > 500}
     assert not too_long, f"split these modules (at most 500 lines each): {too_long}"
+
+
+def test_the_tests_marked_xdist_group_run_on_one_worker(request):
+    """Under pytest-xdist's `--dist loadgroup` (pyproject.toml), each marked test's node ID
+    carries its group: xdist's worker adds `@name`, by which its scheduler keeps a group on
+    one worker. pytest 9.2 with xdist 3.8 drops the suffix, and then the Ray modules' tests
+    spread over the workers, each starting a Ray and waiting for the other's lock."""
+    config = request.config
+    if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")):
+        pytest.skip("not a pytest-xdist worker under --dist loadgroup")
+    lost = [
+        item.nodeid
+        for item in request.session.items
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid
+    ]
+    assert not lost, (
+        f"{len(lost)} tests marked xdist_group lost their group (e.g. {lost[0]}) with pytest "
+        f"{pytest.__version__}: install requirements-dev.txt's pytest pin"
+    )

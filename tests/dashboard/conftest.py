@@ -16,7 +16,7 @@ import pytest
 from multidict import CIMultiDict
 
 from parl_remote import _cluster
-from tests.remote.conftest import Cluster, connected, free_port
+from tests.remote.conftest import Cluster, connected
 
 
 @dataclass
@@ -67,21 +67,22 @@ def start_dashboard_cluster(
     tmp_path, workers=(3,), *, host: str = "127.0.0.1", extra_env: dict | None = None
 ) -> DashboardCluster:
     """A master on `host` serving the dashboard on a free port, and `workers` on this machine."""
-    port = free_port()
     env = dict(
         os.environ,
         PARL_CLUSTER_TOKEN=secrets.token_hex(16),
         PARL_HOME=str(tmp_path / "parl-home"),
         **(extra_env or {}),
     )
-    cluster = DashboardCluster(f"127.0.0.1:{port}", port, env, str(tmp_path))
+    cluster = DashboardCluster("127.0.0.1:0", 0, env, str(tmp_path))
     try:
         cluster.master = _cluster.spawn(
             "parl_remote._master",
-            ["--host", host, "--port", str(port), "--monitor_port", "0"],
+            ["--host", host, "--port", "0", "--monitor_port", "0"],
             log=os.path.join(tmp_path, "master.log"),
             env=env,
         )
+        cluster.port = int(cluster.master.ready["port"])  # the master's choice: none can race
+        cluster.address = f"127.0.0.1:{cluster.port}"
         dashboard = cluster.master.ready.get("dashboard")
         assert dashboard, f"the master serves no dashboard:\n{cluster.log()}"
         cluster.url = f"http://127.0.0.1:{urlsplit(dashboard).port}/"

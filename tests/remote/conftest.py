@@ -91,6 +91,8 @@ class Cluster:
         return int(self.master.ready["dashboard"].rstrip("/").rpartition(":")[2])
 
     def start_master(self) -> _cluster.ProcessInfo:
+        """Start the master: on a port of its choosing the first time (port 0: no other
+        process can take the port between its choice and the bind), on the same one again."""
         self.master = _cluster.spawn(
             "parl_remote._master",
             ["--host", "127.0.0.1", "--port", str(self.port)]
@@ -98,6 +100,9 @@ class Cluster:
             log=os.path.join(self.logdir, "master.log"),
             env=self.env,
         )
+        if self.port == 0:
+            self.port = int(self.master.ready["port"])
+            self.address = f"127.0.0.1:{self.port}"
         return self.master
 
     def add_worker(
@@ -148,11 +153,10 @@ class Cluster:
 
 
 def make_cluster(tmp_path, workers=(2,), *, dashboard: bool = False, **env_overrides) -> Cluster:
-    port = free_port()
     token = secrets.token_hex(16)
     env = dict(os.environ, PARL_CLUSTER_TOKEN=token, PARL_HOME=str(tmp_path / "parl-home"))
     env.update({k: str(v) for k, v in env_overrides.items()})
-    cluster = Cluster(f"127.0.0.1:{port}", port, env, str(tmp_path), dashboard=dashboard)
+    cluster = Cluster("127.0.0.1:0", 0, env, str(tmp_path), dashboard=dashboard)
     try:
         cluster.start_master()
         for cpu_num in workers:
