@@ -21,7 +21,8 @@ LunarLander-v3) against Tianshou's C51 and Rainbow (`benchmarks/tianshou_runner.
 where Tianshou's algorithms differ by design) given the same hyperparameters and the same
 schedule, to the config's threshold within its cap, as `peers` does. Tianshou's collector acts
 without the noise of noisy layers, so its Rainbow gets the config's epsilon schedule;
-`--noise-only` gives it PARL's epsilon 0 instead.
+`--noise-only` gives it PARL's epsilon 0 instead, and `--noisy-epsilon` gives PARL's Rainbow
+the config's epsilon schedule besides its noise (`--agent.noisy_epsilon true`).
 
 `masked`: CartPole-v1 with the velocities masked out (`CartPoleNoVelocity-v1`), where a
 feed-forward Q-network has no way to know which way the pole moves: `parl-train
@@ -44,6 +45,7 @@ the whole command's seconds (the actors' start included).
     nice python benchmarks/dqn_peers.py tianshou --algos c51,rainbow --seeds 1,2,3
     nice python benchmarks/dqn_peers.py tianshou --envs acrobot --algos c51 --seeds 1
     nice python benchmarks/dqn_peers.py tianshou --algos rainbow --noise-only --seeds 1
+    nice python benchmarks/dqn_peers.py tianshou --envs lunarlander --algos rainbow --noisy-epsilon
 
 The peers run in virtual environments of their own, never dependencies of this repository:
 SB3 through `benchmarks/sb3_runner.py` (`--sb3-python`, or the venv `benchmarks/learning.py`
@@ -189,10 +191,16 @@ def _steps_cell(runs: list[dict], cap: int) -> str:
 
 
 def _peer_row(
-    name: str, peer: str, python: str, runner: str, args: argparse.Namespace, **extra: object
+    name: str,
+    peer: str,
+    python: str,
+    runner: str,
+    args: argparse.Namespace,
+    ours_flags: Sequence[str] = (),
+    **extra: object,
 ) -> str:
-    """One table row: config `name` through `parl-train` and through `runner` (its spec with
-    `extra`), seed by seed."""
+    """One table row: config `name` through `parl-train` (with `ours_flags`) and through
+    `runner` (its spec with `extra`), seed by seed."""
     from parl_algos.train import load_config
 
     config = load_config(name)
@@ -200,7 +208,8 @@ def _peer_row(
     threshold = config.train.target_return if args.threshold is None else args.threshold
     ours, peers = [], []
     for seed in args.seeds:
-        ours.append(run_to_threshold(name, to_threshold(threshold, cap, seed), args.timeout))
+        flags = [*to_threshold(threshold, cap, seed), *ours_flags]
+        ours.append(run_to_threshold(name, flags, args.timeout))
         print(f"{name} parl seed {seed}: {ours[-1]}", flush=True)
         peers.append(run_peer(name, seed, python, args.timeout, runner, threshold, **extra))
         print(f"{name} {peer} seed {seed}: {peers[-1]}", flush=True)
@@ -235,11 +244,15 @@ def run_tianshou(args: argparse.Namespace) -> str:
     lines, start = [], load()
     for env in [e for e in args.envs.split(",") if e in TIANSHOU_ENVS]:
         for algo in [a for a in TIANSHOU_ENVS[env] if a in args.algos.split(",")]:
-            peer, extra = "Tianshou C51", {}
+            peer, extra, ours = "Tianshou C51", {}, []
             if algo == "rainbow":
                 peer, extra = "Tianshou Rainbow", {"noise_only": args.noise_only}
                 peer += " (epsilon 0, noise only)" if args.noise_only else " (epsilon schedule)"
-            row = _peer_row(f"{algo}/{env}", peer, python, TIANSHOU_RUNNER, args, **extra)
+                ours = ["--agent.noisy_epsilon", "true"] if args.noisy_epsilon else []
+            name = f"{algo}/{env}"
+            row = _peer_row(name, peer, python, TIANSHOU_RUNNER, args, ours, **extra)
+            if ours:
+                row = row.replace(f"`{name}`", f"`{name} --agent.noisy_epsilon true`", 1)
             lines.append(row)
     return _peer_table(f"Tianshou {TIANSHOU_VERSION}", start, lines, args)
 
@@ -341,6 +354,12 @@ def main() -> None:
         action="store_true",
         help="tianshou: Tianshou's Rainbow with epsilon 0 after the warm-up, as PARL's (its "
         "collector acts without the noise; by default it gets the config's epsilon schedule)",
+    )
+    parser.add_argument(
+        "--noisy-epsilon",
+        action="store_true",
+        help="tianshou: PARL's Rainbow with the config's epsilon schedule besides its noise "
+        "(--agent.noisy_epsilon true), as Tianshou's acts by default",
     )
     parser.add_argument(
         "--threshold",

@@ -133,6 +133,28 @@ def test_a_dqn_configs_priority_exponents_reach_the_replay_memory(capsys, tmp_pa
         assert not (tmp_path / key).exists()
 
 
+def test_noisy_epsilon_gives_a_noisy_network_the_epsilon_schedule_in_every_mode():
+    schedule = ("agent.exploration_fraction", "0.5"), ("agent.eps_end", "0.1")
+    agent = build("rainbow/cartpole", *schedule).agent
+    assert (agent.eps_start, agent.eps_end) == (0.0, 0.0)  # the noise alone explores
+    agent = build("rainbow/cartpole", *schedule, ("agent.noisy_epsilon", "true")).agent
+    assert (agent.eps_start, agent.eps_end) == (1.0, 0.1)
+    assert agent.alg.noisy
+    # On actors: the sync schedule's epsilon and Ape-X's per-actor ones, past the warm-up.
+    for mode in ("sync", "async"):
+        for noisy_epsilon, positive in (("false", False), ("true", True)):
+            overrides = (*schedule, ("train.mode", mode), ("agent.noisy_epsilon", noisy_epsilon))
+            acting = build("rainbow/cartpole", *overrides).acting
+            acting.env_steps = acting.learning_starts + 10
+            acting.actors = {7: 0, 8: 1}
+            epsilons = (
+                [acting.scheduled_epsilon()]
+                if mode == "sync"
+                else list(acting.actor_epsilons().values())
+            )
+            assert all((e > 0) == positive for e in epsilons), (mode, noisy_epsilon, epsilons)
+
+
 def test_weights_go_to_the_actors_every_batch_or_every_weights_every_env_steps():
     from parl.samplers import SerialSampler
     from parl_algos.train._runner import SamplerCollector

@@ -258,6 +258,10 @@ class DQNSection(ReplayArgs):
     """Steps of each stored transition's return (n-step learning)."""
     noisy: bool = False
     """Noisy layers in the Q-network's head explore instead of epsilon."""
+    noisy_epsilon: bool = False
+    """With noisy layers, act epsilon-greedily too, on the same schedule as without them
+    (exploration_fraction, eps_end; in async mode the actors' Ape-X epsilons), as Tianshou's
+    Rainbow does; by default (the Rainbow paper's) the noise alone explores: epsilon 0."""
     distributional: str | None = None
     """None, 'c51' (a categorical return distribution) or 'qr' (quantile regression)."""
     n_atoms: int | None = None
@@ -520,11 +524,12 @@ def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Le
     except ValueError as exc:
         raise ConfigError(f"[agent] of {config.algorithm}: {exc}") from None
     decay = max(int(a.exploration_fraction * train.total_steps) - a.learning_starts, 1)
+    noise_only = a.noisy and not a.noisy_epsilon  # noisy networks explore with their noise
     agent = DQNAgent(
         alg,
         n_actions,
-        eps_start=0.0 if a.noisy else 1.0,  # noisy networks explore with their noise
-        eps_end=0.0 if a.noisy else a.eps_end,
+        eps_start=0.0 if noise_only else 1.0,
+        eps_end=0.0 if noise_only else a.eps_end,
         eps_decay_steps=decay,
         seed=train.seed,
     )
@@ -550,7 +555,7 @@ def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Le
             mode=train.mode,
             actors=train.actors,
             learning_starts=a.learning_starts,
-            noisy=a.noisy,
+            noisy=noise_only,
             apex_eps=a.apex_eps,
             apex_alpha=a.apex_alpha,
         )
