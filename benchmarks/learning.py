@@ -43,6 +43,7 @@ repository.
     nice python benchmarks/learning.py --tasks marl --marl-env simple_speaker_listener
     nice python benchmarks/learning.py --tasks mujoco --seeds 1       # needs parl-algos[mujoco]
     nice python benchmarks/learning.py --tasks atari --seeds 1        # ~1 hour a seed
+    python benchmarks/learning.py --tasks apex-rate --seeds 1         # ~15 min, a quiet machine
 
 Two sections measure returns rather than steps to a threshold. `offline` makes one Pendulum
 dataset (`examples/offline_pendulum`: SAC trains online, a noisy copy of it collects it), then
@@ -74,6 +75,8 @@ second of training and seconds until the mean of the last 10 training returns fi
 `PARL_BENCH_ATARI_THRESHOLD` (default 500), each as a ratio to single-process DQN's from the
 same invocation. `PARL_BENCH_ATARI_STEPS` shortens the runs (a check of rates: `3000` with
 `PARL_BENCH_ATARI_FLAGS="--agent.learning_starts 1000"`, so that learning starts).
+`apex-rate` measures only the rates, on shorter runs (12k env steps): single mode, Ape-X, and
+Ape-X sending the weights every 100 env steps (`--train.weights_every 100`).
 """
 
 from __future__ import annotations
@@ -469,13 +472,20 @@ PARL_TRAIN = os.path.join(os.path.dirname(sys.executable), "parl-train")
 
 
 def run_parl_train(
-    config: str, flags: Sequence[str], timeout: float, *, curve: bool = False
+    config: str,
+    flags: Sequence[str],
+    timeout: float,
+    *,
+    curve: bool = False,
+    rate_from: int | None = None,
 ) -> dict:
     """One `parl-train` run in its own process; its `RunResult`, from the run's log.
 
     `curve`: also the run's progress.csv as `curve`, `[env_step, mean of the last 10 training
     returns]` of each row where an episode had ended, and `train_seconds`, the seconds of
     training at its last row (before the final checkpoint, which `seconds` includes).
+    `rate_from`: also `rate`, env steps per second between progress.csv's first row at or
+    past that env step and its last row.
     """
     with tempfile.TemporaryDirectory() as logdir:
         start = time.perf_counter()
@@ -497,6 +507,10 @@ def run_parl_train(
             [int(r["env_step"]), float(r["mean_return"])] for r in rows if r["mean_return"]
         ]
         extra["train_seconds"] = float(rows[-1]["seconds"])
+    if rate_from is not None:
+        first = next(r for r in rows if int(r["env_step"]) >= rate_from)
+        steps = int(rows[-1]["env_step"]) - int(first["env_step"])
+        extra["rate"] = steps / (float(rows[-1]["seconds"]) - float(first["seconds"]))
     return {
         "reached_at": None if reached == "None" else int(reached),
         "reached_seconds": None if reached == "None" else float(fields["reached_seconds"]),
@@ -680,6 +694,64 @@ def run_atari(seeds: Sequence[int], timeout: float, json_path: str | None = None
     return "\n".join(lines)
 
 
+APEX_RATE_STEPS = int(os.environ.get("PARL_BENCH_APEX_RATE_STEPS", "12000"))
+APEX_RATE_FROM = int(os.environ.get("PARL_BENCH_APEX_RATE_FROM", "3000"))
+APEX_RATE_STARTS = int(os.environ.get("PARL_BENCH_APEX_RATE_STARTS", "1000"))
+APEX_WEIGHTS_EVERY = 100  # Ape-X's 400 frames
+
+
+def run_apex_rate(seeds: Sequence[int], timeout: float, json_path: str | None = None) -> str:
+    """Ape-X's env steps per second on Atari frames beside one process, and with fewer sends.
+
+    Each seed runs `parl-train dqn/roadrunner` three ways, one after the other: `single`
+    mode, `--mode async --actors 2` (Ape-X, the learner's weights to an actor after each of
+    its batches) and the same with `--train.weights_every 100` (Ape-X's 400 frames), each for
+    `PARL_BENCH_APEX_RATE_STEPS` env steps (default 12k) with learning from
+    `PARL_BENCH_APEX_RATE_STARTS` (default 1000) on, no evaluation and no checkpoint before
+    the end. The rate is taken between progress.csv's first row at or past
+    `PARL_BENCH_APEX_RATE_FROM` (default 3000: past the warm-up and the actors' start) and
+    its last row, and given as a ratio to single mode's of the same seed.
+    """
+    common = ["--train.total_steps", str(APEX_RATE_STEPS), "--train.eval_every", "0"]
+    common += ["--agent.learning_starts", str(APEX_RATE_STARTS)]
+    common += ["--train.checkpoint_every", str(APEX_RATE_STEPS)]
+    apex = ["--mode", "async", "--actors", str(ATARI_ACTORS)]
+    kinds = {
+        "single": ["--mode", "single"],
+        "Ape-X": apex,
+        f"Ape-X, weights every {APEX_WEIGHTS_EVERY}": [
+            *apex,
+            "--train.weights_every",
+            str(APEX_WEIGHTS_EVERY),
+        ],
+    }
+    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+    loads = [os.getloadavg()[0]]
+    for seed in seeds:
+        for kind, flags in kinds.items():
+            run = run_parl_train(
+                ATARI_CONFIGS["DQN"], [*common, *flags, "--train.seed", str(seed)], timeout,
+                rate_from=APEX_RATE_FROM,
+            )  # fmt: skip
+            rates[kind].append(run["rate"])
+            loads.append(os.getloadavg()[0])
+            print(f"apex-rate {kind} seed {seed}: {run['rate']:.1f} env steps/s", flush=True)
+    _dump(json_path, "apex-rate", rates)
+    lines = [
+        f"\n`dqn/roadrunner`, {APEX_RATE_STEPS / 1000:g}k env steps a run, learning from "
+        f"{APEX_RATE_STARTS}; env steps per second from env step {APEX_RATE_FROM} to the end, "
+        f"seeds {','.join(map(str, seeds))}; load average {min(loads):.1f}-{max(loads):.1f} "
+        "(1 minute, between runs)\n",
+        "| run | env steps / s (each seed) | x single (median) |",
+        "|---|---|---|",
+    ]
+    for kind, values in rates.items():
+        ratio = statistics.median(v / s for v, s in zip(values, rates["single"], strict=True))
+        each = ", ".join(f"{v:.1f}" for v in values)
+        lines.append(f"| {kind} | {each} | {ratio:.2f}x |")
+    return "\n".join(lines)
+
+
 def _draw_curves(runs: dict[str, list[dict]], path: str) -> None:
     """Each run's curve faintly, the mean over seeds (at the steps every seed has) in bold."""
     import matplotlib
@@ -708,6 +780,7 @@ def _draw_curves(runs: dict[str, list[dict]], path: str) -> None:
 
 
 SECTIONS = {"offline": run_offline, "marl": run_marl, "mujoco": run_mujoco, "atari": run_atari}
+SECTIONS["apex-rate"] = run_apex_rate
 
 
 def main() -> None:
