@@ -9,7 +9,7 @@ import torch
 
 from parl.algorithms import C51, DDQN, DQN, QRDQN, DuelingDQN, Rainbow
 from parl_algos.functional import categorical_projection, quantile_huber_loss
-from parl_algos.nets import DuelingHead, NoisyLinear, QHead, QNetwork, reset_noise
+from parl_algos.nets import DuelingHead, NoisyLinear, QHead, QNetwork, noise_free, reset_noise
 
 SUPPORT = torch.tensor([0.0, 1.0, 2.0])  # v_min 0, v_max 2, delta z 1
 
@@ -205,6 +205,33 @@ def test_noisy_learning_draws_new_noise_and_evaluation_is_deterministic():
     first = alg.predict(obs)
     reset_noise(model)
     torch.testing.assert_close(alg.predict(obs), first)
+
+
+def test_acting_noise_free_uses_the_means_and_gives_the_mode_back():
+    from parl_algos.agents import DQNAgent
+
+    torch.manual_seed(0)
+    model = QNetwork(4, 3, (8,), dueling=True, noisy=True)
+    dropout = torch.nn.Dropout(0.5)  # not a noisy layer: keeps its mode
+    model.add_module("extra", dropout)
+    obs = _batch(256)[0]
+    model.eval()
+    means = model(obs)
+    model.train()
+    noisy = model(obs)
+    assert means.argmax(dim=1).tolist() != noisy.argmax(dim=1).tolist()
+    with noise_free(model):
+        torch.testing.assert_close(model(obs), means)
+        assert dropout.training and not model.head.advantage.training
+    assert model.head.advantage.training and model.training
+    torch.testing.assert_close(model(obs), noisy)
+    # The agent's greedy action (epsilon 0) on the means, or on the noise.
+    for act_with_noise, q in ((False, means), (True, noisy)):
+        alg = DQN(model, lr=1e-3, noisy=True, dueling=True)
+        agent = DQNAgent(alg, 3, eps_start=0.0, eps_end=0.0, act_with_noise=act_with_noise)
+        actions = [agent.sample(o.numpy()) for o in obs]
+        assert actions == q.argmax(dim=1).tolist()
+        assert model.training
 
 
 # Learning to a threshold: `examples/dqn/train.py` with each member's flags and a light

@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from parl.utils import PrioritizedReplayMemory
@@ -153,6 +154,30 @@ def test_noisy_epsilon_gives_a_noisy_network_the_epsilon_schedule_in_every_mode(
                 else list(acting.actor_epsilons().values())
             )
             assert all((e > 0) == positive for e in epsilons), (mode, noisy_epsilon, epsilons)
+
+
+def test_noisy_acting_false_acts_on_the_means_everywhere_and_needs_epsilon(capsys, tmp_path):
+    eps = ("agent.noisy_epsilon", "true")
+    assert build("rainbow/cartpole").agent.act_with_noise
+    means = ("agent.noisy_acting", "false")
+    assert not build("rainbow/cartpole", eps, means).agent.act_with_noise
+    obs = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+    for act_with_noise, noise in ((True, "true"), (False, "false")):
+        overrides = (eps, ("agent.noisy_acting", noise), ("train.mode", "async"))
+        acting = build("rainbow/cartpole", *overrides).acting
+        assert acting.act_with_noise is act_with_noise
+        acting.epsilon = 0.0
+        first, again = acting.sample(obs)[1]["q"], acting.sample(obs)[1]["q"]
+        # A copy draws new noise for every batch of actions, or acts on the means.
+        assert np.array_equal(first, again) is not act_with_noise
+        acting.agent.alg.model.eval()
+        means = acting.sample(obs)[1]["q"]
+        acting.agent.alg.model.train()
+        assert np.allclose(first, means) is not act_with_noise
+    argv = ["rainbow/cartpole", "--agent.noisy_acting", "false", "--logdir", str(tmp_path / "r")]
+    assert main(argv) == 2
+    assert "agent.noisy_acting = false acts on the noisy layers' means" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
 
 
 def test_weights_go_to_the_actors_every_batch_or_every_weights_every_env_steps():

@@ -32,6 +32,7 @@ from parl_algos.ddpg import DDPG, DDPGStats
 from parl_algos.dqn import DQN, DQNStats
 from parl_algos.impala import IMPALA, IMPALAStats
 from parl_algos.iql import IQL, IQLStats
+from parl_algos.nets import noise_free
 from parl_algos.ppo import PPO, PPOStats
 from parl_algos.rollout import AdvantageBatch, Trajectory, compute_advantages
 from parl_algos.sac import SAC, SACStats
@@ -132,6 +133,9 @@ class DQNAgent(parl.Agent):
         eps_end: exploration rate after the decay.
         eps_decay_steps: `sample` calls over which epsilon decays.
         seed: seed of the exploration.
+        act_with_noise: a noisy network's `sample` acts with its current noise (the Rainbow
+            paper's); False: with its means (`parl_algos.nets.noise_free`), so that epsilon
+            alone explores.
     """
 
     _state_attrs: ClassVar[tuple[str, ...]] = ("sample_steps", "learn_steps")
@@ -145,6 +149,7 @@ class DQNAgent(parl.Agent):
         eps_end: float = 0.05,
         eps_decay_steps: int = 10_000,
         seed: int | None = None,
+        act_with_noise: bool = True,
     ) -> None:
         if not isinstance(algorithm, DQN):
             raise TypeError(f"DQNAgent drives DQN, got {type(algorithm).__name__}")
@@ -155,6 +160,7 @@ class DQNAgent(parl.Agent):
         self.eps_decay_steps = max(int(eps_decay_steps), 1)
         self.sample_steps = 0
         self.learn_steps = 0
+        self.act_with_noise = act_with_noise
         self._rng = np.random.default_rng(seed)
 
     @property
@@ -169,7 +175,10 @@ class DQNAgent(parl.Agent):
         self.sample_steps += 1
         if self._rng.random() < eps:
             return int(self._rng.integers(self.n_actions))
-        return self.predict(obs)
+        if self.act_with_noise:
+            return self.predict(obs)
+        with noise_free(self.alg.model):
+            return self.predict(obs)
 
     def predict(self, obs: np.ndarray) -> int:
         """The action of the largest Q-value (evaluation)."""

@@ -10,9 +10,10 @@ for stacked Atari frames.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +34,7 @@ __all__ = [
     "QNetwork",
     "ValueMLP",
     "mlp",
+    "noise_free",
     "reset_noise",
 ]
 
@@ -251,6 +253,23 @@ def reset_noise(module: nn.Module) -> None:
     for m in module.modules():
         if isinstance(m, NoisyLinear):
             m.reset_noise()
+
+
+@contextlib.contextmanager
+def noise_free(module: nn.Module) -> Iterator[None]:
+    """Within the block, every `NoisyLinear` of `module` in training mode uses its means only.
+
+    How a noisy network acts greedily on its means (as Tianshou's collector acts with its
+    Rainbow in evaluation mode) while the rest of `module` keeps its mode.
+    """
+    layers = [m for m in module.modules() if isinstance(m, NoisyLinear) and m.training]
+    for m in layers:
+        m.train(False)
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.train(True)
 
 
 def _linear(in_features: int, out_features: int, noisy: bool) -> nn.Module:

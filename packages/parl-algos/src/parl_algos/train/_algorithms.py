@@ -260,8 +260,12 @@ class DQNSection(ReplayArgs):
     """Noisy layers in the Q-network's head explore instead of epsilon."""
     noisy_epsilon: bool = False
     """With noisy layers, act epsilon-greedily too, on the same schedule as without them
-    (exploration_fraction, eps_end; in async mode the actors' Ape-X epsilons), as Tianshou's
-    Rainbow does; by default (the Rainbow paper's) the noise alone explores: epsilon 0."""
+    (exploration_fraction, eps_end; in async mode the actors' Ape-X epsilons); by default (the
+    Rainbow paper's) the noise alone explores: epsilon 0."""
+    noisy_acting: bool = True
+    """With noisy layers, act with their noise (the Rainbow paper's); false: on their means,
+    as Tianshou's collector acts with its Rainbow (with noisy_epsilon, epsilon alone explores;
+    the updates stay noisy)."""
     distributional: str | None = None
     """None, 'c51' (a categorical return distribution) or 'qr' (quantile regression)."""
     n_atoms: int | None = None
@@ -532,6 +536,7 @@ def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Le
         eps_end=0.0 if noise_only else a.eps_end,
         eps_decay_steps=decay,
         seed=train.seed,
+        act_with_noise=a.noisy_acting,
     )
     # Observations are stored as they come: Atari's frames as uint8, vectors as float32.
     stored = dict(obs_dtype=obs_space.dtype, seed=train.seed)
@@ -558,6 +563,7 @@ def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Le
             noisy=noise_only,
             apex_eps=a.apex_eps,
             apex_alpha=a.apex_alpha,
+            act_with_noise=a.noisy_acting,
         )
 
     def after_step(step: int) -> None:
@@ -597,6 +603,11 @@ def _check_dqn(config: Config) -> None:
         raise ConfigError(f"agent.priority_alpha={a.priority_alpha} must be non-negative")
     if not 0.0 <= a.priority_beta <= 1.0:
         raise ConfigError(f"agent.priority_beta={a.priority_beta} must be in [0, 1]")
+    if a.noisy and not a.noisy_acting and not a.noisy_epsilon:
+        raise ConfigError(
+            "agent.noisy_acting = false acts on the noisy layers' means: nothing would explore "
+            "past the warm-up; set agent.noisy_epsilon = true as well"
+        )
     if config.env.atari:
         _check_atari(config.env.id)
 

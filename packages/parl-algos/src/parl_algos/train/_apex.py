@@ -10,7 +10,10 @@ and sends it with the weights, so that exploration follows the run, not each wor
   https://arxiv.org/abs/1803.00933): actor `i` of `N` keeps `eps_i = eps ** (1 + alpha * i /
   (N - 1))` for the whole run (`parl_algos.r2d2.apex_epsilons`), past the warm-up.
 
-With noisy networks (Rainbow) the noise explores and epsilon is 0 after the warm-up.
+With noisy networks (Rainbow) the noise explores and epsilon is 0 after the warm-up; each
+copy draws new noise for every batch of actions (the learner's draws stay the learner's). With
+`act_with_noise=False` a copy acts on the layers' means and epsilon explores (the schedules
+above, as without noisy layers).
 Each copy returns, beside its actions, the Q-values it acted on (`q`; a distributional
 network's outputs too, `out`) and its own id (`actor`, drawn from the worker's seeded
 generator): the learner numbers the actors by the order their first rollouts arrive and
@@ -38,6 +41,7 @@ import torch
 
 from parl.utils import NStepAdder, PrioritizedReplayMemory
 from parl_algos._common import to_tensor
+from parl_algos.nets import noise_free, reset_noise
 from parl_algos.r2d2 import apex_epsilons
 from parl_algos.rollout import Trajectory
 
@@ -58,6 +62,8 @@ class QActing:
         actors: how many actors (the `N` of Ape-X's epsilons).
         learning_starts: env steps (all actors together) of uniformly random actions.
         noisy: the network explores with its noise (epsilon 0 after the warm-up).
+        act_with_noise: a noisy network acts with noise, drawn afresh for every batch of
+            actions; False: on its means (give `noisy=False` then: epsilon explores).
         apex_eps: Ape-X's base epsilon.
         apex_alpha: Ape-X's exponent.
     """
@@ -72,6 +78,7 @@ class QActing:
         noisy: bool = False,
         apex_eps: float = 0.4,
         apex_alpha: float = 7.0,
+        act_with_noise: bool = True,
     ) -> None:
         if mode not in ("sync", "async"):
             raise ValueError(f"QActing: {mode=} must be 'sync' or 'async'")
@@ -79,6 +86,7 @@ class QActing:
         self.mode = mode
         self.learning_starts = learning_starts
         self.noisy = noisy
+        self.act_with_noise = act_with_noise
         self.epsilons = [float(e) for e in apex_epsilons(actors, apex_eps, apex_alpha)]
         self.env_steps = 0
         """Learner: the run's env steps, which the `sync` schedule reads."""
@@ -130,7 +138,15 @@ class QActing:
         """
         actor, rng = self._own()
         alg = self.agent.alg
-        out = alg.model(to_tensor(obs, self.agent.device))
+        x = to_tensor(obs, self.agent.device)
+        if not alg.noisy:
+            out = alg.model(x)
+        elif self.act_with_noise:
+            reset_noise(alg.model)
+            out = alg.model(x)
+        else:
+            with noise_free(alg.model):
+                out = alg.model(x)
         q = alg.q_values(out).cpu().numpy()
         actions = q.argmax(axis=1)
         explore = rng.random(len(obs)) < self.epsilon
