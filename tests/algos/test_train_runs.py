@@ -6,7 +6,8 @@ executable itself), with a budget of a few hundred env steps. The
 sync and async runs of every shipped config share one real cluster of the module (`--address`),
 whose warm actor processes have already imported what the actors need; an embedded cluster a
 run (what `parl-train` starts without `--address`) costs seconds of start each. Two of them
-(`ON_AN_EMBEDDED_CLUSTER`) and the sync and async resume tests run on embedded clusters.
+(`ON_AN_EMBEDDED_CLUSTER`, A2C's in the slow suite) and the sync and async resume tests run on
+embedded clusters.
 """
 
 from __future__ import annotations
@@ -97,24 +98,28 @@ def rows(logdir: Path) -> list[dict[str, str]]:
 ON_ACTORS_SLOW = {"ddqn/cartpole", "duelingdqn/cartpole", "c51/cartpole", "qrdqn/cartpole"}
 ON_ACTORS_SLOW |= {f"{a}/{e}" for a in ("dqn", "qrdqn") for e in ("acrobot", "lunarlander")}
 ON_ACTORS_SLOW |= {f"{a}/{e}" for a in ("c51", "rainbow") for e in ("acrobot", "lunarlander")}
-# The Atari configs run the same loops on frames: single mode here, Ape-X on them in
-# test_train_atari's slow test.
+# The Atari configs run the same loops on frames: single mode in test_train_atari (and here in
+# the slow suite), Ape-X on them in test_train_atari's slow test.
 ON_ACTORS_SLOW |= {"dqn/roadrunner", "rainbow/roadrunner"}
 # Likewise a loop's second config on actors: PPO's on Hopper (its CartPole runs in the default
 # suite), the multi-agent ones (sync mode on actors is held to single mode's rows, run for run,
-# by test_train_marl_offline), and DDPG and TD3 in async mode (SAC's loop).
+# by test_train_marl_offline), and DDPG and TD3 in sync and async modes (SAC's loop).
 ON_ACTORS_SLOW |= {"ppo/hopper", "maddpg/simple_spread", "maddpg/simple_adversary"}
 ON_ACTORS_SLOW |= {"mappo/simple_spread", "mappo/simple_adversary", "qmix/simple_spread"}
 # simple_speaker_listener runs simple_spread's multi-agent loops with other agents' sizes.
 ON_ACTORS_SLOW |= {"maddpg/simple_speaker_listener", "mappo/simple_speaker_listener"}
-SLOW_MODES = {("ddpg/pendulum", "async"), ("td3/pendulum", "async")}
+SLOW_MODES = {(n, m) for n in ("ddpg/pendulum", "td3/pendulum") for m in ("sync", "async")}
+# A2C's sync mode is PPO's loop (ppo/cartpole runs it here); on an embedded cluster, as the
+# resume tests' sync and async runs.
+SLOW_MODES.add(("a2c/cartpole", "sync"))
 # In one process too, the DQN family's members run the loop of `dqn/cartpole` (their options
 # all at once in `rainbow/cartpole`, the distributional heads in `c51/cartpole` and
-# `qrdqn/cartpole`, frames in `dqn/roadrunner` and test_train_atari); the other members'
-# configs run here in the slow suite (test_train_config loads every one in the default suite).
+# `qrdqn/cartpole`, frames in test_train_atari, which runs `dqn/roadrunner`'s loop); the other
+# members' configs run here in the slow suite (test_train_config loads every one in the default
+# suite).
 SLOW_SINGLE = {"ddqn/cartpole", "duelingdqn/cartpole", "dqn/acrobot", "c51/acrobot"}
 SLOW_SINGLE |= {"qrdqn/acrobot", "qrdqn/lunarlander", "rainbow/acrobot", "rainbow/roadrunner"}
-SLOW_SINGLE |= {"c51/lunarlander", "rainbow/lunarlander"}
+SLOW_SINGLE |= {"c51/lunarlander", "rainbow/lunarlander", "dqn/roadrunner"}
 
 
 def _slow(name: str, mode: str) -> bool:
