@@ -24,7 +24,7 @@ import textwrap
 import psutil
 import pytest
 
-from tests.remote.conftest import free_port, one_ray_at_a_time, wait_until
+from tests.remote.conftest import free_ports, one_ray_at_a_time, wait_until
 
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
 
@@ -89,17 +89,13 @@ def ray_start(tmp_path_factory):
             f.write(secrets.token_hex(32))
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         env.update(RAY_TMPDIR=tmp, HOME=home, RAY_USAGE_STATS_ENABLED="0", RAY_worker_niceness="0")
-        port, client_port = free_port(), free_port()
-        ports = {
-            "--port": port,
-            "--ray-client-server-port": client_port,
-            "--node-manager-port": free_port(),
-            "--object-manager-port": free_port(),
-            "--metrics-export-port": free_port(),
-            "--dashboard-agent-listen-port": free_port(),
-            "--dashboard-agent-grpc-port": free_port(),
-            "--runtime-env-agent-port": free_port(),
-        }
+        # Every component's port, all different (Ray refuses to start on a port given twice).
+        flags = ["--port", "--ray-client-server-port", "--node-manager-port"]
+        flags += ["--object-manager-port", "--metrics-export-port"]
+        flags += ["--dashboard-agent-listen-port", "--dashboard-agent-grpc-port"]
+        flags += ["--runtime-env-agent-port"]
+        ports = dict(zip(flags, free_ports(len(flags)), strict=True))
+        port, client_port = ports["--port"], ports["--ray-client-server-port"]
         ray = os.path.join(os.path.dirname(sys.executable), "ray")
         command = [ray, "start", "--head", "--block", "--node-ip-address=127.0.0.1"]
         command += ["--num-cpus=1", "--include-dashboard=false", f"--temp-dir={tmp}/ray"]
