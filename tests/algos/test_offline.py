@@ -297,7 +297,10 @@ def test_cql_beats_behaviour_cloning_on_a_noisy_sac_dataset(sac_dataset_path):
     model = ContinuousActorCriticMLP(3, 1, (64, 64), stochastic=True, twin=True)
     lrs = dict(actor_lr=3e-4, critic_lr=3e-4, alpha_lr=3e-4)
     cql = ContinuousAgent(CQL(model, num_sampled_actions=4, **lrs))
-    cql_return = _train_offline(cql, scale_rewards(dataset, 0.1, seed=0), 3_000)
+    cql_return = _train_offline(cql, scale_rewards(dataset, 0.1, seed=0), 6_000)
     print(f"data {dataset.episode_returns().mean():.0f}, BC {bc_return:.0f}, CQL {cql_return:.0f}")
-    assert cql_return > bc_return + 150  # measured: data -610, BC -600, CQL -223
+    # Measured: data -610, BC -600, CQL -223 after 3k updates on one kind of CPU; on a second,
+    # whose float kernels make the SAC run and so the data part ways, data -526, BC -341 (-315
+    # after 6k), CQL -324 after 3k and -144 after 4.5k and 6k.
+    assert cql_return > bc_return + 150
     assert cql_return > -400
