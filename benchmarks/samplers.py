@@ -32,11 +32,16 @@ have them, `pip install -c constraints.txt "gymnasium[mujoco]" stable-baselines3
     python benchmarks/samplers.py --tasks CartPole-v1 --fixed-spin   # adaptive spin against 50 µs
     python benchmarks/samplers.py --tasks CartPole-v1 --unpinned --caller-free  # CPU pinning
     python benchmarks/samplers.py --zero-copy --seconds 5   # shared batches against copies only
+    python benchmarks/samplers.py --ceiling --tasks ALE/Pong-v5   # against 2 plain processes
 
 `--zero-copy` measures only `ParallelSampler`'s batches in shared memory (its workers write
 into the batch) against its copy path (the caller copies every worker's rollout into a fresh
 batch), one sampler switching path every turn, with a one-process `SyncVectorEnv` taking turns
-too, random actions, on each task.
+too, random actions, on each task. `--ceiling` measures only what two cores give over one on
+each task with no framework at all (two plain processes of 8 envs against one of 16, each
+answering a pipe's request for `HORIZON` random steps) beside `ParallelSampler` 2x8 against a
+one-process `SyncVectorEnv`, the four taking turns: a target over `SyncVectorEnv` above the
+machine's own ceiling cannot be met by any framework.
 """
 
 from __future__ import annotations
@@ -413,33 +418,6 @@ def zero_copy_over_copy(env_fn, make_agent, seconds: float, repeat: int) -> list
     return [(shared / copy, shared / sync, copy / sync) for sync, shared, copy in rates]
 
 
-def zero_copy(tasks: list, seconds: float, repeat: int) -> None:
-    """The `--zero-copy` table: each task's `zero_copy_over_copy`, random actions."""
-    results = []
-    for name, env_fn, *_ in tasks:
-        probe = env_fn()
-        space = probe.action_space
-        probe.close()
-        before = load()
-        lines = zero_copy_over_copy(env_fn, lambda space=space: RandomAgent(space), seconds, repeat)
-        results.append((name, lines, f"{before} -> {load()}"))
-        columns = "; ".join(spread(list(values)) for values in zip(*lines, strict=True))
-        print(f"{name:14} shared / copy; shared / sync; copy / sync: {columns}", flush=True)
-    print()
-    print(
-        f"ParallelSampler 2x8, random actions, by turns, median of {repeat} repetitions "
-        "(each repetition's ratio in brackets):"
-    )
-    print("| task | shared / copy | shared / SyncVectorEnv | copy / SyncVectorEnv | load |")
-    print("|---|---:|---:|---:|---|")
-    for name, lines, loads in results:
-        cells = [
-            f"{statistics.median(values):.2f}x ({spread(values)})"
-            for values in zip(*lines, strict=True)
-        ]
-        print(f"| {name} | " + " | ".join(cells) + f" | {loads} |")
-
-
 def compare_line(rates: dict[str, list[float]], i: int) -> tuple[float, ...]:
     """Repetition `i`'s rate of each `COMPARED` sampler but the first over ParallelSampler's."""
     parallel = rates["ParallelSampler 2x8"][i]
@@ -532,6 +510,132 @@ def plain_rate(env_fn, processes: int, n: int, seconds: float) -> float:
     for p in procs:
         p.join(timeout=30)
     return sum(rates)
+
+
+def _plain_server(env_fn, n: int, seed: int, conn) -> None:
+    """A plain process of `n` envs that takes `HORIZON` random steps of each per request."""
+    envs = [env_fn() for _ in range(n)]
+    agent = RandomAgent(envs[0].action_space, seed)
+    obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
+    conn.send(True)
+    while conn.recv():
+        for _ in range(HORIZON):
+            for j, (env, action) in enumerate(zip(envs, agent.sample(obs), strict=True)):
+                obs[j], _, terminated, truncated, _ = env.step(action)
+                if terminated or truncated:
+                    obs[j] = env.reset()[0]
+        conn.send(HORIZON * n)
+    for env in envs:
+        env.close()
+
+
+@contextlib.contextmanager
+def plain_side(env_fn, processes: int, n: int) -> Iterator[Callable[[], int]]:
+    """`processes` plain processes of `n` envs each, as a side of `rates_by_turns`.
+
+    No framework: each call sends every process one request over a pipe, and each takes
+    `HORIZON` steps of its envs with random actions (numpy's generator, as `RandomAgent`) and
+    answers. Two processes of 8 envs against one of 16, by turns, is the machine's own
+    ceiling for a two-worker sampler on this task.
+    """
+    ctx = mp.get_context("spawn")
+    pipes, procs = [], []
+    try:
+        for i in range(processes):
+            ours, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_plain_server, args=(env_fn, n, i * n, theirs), daemon=True)
+            proc.start()
+            pipes.append(ours)
+            procs.append(proc)
+        for pipe in pipes:
+            if not pipe.poll(120):
+                raise RuntimeError("a plain process did not start within 120 s")
+            pipe.recv()
+
+        def plain_steps() -> int:
+            for pipe in pipes:
+                pipe.send(True)
+            return sum(pipe.recv() for pipe in pipes)
+
+        yield plain_steps
+    finally:
+        for pipe in pipes:
+            with contextlib.suppress(OSError):
+                pipe.send(False)
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+
+
+def ceiling_over_sync(env_fn, make_agent, seconds: float, repeat: int) -> list[tuple]:
+    """ParallelSampler 2x8 against the machine's two-process ceiling on a task, by turns.
+
+    Four sides take turns: a one-process `SyncVectorEnv` of 16, one plain process of 16 envs,
+    two plain processes of 8 (`plain_side`), and `ParallelSampler` 2x8, random actions.
+    Returns `(two plain / one plain, parallel / sync, parallel / two plain)` of each
+    repetition: the first is what two cores give over one here with no framework at all.
+    """
+    with (
+        vector_side(env_fn, make_agent) as vector_steps,
+        plain_side(env_fn, 1, N_ALL) as one_plain,
+        plain_side(env_fn, WORKERS, ENVS_PER_WORKER) as two_plain,
+        ParallelSampler(
+            env_fn, make_agent(), WORKERS, ENVS_PER_WORKER, horizon=HORIZON, seed=0
+        ) as sampler,
+    ):
+        sides = [vector_steps, one_plain, two_plain, functools.partial(collect_size, sampler)]
+        rates = rates_by_turns(sides, seconds, repeat)
+    return [(two / one, par / sync, par / two) for sync, one, two, par in rates]
+
+
+RATIO_TABLES = {
+    "zero_copy": (
+        zero_copy_over_copy,
+        "ParallelSampler 2x8, random actions, by turns",
+        ["shared / copy", "shared / SyncVectorEnv", "copy / SyncVectorEnv"],
+    ),
+    "ceiling": (
+        ceiling_over_sync,
+        "Two cores against one, random actions, by turns",
+        [
+            "2 plain processes / 1 (the ceiling)",
+            "ParallelSampler / SyncVectorEnv",
+            "ParallelSampler / 2 plain processes",
+        ],
+    ),
+}
+"""The tables of `--zero-copy` and `--ceiling`: mode -> (measure, title, its ratios' names)."""
+
+
+def ratio_table(tasks: list, mode: str, seconds: float, repeat: int) -> None:
+    """Each task's `RATIO_TABLES[mode]` measure (a tuple of ratios a repetition), printed.
+
+    Random actions; a line per task as it is measured, then the table of medians (each
+    repetition's ratio in brackets) under `title`, one column a ratio.
+    """
+    measure, title, columns = RATIO_TABLES[mode]
+    results = []
+    for name, env_fn, *_ in tasks:
+        probe = env_fn()
+        space = probe.action_space
+        probe.close()
+        before = load()
+        lines = measure(env_fn, lambda space=space: RandomAgent(space), seconds, repeat)
+        results.append((name, lines, f"{before} -> {load()}"))
+        each = "; ".join(spread(list(values)) for values in zip(*lines, strict=True))
+        print(f"{name:14} {'; '.join(columns)}: {each}", flush=True)
+    print()
+    print(f"{title}, median of {repeat} repetitions (each repetition's ratio in brackets):")
+    print("| task | " + " | ".join(columns) + " | load |")
+    print("|---|" + "---:|" * len(columns) + "---|")
+    for name, lines, loads in results:
+        cells = [
+            f"{statistics.median(values):.2f}x ({spread(values)})"
+            for values in zip(*lines, strict=True)
+        ]
+        print(f"| {name} | " + " | ".join(cells) + f" | {loads} |")
 
 
 N_ALL = WORKERS * ENVS_PER_WORKER
@@ -650,6 +754,11 @@ def main() -> None:
         help="also CentralSampler with pinned workers but its own thread left free, by turns",
     )
     parser.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="only ParallelSampler against two plain processes (the machine's ceiling), by turns",
+    )
+    parser.add_argument(
         "--zero-copy",
         action="store_true",
         help="only ParallelSampler's shared batches against its copy path, by turns",
@@ -677,11 +786,12 @@ def main() -> None:
             print(f"{task[4]} is not installed: no {task[0]} rows")
             continue
         tasks.append(task)
-    if args.zero_copy:
-        zero_copy(tasks, args.seconds, args.repeat)
-        print(f"load average after: {load()}")
-        parl.disconnect()
-        return
+    for mode in RATIO_TABLES:
+        if getattr(args, mode):
+            ratio_table(tasks, mode, args.seconds, args.repeat)
+            print(f"load average after: {load()}")
+            parl.disconnect()
+            return
     rows, ratios, versus_sync = [], [], []
     for name, env_fn, network, network_label, _ in tasks:
         probe = env_fn()
