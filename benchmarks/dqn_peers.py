@@ -22,7 +22,10 @@ where Tianshou's algorithms differ by design) given the same hyperparameters and
 schedule, to the config's threshold within its cap, as `peers` does. Tianshou's collector acts
 without the noise of noisy layers, so its Rainbow gets the config's epsilon schedule;
 `--noise-only` gives it PARL's epsilon 0 instead, and `--noisy-epsilon` gives PARL's Rainbow
-the config's epsilon schedule besides its noise (`--agent.noisy_epsilon true`).
+the config's epsilon schedule besides its noise (`--agent.noisy_epsilon true`). Tianshou's
+C51 and Rainbow prioritize replay by the cross-entropy of the target distribution and the
+prediction; `--ours '--agent.c51_priority cross_entropy'` gives PARL's the same (any
+`parl-train` flags for our side go in `--ours`).
 
 `masked`: CartPole-v1 with the velocities masked out (`CartPoleNoVelocity-v1`), where a
 feed-forward Q-network has no way to know which way the pole moves: `parl-train
@@ -46,6 +49,7 @@ the whole command's seconds (the actors' start included).
     nice python benchmarks/dqn_peers.py tianshou --envs acrobot --algos c51 --seeds 1
     nice python benchmarks/dqn_peers.py tianshou --algos rainbow --noise-only --seeds 1
     nice python benchmarks/dqn_peers.py tianshou --envs lunarlander --algos rainbow --noisy-epsilon
+    nice python benchmarks/dqn_peers.py tianshou --algos rainbow --ours '--agent.c51_priority ...'
 
 The peers run in virtual environments of their own, never dependencies of this repository:
 SB3 through `benchmarks/sb3_runner.py` (`--sb3-python`, or the venv `benchmarks/learning.py`
@@ -62,6 +66,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shlex
 import statistics
 import subprocess
 import sys
@@ -244,15 +249,15 @@ def run_tianshou(args: argparse.Namespace) -> str:
     lines, start = [], load()
     for env in [e for e in args.envs.split(",") if e in TIANSHOU_ENVS]:
         for algo in [a for a in TIANSHOU_ENVS[env] if a in args.algos.split(",")]:
-            peer, extra, ours = "Tianshou C51", {}, []
+            peer, extra, ours = "Tianshou C51", {}, shlex.split(args.ours)
             if algo == "rainbow":
                 peer, extra = "Tianshou Rainbow", {"noise_only": args.noise_only}
                 peer += " (epsilon 0, noise only)" if args.noise_only else " (epsilon schedule)"
-                ours = ["--agent.noisy_epsilon", "true"] if args.noisy_epsilon else []
+                ours += ["--agent.noisy_epsilon", "true"] if args.noisy_epsilon else []
             name = f"{algo}/{env}"
             row = _peer_row(name, peer, python, TIANSHOU_RUNNER, args, ours, **extra)
             if ours:
-                row = row.replace(f"`{name}`", f"`{name} --agent.noisy_epsilon true`", 1)
+                row = row.replace(f"`{name}`", f"`{name} {' '.join(ours)}`", 1)
             lines.append(row)
     return _peer_table(f"Tianshou {TIANSHOU_VERSION}", start, lines, args)
 
@@ -360,6 +365,12 @@ def main() -> None:
         action="store_true",
         help="tianshou: PARL's Rainbow with the config's epsilon schedule besides its noise "
         "(--agent.noisy_epsilon true), as Tianshou's acts by default",
+    )
+    parser.add_argument(
+        "--ours",
+        default="",
+        help="tianshou: more parl-train flags for our side, in one string "
+        "(e.g. '--agent.c51_priority cross_entropy')",
     )
     parser.add_argument(
         "--threshold",

@@ -24,7 +24,9 @@ picks it, as in PARL (`_plain_target`). Where Tianshou differs by design otherwi
 own way: its collector acts in eval mode, where `NoisyLinear` is noise-free, so its Rainbow
 explores with the config's epsilon schedule (as Tianshou's own Rainbow examples do with
 epsilon) where PARL's explores with the noise alone (epsilon 0); `noise_only` true in the spec
-gives Tianshou's Rainbow PARL's epsilon 0 after the warm-up.
+gives Tianshou's Rainbow PARL's epsilon 0 after the warm-up. Its prioritized replay takes a
+sample's cross-entropy `-sum m log p` as its priority (PARL's `agent.c51_priority =
+"cross_entropy"`), where PARL's default is the KL divergence, the Rainbow paper's.
 """
 
 from __future__ import annotations

@@ -155,6 +155,16 @@ def test_c51_loss_is_the_kl_divergence_from_the_projected_target():
     q = alg.predict(obs)
     assert q.shape == (8, 2) and q.min() >= -2 and q.max() <= 2
 
+    # Prioritizing by the cross-entropy adds the target's entropy to the priority alone.
+    torch.manual_seed(0)
+    model = QNetwork(4, 2, (8,), n_atoms=5)
+    alg = C51(model, lr=1e-9, gamma=0.5, n_atoms=5, v_min=-2, v_max=2, c51_priority="cross_entropy")
+    stats = alg.learn(obs, action, reward, next_obs, terminal)
+    np.testing.assert_allclose(stats.td_error, -(m * log_p).sum(-1).numpy(), rtol=1e-5)
+    assert stats.loss == pytest.approx(kl.mean().item(), rel=1e-5)
+    with pytest.raises(ValueError, match="c51_priority='l2' must be 'kl' or 'cross_entropy'"):
+        C51(QNetwork(4, 2, (8,), n_atoms=5), c51_priority="l2")
+
 
 def test_qr_dqn_loss_regresses_quantiles_on_the_shifted_target_quantiles():
     torch.manual_seed(0)

@@ -47,7 +47,8 @@ class DQNStats:
     """Mean `Q(s, a)` of the batch's actions (the distribution's mean when distributional)."""
     td_error: np.ndarray
     """Per sample, what a prioritized replay memory takes as the new priority: `|y - Q(s, a)|`,
-    or the sample's distributional loss (C51's KL divergence, QR-DQN's quantile Huber loss)."""
+    or the sample's distributional loss (C51's KL divergence, or its cross-entropy with
+    `c51_priority="cross_entropy"`; QR-DQN's quantile Huber loss)."""
 
 
 class DQN(parl.Algorithm):
@@ -88,6 +89,12 @@ class DQN(parl.Algorithm):
         adam_eps: Adam's epsilon, the term added to the root of its second-moment estimate
             (the QR-DQN paper uses `0.01 / batch_size`, which damps the steps of parameters
             with small gradients).
+        c51_priority: what C51 gives a prioritized replay as a sample's priority (its
+            `td_error`): `"kl"`, the KL divergence of the prediction from the projected
+            target (the Rainbow paper's), or `"cross_entropy"`, the same plus the target's
+            own entropy (as Dopamine's, Kaixhin's and Tianshou's Rainbow prioritize): flatter
+            priorities, since a bootstrapped target's entropy, up to `log(n_atoms)`, outweighs
+            the divergence. The loss, and so the gradient, is the same either way.
     """
 
     def __init__(
@@ -108,10 +115,13 @@ class DQN(parl.Algorithm):
         loss: Literal["huber", "mse"] = "huber",
         max_grad_norm: float | None = 10.0,
         adam_eps: float = 1e-8,
+        c51_priority: Literal["kl", "cross_entropy"] = "kl",
     ) -> None:
         super().__init__(model)
         name = type(self).__name__
         check_positive(name, lr=lr, n_step=n_step, adam_eps=adam_eps)
+        if c51_priority not in ("kl", "cross_entropy"):
+            raise ValueError(f"{name}: {c51_priority=} must be 'kl' or 'cross_entropy'")
         if loss not in ("huber", "mse"):
             raise ValueError(f"{name}: {loss=} must be 'huber' or 'mse'")
         if distributional not in (None, "c51", "qr"):
@@ -127,6 +137,7 @@ class DQN(parl.Algorithm):
         self.loss = loss
         self.kappa = kappa
         self.max_grad_norm = max_grad_norm
+        self.c51_priority = c51_priority
         self.n_atoms = 1
         if distributional is not None:
             self.n_atoms = n_atoms or (51 if distributional == "c51" else 200)
@@ -258,13 +269,19 @@ class DQN(parl.Algorithm):
         discount: torch.Tensor,
         next_logits: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """C51: KL(m || p), `m` the target distribution projected onto the support."""
+        """C51: KL(m || p), `m` the target distribution projected onto the support.
+
+        The priority is the KL divergence, or with `c51_priority="cross_entropy"` the
+        cross-entropy `-sum m log p` (the divergence plus the target's entropy).
+        """
         m = categorical_projection(next_logits.softmax(dim=-1), reward, discount, self.support)
         log_p = logits.log_softmax(dim=-1)
-        # The cross-entropy -sum m log p less the target's own entropy: the same gradient, and
-        # a priority that is zero where p matches m.
-        kl = (torch.special.xlogy(m, m) - m * log_p).sum(dim=-1)
-        return kl, (log_p.exp() * self.support).sum(dim=-1), kl
+        # The cross-entropy less the target's own entropy: the same gradient, and a priority
+        # that is zero where p matches m.
+        cross_entropy = -(m * log_p).sum(dim=-1)
+        kl = torch.special.xlogy(m, m).sum(dim=-1) + cross_entropy
+        priority = kl if self.c51_priority == "kl" else cross_entropy
+        return kl, (log_p.exp() * self.support).sum(dim=-1), priority
 
     def _qr_loss(
         self,

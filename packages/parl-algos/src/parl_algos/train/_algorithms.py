@@ -254,6 +254,10 @@ class DQNSection(ReplayArgs):
     priority_beta: float = 0.4
     """Prioritized replay: the importance-sampling exponent at the start, annealed to 1 over
     the run's gradient steps."""
+    c51_priority: str = "kl"
+    """Prioritized replay with c51: a transition's priority is its KL loss ('kl', the Rainbow
+    paper's) or its cross-entropy ('cross_entropy', the loss plus the target's entropy, as
+    Dopamine's and Tianshou's Rainbow prioritize: flatter priorities)."""
     n_step: int = 1
     """Steps of each stored transition's return (n-step learning)."""
     noisy: bool = False
@@ -524,6 +528,7 @@ def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Le
             v_max=a.v_max,
             max_grad_norm=a.max_grad_norm,
             adam_eps=a.adam_eps,
+            c51_priority=a.c51_priority,
         )
     except ValueError as exc:
         raise ConfigError(f"[agent] of {config.algorithm}: {exc}") from None
@@ -603,6 +608,8 @@ def _check_dqn(config: Config) -> None:
         raise ConfigError(f"agent.priority_alpha={a.priority_alpha} must be non-negative")
     if not 0.0 <= a.priority_beta <= 1.0:
         raise ConfigError(f"agent.priority_beta={a.priority_beta} must be in [0, 1]")
+    if a.c51_priority not in ("kl", "cross_entropy"):
+        raise ConfigError(f"agent.c51_priority={a.c51_priority!r}; allowed: 'kl', 'cross_entropy'")
     if a.noisy and not a.noisy_acting and not a.noisy_epsilon:
         raise ConfigError(
             "agent.noisy_acting = false acts on the noisy layers' means: nothing would explore "
