@@ -55,7 +55,7 @@ The peers run in virtual environments of their own, never dependencies of this r
 SB3 through `benchmarks/sb3_runner.py` (`--sb3-python`, or the venv `benchmarks/learning.py`
 makes under `.benchmarks/`, git-ignored, to which this script adds `gymnasium[box2d]`),
 Tianshou through `benchmarks/tianshou_runner.py` (`--tianshou-python`, or a venv this script
-makes under `.benchmarks/` with Tianshou and the repository's pinned torch). Each table's
+makes under `.benchmarks/` with Tianshou, the repository's pinned torch and box2d). Each table's
 heading gives the load average when the section started and ended.
 """
 
@@ -129,7 +129,7 @@ def tianshou_python(python: str | None) -> str:
         constraints = os.path.join(REPO, "constraints.txt")
         subprocess.run(
             [python, "-m", "pip", "install", "--quiet", "-c", constraints,
-             f"tianshou=={TIANSHOU_VERSION}", "torch"],
+             f"tianshou=={TIANSHOU_VERSION}", "torch", "gymnasium[box2d]"],
             check=True,
         )  # fmt: skip
         pathlib.Path(marker).write_text(TIANSHOU_VERSION)
