@@ -74,9 +74,8 @@ def test_dqn_atari_example_runs_a_few_hundred_steps(tmp_path):
 # The learning thresholds of the issue: mean return of the last 10 training episodes, and for
 # DQN a greedy evaluation's (5 episodes every 5k env steps). DQN's training mean reached 475
 # within 100k on seeds 1-3 (52-78k) on one kind of CPU and on none of them on a second, whose
-# float kernels make the runs part ways (the means peaked at 440, 298 and 333): its
-# epsilon-greedy episodes with these tuned settings swing from 500 to 20 within a few
-# thousand steps. The greedy policy reached 500 on seed 1 at 40k there.
+# float kernels make the runs part ways (the means peaked at 440, 219 and 438; seed 1's fell
+# from 440 to 22 within 1k steps). The greedy policy reached 500 on seed 1 at 40k there.
 EVAL_TARGET = ("--target-on", "eval", "--eval-every", "5000", "--eval-episodes", "5")
 
 
