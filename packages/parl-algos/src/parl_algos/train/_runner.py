@@ -49,6 +49,7 @@ from parl_algos.training import (
     OffPolicyArgs,
     OffPolicyState,
     OnPolicyArgs,
+    RunArgs,
     TrainingRun,
     train_off_policy,
     train_on_policy,
@@ -419,9 +420,18 @@ class _Run(TrainingRun):
         self.last_checkpoint = self.env_steps
 
 
-def _run_args(config: Config, spec: AlgorithmSpec, logdir: str) -> OnPolicyArgs | OffPolicyArgs:
-    """The `RunArgs` of the training loops, filled from the config's sections."""
-    cls = OnPolicyArgs if spec.family == "on_policy" else OffPolicyArgs
+def _run_args(config: Config, spec: AlgorithmSpec, logdir: str) -> RunArgs:
+    """The `RunArgs` of the training loops, filled from the config's sections.
+
+    The shared loops' families get their own (`OnPolicyArgs`, `OffPolicyArgs`); the
+    algorithms with loops of their own (multi-agent, offline) the schedule alone, so that the
+    run's first log line shows no replay settings that they do not have.
+    """
+    cls: type[RunArgs] = RunArgs
+    if spec.family == "on_policy":
+        cls = OnPolicyArgs
+    elif spec.family in ("off_policy", "recurrent"):
+        cls = OffPolicyArgs
     values = {
         **dataclasses.asdict(config.env),
         **dataclasses.asdict(config.agent),
