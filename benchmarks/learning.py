@@ -41,6 +41,8 @@ repository.
     nice python benchmarks/learning.py --tasks offline,marl --seeds 1,2
     nice python benchmarks/learning.py --tasks marl --marl-env simple_adversary --seeds 1,2
     nice python benchmarks/learning.py --tasks marl --marl-env simple_speaker_listener
+    nice python benchmarks/learning.py --tasks marl --marl-env simple_adversary --marl-algos mappo \
+        --marl-steps 1000000 --marl-flags '--num-envs 32 --eval-episodes 100'  # ~12 min a seed
     nice python benchmarks/learning.py --tasks mujoco --seeds 1       # needs parl-algos[mujoco]
     nice python benchmarks/learning.py --tasks atari --seeds 1        # ~1 hour a seed
     python benchmarks/learning.py --tasks apex-rate --seeds 1         # ~15 min, a quiet machine
@@ -56,7 +58,9 @@ same env steps each) with each seed, and reports the greedy policy's mean return
 training and the mean of the last 50 training episodes; on `simple_adversary` also the greedy
 returns of the good agents and of the adversary apart (their rewards pull in opposite
 directions), and the cross-play table of `examples/mpe --cross-play` (each learner's good
-agents against each learner's adversary, the two learners of a pair trained in one process).
+agents against each learner's adversary, the two learners of a pair trained in one process),
+with each centralized learner's lead over its independent twin seed by seed. `--marl-algos`,
+`--marl-steps` and `--marl-flags` choose the learners, the budget and more example flags.
 
 `mujoco` runs `parl-train ppo/hopper` (PPO on Hopper-v5, whose step is costly enough for
 parallel sampling to pay) in `single`, `sync` and `async` modes, 2 actors each, then
@@ -410,17 +414,29 @@ def run_marl(
     timeout: float,
     json_path: str | None = None,
     env: str = "simple_spread",
+    *,
+    steps: int = MARL_STEPS,
+    algos: Sequence[str] = ("maddpg", "mappo"),
+    example_flags: Sequence[str] = (),
 ) -> str:
-    """Centralized learners and their independent twins on an MPE task, one budget."""
+    """Centralized learners and their independent twins on an MPE task, one budget.
+
+    `algos`: `maddpg` (MADDPG and independent DDPG), `mappo` (MAPPO and independent PPO);
+    `example_flags`: more flags for `examples/mpe/train.py` (e.g. `--num-envs 32`).
+    """
     if env not in MARL_ENVS:
         raise ValueError(f"marl: {env=} must be one of {', '.join(MARL_ENVS)}")
-    runs: dict[str, list[dict]] = {name: [] for name in MARL_LEARNERS}
+    if not algos or set(algos) - {"maddpg", "mappo"}:
+        raise ValueError(f"marl: {algos=} must be 'maddpg', 'mappo' or both")
+    runs: dict[str, list[dict]] = {
+        name: [] for name, flags in MARL_LEARNERS.items() if flags[1] in algos
+    }
     matches: dict[str, list[dict]] = {}
     adversaries = env == "simple_adversary"
     for seed in seeds:  # seed by seed, so that every learner sees the same load
-        extra = ["--env", env, "--seed", str(seed), "--total-steps", str(MARL_STEPS)]
+        extra = ["--env", env, "--seed", str(seed), "--total-steps", str(steps), *example_flags]
         if adversaries:  # each pair in one process, its teams crossed
-            for algo in ("maddpg", "mappo"):
+            for algo in algos:
                 out = run_main(MARL_SCRIPT, ["--algo", algo, "--cross-play", *extra], timeout)
                 print(f"marl {algo} cross-play {env} seed {seed}: {out}", flush=True)
                 for result in out["learners"]:
@@ -429,6 +445,8 @@ def run_marl(
                     matches.setdefault(match, []).append(returns)
             continue
         for name, flags in MARL_LEARNERS.items():
+            if flags[1] not in algos:
+                continue
             runs[name].append(run_main(MARL_SCRIPT, [*flags, *extra], timeout))
             print(f"marl {name} {env} seed {seed}: {runs[name][-1]}", flush=True)
     _dump(json_path, f"marl-{env}" if adversaries else "marl", {**runs, "cross_play": matches})
@@ -437,7 +455,7 @@ def run_marl(
     if len(parts) > 1:
         header += " good agents, greedy | adversary, greedy |"
     lines = [
-        f"\nMPE {env}, {MARL_STEPS // 1000}k env steps, seeds "
+        f"\nMPE {env}, {steps // 1000}k env steps {' '.join(example_flags)}, seeds "
         f"{','.join(map(str, seeds))}: each agent's episode return, mean over agents\n",
         f"{header} last 50 training episodes | uniformly random |",
         "|---|" + "---|" * (len(parts) + 2),
@@ -461,7 +479,37 @@ def run_marl(
             lines.append(
                 f"| {match} | {good} | {_mean_std([r['adversary'] for r in results], 1)} |"
             )
+        lines += _cross_play_leads(matches)
     return "\n".join(lines)
+
+
+def _cross_play_leads(matches: dict[str, list[dict]]) -> list[str]:
+    """Rows of each centralized learner's lead over its independent twin, seed by seed.
+
+    The adversary's lead: the centralized learner's adversary minus the twin's, against the
+    same good agents; the good agents' lead likewise against the same adversary.
+    """
+    pairs = [("MADDPG", "independent DDPG"), ("MAPPO", "independent PPO")]
+    lines = [
+        "\nLead of the centralized learner over its independent twin, seed by seed "
+        "(positive: the centralized one earns more against the same opponents)\n",
+        "| learner | opponents of | adversary's lead | good agents' lead |",
+        "|---|---|---|---|",
+    ]
+    for ours, twin in pairs:
+        for other in (ours, twin):
+            keys = [
+                (f"{other} vs {ours}", f"{other} vs {twin}", "adversary"),
+                (f"{ours} vs {other}", f"{twin} vs {other}", "good"),
+            ]
+            if any(a not in matches or b not in matches for a, b, _ in keys):
+                continue
+            cells = []
+            for a, b, part in keys:
+                leads = [x[part] - y[part] for x, y in zip(matches[a], matches[b], strict=True)]
+                cells.append(" / ".join(f"{lead:+.2f}" for lead in leads))
+            lines.append(f"| {ours} | {other} | {cells[0]} | {cells[1]} |")
+    return lines if len(lines) > 3 else []
 
 
 MUJOCO_CONFIG = "ppo/hopper"
@@ -805,6 +853,20 @@ def main() -> None:
         default="simple_spread",
         help="the MPE task of the marl section",
     )
+    parser.add_argument(
+        "--marl-algos",
+        default="maddpg,mappo",
+        help="the marl section's learners: maddpg (and independent DDPG), mappo (and "
+        "independent PPO), comma-separated",
+    )
+    parser.add_argument(
+        "--marl-steps", type=int, default=MARL_STEPS, help="the marl section's env steps"
+    )
+    parser.add_argument(
+        "--marl-flags",
+        default="",
+        help="more flags for examples/mpe/train.py, in one string (e.g. '--num-envs 32')",
+    )
     parser.add_argument("--json", help="write every run's numbers to this file")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     args = parser.parse_args()
@@ -812,7 +874,16 @@ def main() -> None:
     names = args.tasks.split(",")
     for name in [n for n in names if n in SECTIONS]:
         if name == "marl":
-            print(run_marl(seeds, args.timeout, args.json, env=args.marl_env), flush=True)
+            report = run_marl(
+                seeds,
+                args.timeout,
+                args.json,
+                env=args.marl_env,
+                steps=args.marl_steps,
+                algos=args.marl_algos.split(","),
+                example_flags=shlex.split(args.marl_flags),
+            )
+            print(report, flush=True)
         else:
             print(SECTIONS[name](seeds, args.timeout, args.json), flush=True)
     tasks = [TASKS[name] for name in names if name not in SECTIONS]
