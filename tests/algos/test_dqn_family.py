@@ -247,7 +247,7 @@ def test_acting_noise_free_uses_the_means_and_gives_the_mode_back():
 # Learning to a threshold: `examples/dqn/train.py` with each member's flags and a light
 # schedule (64-unit layers, 16 updates every 64 env steps after 500), seed 1, in a fresh
 # interpreter. Threshold: the mean return of the last 10 training episodes reaches 195 on
-# CartPole-v1 within 30k env steps (seed 1: QR-DQN at 14.1k, Rainbow at 6.1k). About a minute
+# CartPole-v1 within 30k env steps (seed 1: QR-DQN at 14.1k, Rainbow at 5.4k). About a minute
 # each on 2 quiet cores; 4-5 minutes when the machine ran 6 times more processes than cores.
 LIGHT = ["--hidden-size", "64", "--learning-starts", "500", "--train-freq", "64"]
 LIGHT += ["--gradient-steps", "16"]

@@ -33,7 +33,7 @@ def reached_at(logdir: Path) -> int | None:
 @pytest.mark.timeout(700)
 @pytest.mark.parametrize("name", ["qrdqn/cartpole", "rainbow/cartpole"])
 def test_the_qrdqn_and_rainbow_configs_reach_195_on_cartpole(name, tmp_path):
-    """Seed 1 (the configs' own): QR-DQN reached 195 at 14.1k env steps, Rainbow at 6.1k.
+    """Seed 1 (the configs' own): QR-DQN reached 195 at 14.1k env steps, Rainbow at 5.4k.
 
     About a minute each on 2 quiet cores; 6 minutes each under a load average of 22.
     """

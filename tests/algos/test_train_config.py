@@ -124,6 +124,9 @@ def test_a_dqn_configs_priority_exponents_reach_the_replay_memory(capsys, tmp_pa
     overrides = ("agent.priority_alpha", "0.5"), ("agent.priority_beta", "0.2")
     memory = build("rainbow/cartpole", *overrides).memory
     assert (memory.alpha, memory.beta) == (0.5, 0.2)
+    assert build("rainbow/cartpole").memory.weight_norm == "batch"
+    memory = build("rainbow/cartpole", ("agent.priority_weight_norm", "memory")).memory
+    assert memory.weight_norm == "memory"
     assert build("rainbow/cartpole").agent.alg.c51_priority == "kl"
     overridden = build("rainbow/cartpole", ("agent.c51_priority", "cross_entropy"))
     assert overridden.agent.alg.c51_priority == "cross_entropy"
@@ -131,6 +134,11 @@ def test_a_dqn_configs_priority_exponents_reach_the_replay_memory(capsys, tmp_pa
         ("priority_alpha", "-0.5", "agent.priority_alpha=-0.5 must be non-negative"),
         ("priority_beta", "1.5", "agent.priority_beta=1.5 must be in [0, 1]"),
         ("c51_priority", "l2", "agent.c51_priority='l2'; allowed: 'kl', 'cross_entropy'"),
+        (
+            "priority_weight_norm",
+            "max",
+            "agent.priority_weight_norm='max'; allowed: 'memory', 'batch'",
+        ),
     ):
         argv = ["rainbow/cartpole", f"--agent.{key}", text, "--logdir", str(tmp_path / key)]
         assert main(argv) == 2

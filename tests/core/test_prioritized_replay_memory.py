@@ -69,7 +69,7 @@ def test_sampling_frequencies_follow_priorities_to_the_alpha():
 
 
 def test_importance_weights_are_normalised_by_the_rarest_transition():
-    memory = _memory(3, alpha=1.0)
+    memory = _memory(3, alpha=1.0, weight_norm="memory")
     memory.update_priorities(np.arange(3), np.array([1.0, 2.0, 5.0]) - memory.eps)
     obs, act, _, next_obs, _, weights, idx = memory.sample_batch(64, beta=0.5)
     prob = np.array([1.0, 2.0, 5.0])[idx] / 8.0
@@ -80,6 +80,26 @@ def test_importance_weights_are_normalised_by_the_rarest_transition():
     np.testing.assert_array_equal(obs[:, 0], idx)
     np.testing.assert_array_equal(act, idx)
     np.testing.assert_array_equal(next_obs[:, 0], idx + 1)
+
+
+def test_batch_normalised_weights_have_the_batchs_rarest_transition_at_one():
+    memory = _memory(3, alpha=1.0)  # weight_norm="batch", the default
+    memory.update_priorities(np.arange(3), np.array([1.0, 2.0, 5.0]) - memory.eps)
+    for _ in range(20):
+        *_, weights, idx = memory.sample_batch(4, beta=0.5)
+        prob = np.array([1.0, 2.0, 5.0])[idx] / 8.0
+        expected = (3 * prob) ** -0.5 / (3 * prob.min()) ** -0.5
+        np.testing.assert_allclose(weights, expected, rtol=1e-6)
+        assert weights.max() == 1.0
+    # One tiny priority anywhere in the memory shrinks every weight under "memory", none under
+    # "batch" unless the batch drew it.
+    by_memory, by_batch = _memory(1000, alpha=1.0, weight_norm="memory"), _memory(1000, alpha=1.0)
+    for memory in (by_memory, by_batch):
+        memory.update_priorities(np.array([0]), np.array([1e-4]))
+    assert by_memory.sample_batch(8, beta=1.0).weights.max() < 1e-3
+    assert by_batch.sample_batch(8, beta=1.0).weights.max() == 1.0
+    with pytest.raises(ValueError, match="weight_norm='max' must be 'memory' or 'batch'"):
+        _memory(2, weight_norm="max")
 
 
 def test_a_batch_is_named_with_weights_and_indices():

@@ -254,6 +254,10 @@ class DQNSection(ReplayArgs):
     priority_beta: float = 0.4
     """Prioritized replay: the importance-sampling exponent at the start, annealed to 1 over
     the run's gradient steps."""
+    priority_weight_norm: str = "batch"
+    """Prioritized replay: the importance-sampling weights are divided by the largest weight
+    in the batch ('batch', as Dopamine's and Tianshou's: the loss's scale stays put) or in the
+    whole memory ('memory': the scale follows the smallest priority stored)."""
     c51_priority: str = "kl"
     """Prioritized replay with c51: a transition's priority is its KL loss ('kl', the Rainbow
     paper's) or its cross-entropy ('cross_entropy', the loss plus the target's entropy, as
@@ -554,6 +558,7 @@ def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Le
             alpha=a.priority_alpha,
             beta=a.priority_beta,
             beta_steps=beta_steps,
+            weight_norm=a.priority_weight_norm,
             **stored,
         )
     else:
@@ -608,6 +613,10 @@ def _check_dqn(config: Config) -> None:
         raise ConfigError(f"agent.priority_alpha={a.priority_alpha} must be non-negative")
     if not 0.0 <= a.priority_beta <= 1.0:
         raise ConfigError(f"agent.priority_beta={a.priority_beta} must be in [0, 1]")
+    if a.priority_weight_norm not in ("memory", "batch"):
+        raise ConfigError(
+            f"agent.priority_weight_norm={a.priority_weight_norm!r}; allowed: 'memory', 'batch'"
+        )
     if a.c51_priority not in ("kl", "cross_entropy"):
         raise ConfigError(f"agent.c51_priority={a.c51_priority!r}; allowed: 'kl', 'cross_entropy'")
     if a.noisy and not a.noisy_acting and not a.noisy_epsilon:
