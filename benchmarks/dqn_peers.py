@@ -25,7 +25,11 @@ without the noise of noisy layers, so its Rainbow gets the config's epsilon sche
 the config's epsilon schedule besides its noise (`--agent.noisy_epsilon true`). Tianshou's
 C51 and Rainbow prioritize replay by the cross-entropy of the target distribution and the
 prediction; `--ours '--agent.c51_priority cross_entropy'` gives PARL's the same (any
-`parl-train` flags for our side go in `--ours`).
+`parl-train` flags for our side go in `--ours`). Tianshou 2.0.1's C51 and Rainbow take the
+target distribution of the state one step on even with n-step returns (the Rainbow configs'
+`n_step = 3`), where the Rainbow paper and PARL take that of the state n steps on, which the
+returns lead to; `--bootstrap-after-n` gives Tianshou's the paper's bootstrap
+(`tianshou_runner.py`). `--only ours` or `--only peer` runs one side of each row.
 
 `masked`: CartPole-v1 with the velocities masked out (`CartPoleNoVelocity-v1`), where a
 feed-forward Q-network has no way to know which way the pole moves: `parl-train
@@ -50,6 +54,7 @@ the whole command's seconds (the actors' start included).
     nice python benchmarks/dqn_peers.py tianshou --algos rainbow --noise-only --seeds 1
     nice python benchmarks/dqn_peers.py tianshou --envs lunarlander --algos rainbow --noisy-epsilon
     nice python benchmarks/dqn_peers.py tianshou --algos rainbow --ours '--agent.c51_priority ...'
+    nice python benchmarks/dqn_peers.py tianshou --algos rainbow --bootstrap-after-n --only peer
 
 The peers run in virtual environments of their own, never dependencies of this repository:
 SB3 through `benchmarks/sb3_runner.py` (`--sb3-python`, or the venv `benchmarks/learning.py`
@@ -185,6 +190,8 @@ def run_peer(
 
 
 def _steps_cell(runs: list[dict], cap: int) -> str:
+    if not runs:
+        return "(not run)"
     steps = [r["reached_at"] if r["reached_at"] is not None else cap for r in runs]
     seconds = [r["seconds"] for r in runs]
     missed = sum(r["reached_at"] is None for r in runs)
@@ -212,12 +219,15 @@ def _peer_row(
     cap = config.train.total_steps
     threshold = config.train.target_return if args.threshold is None else args.threshold
     ours, peers = [], []
+    only = getattr(args, "only", None)
     for seed in args.seeds:
-        flags = [*to_threshold(threshold, cap, seed), *ours_flags]
-        ours.append(run_to_threshold(name, flags, args.timeout))
-        print(f"{name} parl seed {seed}: {ours[-1]}", flush=True)
-        peers.append(run_peer(name, seed, python, args.timeout, runner, threshold, **extra))
-        print(f"{name} {peer} seed {seed}: {peers[-1]}", flush=True)
+        if only != "peer":
+            flags = [*to_threshold(threshold, cap, seed), *ours_flags]
+            ours.append(run_to_threshold(name, flags, args.timeout))
+            print(f"{name} parl seed {seed}: {ours[-1]}", flush=True)
+        if only != "ours":
+            peers.append(run_peer(name, seed, python, args.timeout, runner, threshold, **extra))
+            print(f"{name} {peer} seed {seed}: {peers[-1]}", flush=True)
     return (
         f"| `{name}` ({config.env.id}, ≥ {threshold:g}, cap {cap // 1000}k) "
         f"| {_steps_cell(ours, cap)} | {peer}: {_steps_cell(peers, cap)} |"
@@ -253,6 +263,9 @@ def run_tianshou(args: argparse.Namespace) -> str:
             if algo == "rainbow":
                 peer, extra = "Tianshou Rainbow", {"noise_only": args.noise_only}
                 peer += " (epsilon 0, noise only)" if args.noise_only else " (epsilon schedule)"
+            if args.bootstrap_after_n:
+                extra["bootstrap_after_n"] = True
+                peer += ", bootstrapping after n steps"
                 ours += ["--agent.noisy_epsilon", "true"] if args.noisy_epsilon else []
             name = f"{algo}/{env}"
             row = _peer_row(name, peer, python, TIANSHOU_RUNNER, args, ours, **extra)
@@ -365,6 +378,17 @@ def main() -> None:
         action="store_true",
         help="tianshou: PARL's Rainbow with the config's epsilon schedule besides its noise "
         "(--agent.noisy_epsilon true), as Tianshou's acts by default",
+    )
+    parser.add_argument(
+        "--bootstrap-after-n",
+        action="store_true",
+        help="tianshou: Tianshou's C51/Rainbow take the target distribution of the state n "
+        "steps on (the Rainbow paper's, PARL's) instead of one step on (Tianshou 2.0.1's)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=["ours", "peer"],
+        help="peers and tianshou: run one side of each row only",
     )
     parser.add_argument(
         "--ours",

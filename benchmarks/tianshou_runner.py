@@ -26,7 +26,12 @@ explores with the config's epsilon schedule (as Tianshou's own Rainbow examples 
 epsilon) where PARL's explores with the noise alone (epsilon 0); `noise_only` true in the spec
 gives Tianshou's Rainbow PARL's epsilon 0 after the warm-up. Its prioritized replay takes a
 sample's cross-entropy `-sum m log p` as its priority (PARL's `agent.c51_priority =
-"cross_entropy"`), where PARL's default is the KL divergence, the Rainbow paper's.
+"cross_entropy"`), where PARL's default is the KL divergence, the Rainbow paper's. With
+`n_step > 1` (the Rainbow configs' 3) Tianshou 2.0.1's C51 and Rainbow shift the target
+distribution of the state one step on by the n-step return, where the paper (and PARL) take that
+of the state n steps on; `bootstrap_after_n` true in the spec gives Tianshou's the paper's
+(`_bootstrap_after_n`), and `benchmarks/tianshou_gradients.py` checks that it then computes
+PARL's gradient.
 """
 
 from __future__ import annotations
@@ -81,7 +86,30 @@ def _plain_target(cls: type) -> type:
     return PlainTarget
 
 
-def build(algo: str, a: dict, env: gym.Env):
+def _bootstrap_after_n(cls: type) -> type:
+    """`cls` (a C51 or Rainbow) whose target distribution is that of the state `n_step` on.
+
+    Tianshou 2.0.1's C51 (and so its Rainbow) takes the next distribution at `batch.obs_next`,
+    the state one step on, while the returns it shifts it by are `n_step`-step ones, discounted
+    by `gamma^n_step`: with `n_step > 1` that bootstraps from the wrong state. Here the batch's
+    `obs_next` becomes the state `n_step` steps on (or where the episode ended before that), the
+    one Tianshou's n-step returns were computed to, as in the Rainbow paper and PARL.
+    """
+
+    class BootstrapAfterN(cls):
+        def _preprocess_batch(self, batch, buffer, indices):
+            batch = super()._preprocess_batch(batch, buffer, indices)
+            last = indices
+            for _ in range(self.n_step - 1):
+                last = buffer.next(last)  # stays at an episode's (or the buffer's) last step
+            batch.obs_next = buffer.obs_next[last]
+            return batch
+
+    BootstrapAfterN.__name__ = cls.__name__
+    return BootstrapAfterN
+
+
+def build(algo: str, a: dict, env: gym.Env, bootstrap_after_n: bool = False):
     n_actions = int(env.action_space.n)
     hidden = [a["hidden_size"], a["hidden_size"]]
     dueling = None
@@ -109,6 +137,8 @@ def build(algo: str, a: dict, env: gym.Env):
     cls = RainbowDQN if algo == "rainbow" else C51
     if not a.get("double", True):
         cls = _plain_target(cls)
+    if bootstrap_after_n and a["n_step"] > 1:
+        cls = _bootstrap_after_n(cls)
     cls = _clipped(cls, a.get("max_grad_norm", MAX_GRAD_NORM))
     return cls(
         policy=policy,
@@ -129,7 +159,7 @@ def main() -> None:
     np.random.seed(seed)
     env = DummyVectorEnv([lambda: gym.make(a["env_id"])])
     probe = gym.make(a["env_id"])
-    algorithm = build(spec["algo"], a, probe)
+    algorithm = build(spec["algo"], a, probe, spec.get("bootstrap_after_n", False))
     policy = algorithm.policy
     updates = max(cap * a["gradient_steps"] // a["train_freq"], 1)
     if a["prioritized"]:
