@@ -219,13 +219,12 @@ def _peer_row(
     cap = config.train.total_steps
     threshold = config.train.target_return if args.threshold is None else args.threshold
     ours, peers = [], []
-    only = getattr(args, "only", None)
     for seed in args.seeds:
-        if only != "peer":
+        if args.only != "peer":
             flags = [*to_threshold(threshold, cap, seed), *ours_flags]
             ours.append(run_to_threshold(name, flags, args.timeout))
             print(f"{name} parl seed {seed}: {ours[-1]}", flush=True)
-        if only != "ours":
+        if args.only != "ours":
             peers.append(run_peer(name, seed, python, args.timeout, runner, threshold, **extra))
             print(f"{name} {peer} seed {seed}: {peers[-1]}", flush=True)
     return (
@@ -263,10 +262,10 @@ def run_tianshou(args: argparse.Namespace) -> str:
             if algo == "rainbow":
                 peer, extra = "Tianshou Rainbow", {"noise_only": args.noise_only}
                 peer += " (epsilon 0, noise only)" if args.noise_only else " (epsilon schedule)"
+                ours += ["--agent.noisy_epsilon", "true"] if args.noisy_epsilon else []
             if args.bootstrap_after_n:
                 extra["bootstrap_after_n"] = True
                 peer += ", bootstrapping after n steps"
-                ours += ["--agent.noisy_epsilon", "true"] if args.noisy_epsilon else []
             name = f"{algo}/{env}"
             row = _peer_row(name, peer, python, TIANSHOU_RUNNER, args, ours, **extra)
             if ours:
