@@ -127,6 +127,8 @@ def test_a_dqn_configs_priority_exponents_reach_the_replay_memory(capsys, tmp_pa
     assert build("rainbow/cartpole").memory.weight_norm == "batch"
     memory = build("rainbow/cartpole", ("agent.priority_weight_norm", "memory")).memory
     assert memory.weight_norm == "memory"
+    assert build("rainbow/cartpole").memory.stratified
+    assert not build("rainbow/cartpole", ("agent.priority_stratified", "false")).memory.stratified
     assert build("rainbow/cartpole").agent.alg.c51_priority == "kl"
     overridden = build("rainbow/cartpole", ("agent.c51_priority", "cross_entropy"))
     assert overridden.agent.alg.c51_priority == "cross_entropy"

@@ -57,8 +57,9 @@ def _memory(n: int, **kwargs) -> PrioritizedReplayMemory:
     return memory
 
 
-def test_sampling_frequencies_follow_priorities_to_the_alpha():
-    memory = _memory(4, alpha=0.5)
+@pytest.mark.parametrize("stratified", [True, False])
+def test_sampling_frequencies_follow_priorities_to_the_alpha(stratified):
+    memory = _memory(4, alpha=0.5, stratified=stratified)
     memory.update_priorities(np.arange(4), np.array([1.0, 4.0, 9.0, 16.0]) - memory.eps)
     counts = np.zeros(4)
     for _ in range(400):
@@ -66,6 +67,17 @@ def test_sampling_frequencies_follow_priorities_to_the_alpha():
         counts += np.bincount(idx, minlength=4)
     # p^0.5 = 1, 2, 3, 4: probabilities 0.1, 0.2, 0.3, 0.4.
     np.testing.assert_allclose(counts / counts.sum(), [0.1, 0.2, 0.3, 0.4], atol=0.01)
+
+
+def test_a_stratified_batch_draws_once_from_each_segment_of_the_mass():
+    # Equal priorities, batch_size = size: each segment holds exactly one transition, so a
+    # stratified batch is every transition once; independent draws repeat some (for 64 of 64,
+    # all distinct has probability 64! / 64**64, about 3e-27).
+    stratified = _memory(64)
+    independent = _memory(64, stratified=False)
+    for _ in range(5):
+        np.testing.assert_array_equal(np.sort(stratified.sample_batch(64).indices), np.arange(64))
+        assert len(np.unique(independent.sample_batch(64).indices)) < 64
 
 
 def test_importance_weights_are_normalised_by_the_rarest_transition():

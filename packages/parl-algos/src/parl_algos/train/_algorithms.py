@@ -258,6 +258,10 @@ class DQNSection(ReplayArgs):
     """Prioritized replay: the importance-sampling weights are divided by the largest weight
     in the batch ('batch', as Dopamine's and Tianshou's: the loss's scale stays put) or in the
     whole memory ('memory': the scale follows the smallest priority stored)."""
+    priority_stratified: bool = True
+    """Prioritized replay: draw each batch stratified over the priority mass (one transition
+    from each of batch_size equal segments, the PER paper's and Dopamine's) or, false,
+    batch_size independent draws over the whole mass (Tianshou's)."""
     c51_priority: str = "kl"
     """Prioritized replay with c51: a transition's priority is its KL loss ('kl', the Rainbow
     paper's) or its cross-entropy ('cross_entropy', the loss plus the target's entropy, as
@@ -559,6 +563,7 @@ def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Le
             beta=a.priority_beta,
             beta_steps=beta_steps,
             weight_norm=a.priority_weight_norm,
+            stratified=a.priority_stratified,
             **stored,
         )
     else:

@@ -139,11 +139,16 @@ class PrioritizedReplayMemory(ReplayMemory):
             follows the smallest priority stored, which a single well-fitted transition moves
             (Rainbow on LunarLander: the mean weight slid from 0.5 to 0.07 over 20k updates,
             by steps of 2-3x); with `"batch"` every batch's largest weight is 1.
+        stratified: draw each batch stratified (True, the PER paper's and Dopamine's: the
+            priority mass is cut into `batch_size` equal segments and one transition is drawn
+            from each) or as `batch_size` independent draws over the whole mass (False, as
+            Tianshou's; a batch may then hold the same high-priority transition twice).
         obs_dtype: dtype of stored observations.
         seed: seed of the buffer's own random generator, for reproducible sampling.
     """
 
     weight_norm = "memory"  # memories pickled before the option existed normalised so
+    stratified = True  # and drew stratified batches
 
     def __init__(
         self,
@@ -156,6 +161,7 @@ class PrioritizedReplayMemory(ReplayMemory):
         beta_steps: int | None = None,
         eps: float = 1e-6,
         weight_norm: str = "batch",
+        stratified: bool = True,
         obs_dtype: DTypeLike = np.float32,
         seed: int | None = None,
     ) -> None:
@@ -170,6 +176,7 @@ class PrioritizedReplayMemory(ReplayMemory):
         if weight_norm not in ("memory", "batch"):
             raise ValueError(f"PrioritizedReplayMemory: {weight_norm=} must be 'memory' or 'batch'")
         self.weight_norm = weight_norm
+        self.stratified = bool(stratified)
         self.alpha = float(alpha)
         self.beta = float(beta)
         self.beta_steps = beta_steps
@@ -206,9 +213,10 @@ class PrioritizedReplayMemory(ReplayMemory):
     ) -> PrioritizedBatch:
         """Return a `PrioritizedBatch` of `batch_size` transitions.
 
-        The batch is stratified: the total priority mass is cut into `batch_size` equal
-        segments and one transition is drawn from each. `weights` (float32) are the normalised
-        importance-sampling weights, at most 1; `indices` go back to `update_priorities`.
+        By default the batch is stratified: the total priority mass is cut into `batch_size`
+        equal segments and one transition is drawn from each (see `stratified`). `weights`
+        (float32) are the normalised importance-sampling weights, at most 1; `indices` go back
+        to `update_priorities`.
 
         Args:
             batch_size: how many transitions to draw.
@@ -220,8 +228,11 @@ class PrioritizedReplayMemory(ReplayMemory):
         self.sample_steps += 1
         batch_size = int(batch_size)
         total = self._tree.total()
-        bounds = np.arange(batch_size, dtype=np.float64) * (total / batch_size)
-        mass = bounds + self._rng.random(batch_size) * (total / batch_size)
+        if self.stratified:
+            bounds = np.arange(batch_size, dtype=np.float64) * (total / batch_size)
+            mass = bounds + self._rng.random(batch_size) * (total / batch_size)
+        else:
+            mass = self._rng.random(batch_size) * total
         idx = self._tree.find_prefix_sum(np.minimum(mass, np.nextafter(total, 0)))
         idx = np.minimum(idx, self._curr_size - 1)
         prob = self._tree[idx] / total
