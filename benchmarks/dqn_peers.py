@@ -79,6 +79,7 @@ import venv
 from collections.abc import Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _results import Row, command_line, record
 from learning import REPO, SB3_RUNNER, SB3_VERSION, ensure_sb3, run_parl_train
 
 TIANSHOU_VERSION = "2.0.1"
@@ -209,6 +210,7 @@ def _peer_row(
     runner: str,
     args: argparse.Namespace,
     ours_flags: Sequence[str] = (),
+    peer_name: str = "",
     **extra: object,
 ) -> str:
     """One table row: config `name` through `parl-train` (with `ours_flags`) and through
@@ -227,10 +229,48 @@ def _peer_row(
         if args.only != "ours":
             peers.append(run_peer(name, seed, python, args.timeout, runner, threshold, **extra))
             print(f"{name} {peer} seed {seed}: {peers[-1]}", flush=True)
+    if ours and peers:  # a result row, under the peer's full name and version
+        _record(name, config.env.id, threshold, cap, ours, peers, peer_name or peer, args)
     return (
         f"| `{name}` ({config.env.id}, ≥ {threshold:g}, cap {cap // 1000}k) "
         f"| {_steps_cell(ours, cap)} | {peer}: {_steps_cell(peers, cap)} |"
     )
+
+
+ALGORITHM_NAMES = {"qrdqn": "QR-DQN", "rainbow": "Rainbow", "duelingdqn": "Dueling DQN"}
+
+
+def _record(
+    name: str,
+    env_id: str,
+    threshold: float,
+    cap: int,
+    ours: list[dict],
+    peers: list[dict],
+    peer: str,
+    args: argparse.Namespace,
+) -> None:
+    """A result row of the learning file: the medians of env steps to the threshold."""
+
+    def median_steps(runs: list[dict]) -> float:
+        return statistics.median(
+            r["reached_at"] if r["reached_at"] is not None else cap for r in runs
+        )
+
+    row = Row(
+        task=env_id,
+        algorithm=ALGORITHM_NAMES.get(name.split("/")[0], name.split("/")[0].upper()),
+        metric=f"env steps to a training mean of {threshold:g}",
+        better="lower",
+        ours=median_steps(ours),
+        peer=peer,
+        peer_value=median_steps(peers),
+        seeds=list(args.seeds),
+        command=command_line(),
+        note=f"parl-train {name}: {_steps_cell(ours, cap)}; the peer: {_steps_cell(peers, cap)}; "
+        f"load average {load()} at the end.",
+    )
+    record("learning", [row])
 
 
 def _peer_table(peer: str, start: str, lines: list[str], args: argparse.Namespace) -> str:
@@ -249,7 +289,10 @@ def run_peers(args: argparse.Namespace) -> str:
     for env in args.envs.split(","):
         for algo in [a for a in ENVS[env] if a in args.algos.split(",")]:
             peer = "sb3-contrib QR-DQN" if algo == "qrdqn" else "SB3 DQN"
-            lines.append(_peer_row(f"{algo}/{env}", peer, python, SB3_RUNNER, args))
+            full = f"sb3-contrib {SB3_VERSION} QR-DQN" if algo == "qrdqn" else ""
+            full = full or f"Stable-Baselines3 {SB3_VERSION} DQN"
+            row = _peer_row(f"{algo}/{env}", peer, python, SB3_RUNNER, args, (), full)
+            lines.append(row)
     return _peer_table(f"SB3 {SB3_VERSION}", start, lines, args)
 
 
@@ -267,7 +310,8 @@ def run_tianshou(args: argparse.Namespace) -> str:
                 extra["bootstrap_after_n"] = True
                 peer += ", bootstrapping after n steps"
             name = f"{algo}/{env}"
-            row = _peer_row(name, peer, python, TIANSHOU_RUNNER, args, ours, **extra)
+            full = f"Tianshou {TIANSHOU_VERSION} {peer.removeprefix('Tianshou ')}"
+            row = _peer_row(name, peer, python, TIANSHOU_RUNNER, args, ours, full, **extra)
             if ours:
                 row = row.replace(f"`{name}`", f"`{name} {' '.join(ours)}`", 1)
             lines.append(row)

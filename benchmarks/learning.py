@@ -102,6 +102,8 @@ import time
 import venv
 from collections.abc import Sequence
 
+from _results import Row, command_line, record
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SB3_VERSION = "2.9.2"
 SB3_VENV = os.path.join(REPO, ".benchmarks", f"sb3-{SB3_VERSION}")
@@ -952,6 +954,46 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
+    path = record_rows(tasks, results, seeds, f"load average {min(loads):.1f}-{max(loads):.1f}")
+    if path:
+        print(f"\nresult rows: {path}")
+
+
+def record_rows(tasks: list[Task], results: dict, seeds: list[int], load: str) -> str | None:
+    """Write each task's median against its peer's (SB3, or one process) as result rows."""
+    rows = []
+    for task in tasks:
+        summaries = results[task.algo]
+        peer_key = "single" if task.single is not None else "sb3"
+        if peer_key not in summaries:
+            continue
+        ours, peer = summaries["parl"], summaries[peer_key]
+        if task.single is not None:
+            algorithm = f"{task.algo.upper()} on 2 remote actors"
+            peer_name = f"examples/a2c in one process ({' '.join(task.single) or 'defaults'})"
+            metric, key = f"seconds of training to a training mean of {task.threshold:g}", "seconds"
+        else:
+            algorithm = task.algo.upper()
+            peer_name = f"Stable-Baselines3 {SB3_VERSION} {task.algo.upper()}"
+            metric, key = f"env steps to a training mean of {task.threshold:g}", "steps"
+        missed = f"; missed within {task.cap} env steps: ours {ours['missed']}, peer "
+        rows.append(
+            Row(
+                task=task.env_id,
+                algorithm=algorithm,
+                metric=metric,
+                better="lower",
+                ours=ours[f"median_{key}"],
+                peer=peer_name,
+                peer_value=peer[f"median_{key}"],
+                seeds=seeds,
+                command=command_line(),
+                note=f"Medians: {cell(ours, task, len(seeds))} against "
+                f"{cell(peer, task, len(seeds))} (env steps / seconds); {load}"
+                + (missed + str(peer["missed"]) if ours["missed"] or peer["missed"] else ""),
+            )
+        )
+    return record("learning", rows)
 
 
 if __name__ == "__main__":

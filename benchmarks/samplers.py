@@ -64,6 +64,9 @@ import torch
 import parl
 from parl.samplers import AsyncSampler, CentralSampler, ParallelSampler, SerialSampler
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _results import Row, command_line, record
+
 WORKERS, ENVS_PER_WORKER, HORIZON = 2, 8, 64
 
 
@@ -773,7 +776,8 @@ def main() -> None:
     if args.socket_handoff:
         COMPARED["CentralSampler 2x8 socket hand-off"] = (SocketCentralSampler, {})
     torch.set_num_threads(1)
-    print(f"load average before: {load()}  ({os.cpu_count()} cores)", flush=True)
+    first_load = load()
+    print(f"load average before: {first_load}  ({os.cpu_count()} cores)", flush=True)
     parl.connect(cpu_num=len(COMPARED) * WORKERS, log_to_driver=False)
     cells = [cell for cell in CELLS if "SB3" not in cell[0] or installed("stable_baselines3")]
     if len(cells) < len(CELLS):
@@ -864,8 +868,52 @@ def main() -> None:
         print_scaling(scaling)
     if args.crossover:
         crossover(args.seconds, args.repeat)
-    print(f"load average after: {load()}")
+    after = load()
+    print(f"load average after: {after}")
     parl.disconnect()
+    path = record_rows(rows, versus_sync, cells[0][0], args.repeat, f"{first_load} -> {after}")
+    if path:
+        print(f"result rows: {path}")
+
+
+def record_rows(rows: list, versus_sync: list, base: str, repeat: int, loads: str) -> str | None:
+    """Write each collector's rate against the first cell's, and the by-turns ratios."""
+    results = []
+    for name, agent_name, label, rate, _ in rows:
+        if label == base:
+            base_rate = rate
+            continue
+        results.append(
+            Row(
+                task=name,
+                algorithm=label if agent_name == "random" else f"{label}, {agent_name}",
+                metric="env steps per second",
+                better="higher",
+                ours=round(rate),
+                peer=f"gymnasium {base}",
+                peer_value=round(base_rate),
+                seeds=[],
+                command=command_line(),
+                note=f"16 environments; load average {loads}.",
+            )
+        )
+    for name, over_sync in versus_sync:
+        results.append(
+            Row(
+                task=name,
+                algorithm="ParallelSampler 2x8",
+                metric="env steps per second, relative to the peer",
+                better="higher",
+                ours=None,
+                peer=f"gymnasium {base}, by turns",
+                peer_value=None,
+                seeds=[],
+                command=command_line(),
+                note=f"Median of {repeat} repetitions ({spread(over_sync)}); load {loads}.",
+                ratio=round(statistics.median(over_sync), 3),
+            )
+        )
+    return record("samplers", results)
 
 
 if __name__ == "__main__":
