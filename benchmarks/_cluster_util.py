@@ -10,7 +10,7 @@ import tempfile
 
 import psutil
 
-from parl_remote import _cluster
+from parl_remote.engines.xparl import _cluster
 
 
 class BenchCluster:
@@ -26,13 +26,13 @@ class BenchCluster:
             os.environ, PARL_CLUSTER_TOKEN=secrets.token_hex(16), PARL_HOME=self.dir, **env
         )
         self.master = _cluster.spawn(
-            "parl_remote._master",
+            "parl_remote.master._master",
             ["--port", str(self.port)],
             log=os.path.join(self.dir, "master.log"),
             env=self.env,
         )
         self.worker = _cluster.spawn(
-            "parl_remote._worker",
+            "parl_remote.worker._worker",
             ["--address", self.address, "--cpu_num", str(cpu_num)],
             log=os.path.join(self.dir, "worker.log"),
             env=self.env,

@@ -56,7 +56,7 @@ print(json.dumps({"created": created, "calls": calls, "resource_waits": waits, "
 
 def snapshot(cluster: BenchCluster) -> dict:
     from parl_remote.cli import _request
-    from parl_remote.protocol import messages as m
+    from parl_remote.wire.protocol import messages as m
 
     status = _request(
         cluster.address,

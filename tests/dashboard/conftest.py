@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from parl_remote import _cluster
+from parl_remote.engines.xparl import _cluster
 from tests.remote.conftest import Cluster, connected
 
 
@@ -76,7 +76,7 @@ def start_dashboard_cluster(
     cluster = DashboardCluster("127.0.0.1:0", 0, env, str(tmp_path))
     try:
         cluster.master = _cluster.spawn(
-            "parl_remote._master",
+            "parl_remote.master._master",
             ["--host", host, "--port", "0", "--monitor_port", "0"],
             log=os.path.join(tmp_path, "master.log"),
             env=env,

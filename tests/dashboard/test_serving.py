@@ -11,7 +11,7 @@ import textwrap
 
 from parl_dashboard import is_loopback
 from parl_dashboard._html import fmt_age, fmt_bytes, load_chart
-from parl_remote import _cluster
+from parl_remote.engines.xparl import _cluster
 from tests.conftest import run_python
 from tests.dashboard.conftest import fetch
 from tests.remote.conftest import free_port
@@ -63,13 +63,13 @@ def test_the_local_cluster_of_connect_serves_and_logs_the_dashboard():
     )
     assert result.returncode == 0, result.stderr
     assert "TOTALS True" in result.stdout
-    assert "parl_remote._connect: PARL dashboard: http://127.0.0.1:" in result.stderr
+    assert "parl_remote.client._connect: PARL dashboard: http://127.0.0.1:" in result.stderr
 
 
 def _bare_master(tmp_path, monitor_port: int, extra_env: dict | None = None):
     env = dict(os.environ, PARL_CLUSTER_TOKEN=secrets.token_hex(8), **(extra_env or {}))
     return _cluster.spawn(
-        "parl_remote._master",
+        "parl_remote.master._master",
         ["--port", "0", "--monitor_port", str(monitor_port)],
         log=str(tmp_path / "master.log"),
         env=env,

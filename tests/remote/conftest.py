@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 import parl_remote
-from parl_remote import _cluster
 from parl_remote._config import settings
+from parl_remote.engines.xparl import _cluster
 
 
 def free_port() -> int:
@@ -104,7 +104,7 @@ class Cluster:
         """Start the master: on a port of its choosing the first time (port 0: no other
         process can take the port between its choice and the bind), on the same one again."""
         self.master = _cluster.spawn(
-            "parl_remote._master",
+            "parl_remote.master._master",
             ["--host", "127.0.0.1", "--port", str(self.port)]
             + (["--monitor_port", "0"] if self.dashboard else []),
             log=os.path.join(self.logdir, "master.log"),
@@ -122,7 +122,7 @@ class Cluster:
         if gpu:
             args += ["--gpu", gpu]
         worker = _cluster.spawn(
-            "parl_remote._worker",
+            "parl_remote.worker._worker",
             args,
             log=os.path.join(self.logdir, f"worker-{len(self.workers)}.log"),
             env=dict(self.env, **(extra_env or {})),
@@ -143,7 +143,7 @@ class Cluster:
 
     def status(self) -> dict:
         from parl_remote.cli import _request
-        from parl_remote.protocol import messages as m
+        from parl_remote.wire.protocol import messages as m
 
         token = self.env["PARL_CLUSTER_TOKEN"].encode()
         return _request(self.address, lambda rid: m.StatusRequest(rid), token=token).status

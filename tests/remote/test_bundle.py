@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from parl_remote._bundle import Bundle, user_module_files
+from parl_remote.client._bundle import Bundle, user_module_files
 
 
 def test_threads_asking_at_once_all_get_the_whole_bundle():

@@ -8,8 +8,6 @@ import threading
 import numpy as np
 import pytest
 
-from parl_remote import _serialize as ser
-from parl_remote._call_core import INIT, ActorCore, Replies, error_from, init_payload, message_id
 from parl_remote._exceptions import (
     ProtocolError,
     RemoteActorDiedError,
@@ -17,8 +15,17 @@ from parl_remote._exceptions import (
     RemoteError,
     RemoteSerializeError,
 )
-from parl_remote.protocol import messages as m
-from parl_remote.protocol.connection import NEED_DATA, Connection
+from parl_remote.client._call_core import (
+    INIT,
+    ActorCore,
+    Replies,
+    error_from,
+    init_payload,
+    message_id,
+)
+from parl_remote.wire import _serialize as ser
+from parl_remote.wire.protocol import messages as m
+from parl_remote.wire.protocol.connection import NEED_DATA, Connection
 
 ASSIGNED = m.ActorAssigned(7, "a1", "10.0.0.2", 5000, 4242, "w1")
 BIG = ser.OUT_OF_BAND_MIN // 8  # float64 items of an array that travels out of band

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 import parl
-from parl_remote import _cluster
+from parl_remote.engines.xparl import _cluster
 from tests.remote.conftest import client_env, free_port, make_cluster, wait_until
 
 pytestmark = pytest.mark.xparl_only  # the xparl CLI, its master and workers
@@ -197,7 +197,7 @@ def test_a_restarted_master_gets_its_cluster_back(tmp_path):
 
 
 def parl_client():
-    from parl_remote._connect import current_client
+    from parl_remote.client._connect import current_client
 
     return current_client()
 

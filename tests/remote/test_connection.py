@@ -9,8 +9,13 @@ import struct
 import pytest
 
 from parl_remote._exceptions import AuthenticationError, ProtocolError
-from parl_remote.protocol import messages as m
-from parl_remote.protocol.connection import AUTHENTICATED, HANDSHAKE_LIMIT, NEED_DATA, Connection
+from parl_remote.wire.protocol import messages as m
+from parl_remote.wire.protocol.connection import (
+    AUTHENTICATED,
+    HANDSHAKE_LIMIT,
+    NEED_DATA,
+    Connection,
+)
 
 pytestmark = pytest.mark.xparl_only  # xparl's wire protocol
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import textwrap
 
-from parl_remote import _cluster
+from parl_remote.engines.xparl import _cluster
 from tests.remote.conftest import free_port, run_script, wait_until
 from tests.remote.test_cluster import xparl
 
@@ -56,7 +56,10 @@ def test_every_entry_point_works_without_sched_getaffinity(tmp_path):
         joined = xparl("connect", "--address", address, env=env)
         assert joined.returncode == 0, joined.stderr
         worker = _cluster.spawn(
-            "parl_remote._worker", ["--address", address], log=str(tmp_path / "w.log"), env=env
+            "parl_remote.worker._worker",
+            ["--address", address],
+            log=str(tmp_path / "w.log"),
+            env=env,
         )
         slots = 3 * (os.cpu_count() or 1)  # each worker: os.cpu_count() without affinity
         wait_until(lambda: "workers: 3 " in _status(env), what="three workers")
@@ -81,7 +84,7 @@ EMBEDDED_TLS = """
     import psutil
     import parl_remote
     from parl_remote._exceptions import AuthenticationError
-    from parl_remote._transport import SyncConnection
+    from parl_remote.wire._transport import SyncConnection
 
     client = parl_remote.connect(tls=True, cpu_num=1)
 

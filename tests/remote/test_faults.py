@@ -121,7 +121,7 @@ def test_kill_9_of_the_master_then_xparl_start_brings_the_cluster_back(tmp_path)
     import subprocess
     import sys
 
-    from parl_remote import _cluster
+    from parl_remote.engines.xparl import _cluster
     from tests.remote.conftest import Cluster, free_port
 
     port = free_port()

@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 import parl
-from parl_remote._transport import SyncConnection
-from parl_remote.protocol import messages as m
+from parl_remote.wire._transport import SyncConnection
+from parl_remote.wire.protocol import messages as m
 from tests.remote.conftest import client_env, make_cluster, wait_until
 
 pytestmark = pytest.mark.xparl_only  # hostile bytes to xparl's ports

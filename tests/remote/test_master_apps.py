@@ -11,8 +11,9 @@ import urllib.request
 
 import pytest
 
-from parl_remote import Registry, _cluster
-from parl_remote._master_apps import serve_master_app
+from parl_remote import Registry
+from parl_remote.engines.xparl import _cluster
+from parl_remote.master._apps import serve_master_app
 from tests.remote.conftest import free_port
 
 pytestmark = pytest.mark.xparl_only  # apps the xparl master serves
@@ -52,7 +53,7 @@ def test_the_master_serves_an_app_another_distribution_registered(tmp_path):
     path = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
     env = dict(os.environ, PARL_CLUSTER_TOKEN=secrets.token_hex(8), PYTHONPATH=path)
     master = _cluster.spawn(
-        "parl_remote._master",
+        "parl_remote.master._master",
         ["--port", "0", "--monitor_port", str(free_port())],
         log=str(tmp_path / "master.log"),
         env=env,
@@ -71,7 +72,7 @@ def test_the_master_serves_an_app_another_distribution_registered(tmp_path):
 
 def test_with_no_app_registered_the_master_serves_without_one(caplog):
     registry = Registry("cluster")
-    with caplog.at_level(logging.INFO, logger="parl_remote._master_apps"):
+    with caplog.at_level(logging.INFO, logger="parl_remote.master._apps"):
         served = asyncio.run(
             serve_master_app(registry, "127.0.0.1", 0, None, group="parl_remote.no_such_group")
         )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from parl_remote._placement import Placement, Send, choose_worker
-from parl_remote._registry import ClientInfo, Registry, WorkerInfo
-from parl_remote.protocol import messages as m
+from parl_remote.master._placement import Placement, Send, choose_worker
+from parl_remote.master._registry import ClientInfo, Registry, WorkerInfo
+from parl_remote.wire.protocol import messages as m
 
 pytestmark = pytest.mark.xparl_only  # the xparl master's placement
 

@@ -15,7 +15,7 @@ import types
 
 import pytest
 
-from parl_remote._preload import (
+from parl_remote.actor._preload import (
     MAX_NAME_CHARS,
     Preloader,
     check_report,
@@ -23,8 +23,8 @@ from parl_remote._preload import (
     imported_since,
     is_module_name,
 )
-from parl_remote._transport import SyncConnection
-from parl_remote.protocol import messages as m
+from parl_remote.wire._transport import SyncConnection
+from parl_remote.wire.protocol import messages as m
 from tests.remote.conftest import make_cluster, run_client_script, wait_until
 
 _USER_MODULE = """
@@ -303,7 +303,7 @@ def test_what_one_workers_actor_imported_is_preloaded_on_another_worker(tmp_path
     # The first actor's imports reached the other worker through the master, ahead of time.
     assert second["numpy_before"] is True and second["extra_before"] is True
     # The user's own module ran in the two actors only, never in a warm process ahead of one.
-    importers = [line for line in import_log.read_text().split("\n") if "_actor_host" in line]
+    importers = [line for line in import_log.read_text().split("\n") if "_host.py" in line]
     assert len(importers) == 2 and not any(line.startswith("- ") for line in importers)
 
 
@@ -370,7 +370,7 @@ def test_the_preloader_says_when_it_went_through_everything_and_takes_names_afte
 
 
 def test_a_worker_takes_a_process_done_preloading_then_one_not_preloading_then_the_longest_warm():
-    from parl_remote._actor_process import ActorProcess
+    from parl_remote.worker._actor_process import ActorProcess
 
     def host(ready_at: float, sent: int, done: int) -> ActorProcess:
         return ActorProcess(

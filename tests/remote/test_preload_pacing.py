@@ -16,10 +16,10 @@ import textwrap
 import time
 from types import SimpleNamespace
 
-from parl_remote._actor_process import ActorProcess, PreloadPacer
-from parl_remote._preload import Preloader
 from parl_remote._util import loaded_module
-from parl_remote.protocol import messages as m
+from parl_remote.actor._preload import Preloader
+from parl_remote.wire.protocol import messages as m
+from parl_remote.worker._actor_process import ActorProcess, PreloadPacer
 from tests.remote.conftest import make_cluster, run_client_script, wait_until
 
 _HELD_MODULE = """

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from parl_remote._exceptions import AuthenticationError, ProtocolError
-from parl_remote.protocol import messages as m
-from parl_remote.protocol.connection import NEED_DATA, Connection
+from parl_remote.wire.protocol import messages as m
+from parl_remote.wire.protocol.connection import NEED_DATA, Connection
 
 pytestmark = pytest.mark.xparl_only  # xparl's wire protocol
 

@@ -7,8 +7,8 @@ from unittest.mock import ANY
 
 import pytest
 
-from parl_remote._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
-from parl_remote.protocol import messages as m
+from parl_remote.master._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
+from parl_remote.wire.protocol import messages as m
 
 pytestmark = pytest.mark.xparl_only  # the xparl master's registry
 

@@ -25,10 +25,10 @@ import pytest
 
 import parl
 import parl_remote
-from parl_remote import _shm
 from parl_remote._exceptions import ProtocolError
-from parl_remote.protocol import messages as m
-from parl_remote.protocol.connection import SHM_FLAG
+from parl_remote.wire import _shm
+from parl_remote.wire.protocol import messages as m
+from parl_remote.wire.protocol.connection import SHM_FLAG
 from tests.remote.conftest import client_env, make_cluster, wait_until
 
 pytestmark = pytest.mark.xparl_only  # xparl's shared-memory segments
@@ -234,7 +234,7 @@ def test_a_future_call_whose_connection_is_replaced_before_it_leaves(client):
 
 def test_torch_cpu_tensors(client):
     torch = pytest.importorskip("torch")
-    from parl_remote import _serialize
+    from parl_remote.wire import _serialize
 
     a = Arrays()
     t = torch.arange(1 << 18, dtype=torch.float32)
@@ -377,7 +377,7 @@ def _forged_frame(ref: bytes) -> bytes:
     ids=["traversal", "other-cluster", "truncated", "wrong-length"],
 )
 def test_forged_reference_closes_only_that_connection(client, ref):
-    from parl_remote._transport import SyncConnection
+    from parl_remote.wire._transport import SyncConnection
 
     a = Arrays()
     host, port = _actor_address(a)
@@ -432,7 +432,7 @@ def new_store():
 
 
 def _pair(client_host: str, actor_host: str, store) -> tuple:
-    from parl_remote.protocol.connection import AUTHENTICATED, Connection
+    from parl_remote.wire.protocol.connection import AUTHENTICATED, Connection
 
     token = b"t" * 32
     actor = Connection("actor", is_server=True, token=token, store=store, host=actor_host)
@@ -621,7 +621,7 @@ def test_segment_sizes_and_hand_backs():
 )
 def test_a_hostile_hand_back_is_a_protocol_error(names, new_store):
     from parl_remote._exceptions import ProtocolError
-    from parl_remote.protocol.connection import RETURN_FLAG
+    from parl_remote.wire.protocol.connection import RETURN_FLAG
 
     store = new_store()
     client, actor = _pair("h", "h", store)
@@ -697,7 +697,7 @@ def test_a_segment_is_lent_until_its_arrays_are_gone(new_store):
 def test_plain_calls_skip_the_buffer_machinery_and_arrays_still_leave_out_of_band():
     import pickle
 
-    from parl_remote import _serialize
+    from parl_remote.wire import _serialize
 
     plain = ((1, 2.5, "x", None, b"y", True), {})
     data, buffers = _serialize.dumps(plain)

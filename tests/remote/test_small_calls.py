@@ -20,8 +20,8 @@ import parl
 import parl_remote
 from parl_remote import RemoteActorDiedError
 from parl_remote._exceptions import ProtocolError
-from parl_remote._serialize import plain, plain_args
-from parl_remote.protocol import messages as m
+from parl_remote.wire._serialize import plain, plain_args
+from parl_remote.wire.protocol import messages as m
 from tests.remote.conftest import client_env, wait_until
 
 
@@ -347,7 +347,7 @@ def test_sys_exit_in_the_lane_is_a_dead_actor_for_the_caller(connected):
 
 # -- the lanes' framing, with bytes (`Connection.exchanger`, `Connection.dispatcher`) -----------
 def _ends(**kwargs):
-    from parl_remote.protocol.connection import Connection
+    from parl_remote.wire.protocol.connection import Connection
 
     client = Connection("client", is_server=False, token=None, trusted=True, **kwargs)
     actor = Connection("actor", is_server=True, token=None, trusted=True, **kwargs)
@@ -373,7 +373,7 @@ class _Wire:
 
 
 def test_the_exchange_decodes_a_whole_reply_and_leaves_the_rest_to_the_protocol():
-    from parl_remote.protocol.connection import NEED_DATA
+    from parl_remote.wire.protocol.connection import NEED_DATA
 
     client, actor = _ends()
     call = m.Call(7, "add", b"", m.CallKind.METHOD, (1, 2))
@@ -412,7 +412,7 @@ def test_the_exchange_refuses_what_the_protocol_refuses():
 
 
 def test_the_dispatcher_hands_on_a_whole_call_and_every_other_read_goes_the_general_way():
-    from parl_remote.protocol.connection import NEED_DATA
+    from parl_remote.wire.protocol.connection import NEED_DATA
 
     client, actor = _ends()
     calls, others = [], []

@@ -19,9 +19,9 @@ import pytest
 
 import parl_remote
 from parl_remote._exceptions import AuthenticationError, ClusterError
-from parl_remote._tls_certs import make_ca
-from parl_remote._transport import SyncConnection, serve_async
-from parl_remote.protocol import messages as m
+from parl_remote.security._tls_certs import make_ca
+from parl_remote.wire._transport import SyncConnection, serve_async
+from parl_remote.wire.protocol import messages as m
 from tests.remote.conftest import CuttableProxy, client_env, make_cluster, wait_until
 from tests.remote.test_cluster import xparl
 
@@ -174,7 +174,7 @@ def test_certificates_are_checked_against_parl_tls_ca(tls_cluster, tmp_path):
 def test_a_relay_with_its_own_certificate_cannot_pass(tls_cluster, tmp_path):
     """The token handshake is bound to the certificate the client saw: a TLS relay that
     presents another certificate (even with the right token) does not get through."""
-    from parl_remote._tls_certs import make_cluster_files
+    from parl_remote.security._tls_certs import make_cluster_files
 
     make_cluster_files(tmp_path / "mitm", ["127.0.0.1"])
     host, port = tls_cluster.address.split(":")

@@ -15,15 +15,15 @@ import threading
 
 import pytest
 
-from parl_remote import _tls_join
 from parl_remote._exceptions import AuthenticationError, ClusterError
-from parl_remote._tls_certs import make_ca
+from parl_remote.security import _tls_join
+from parl_remote.security._tls_certs import make_ca
 from tests.remote.conftest import make_cluster, run_client_script, wait_until
 
 CLIENT = """
     import os, ssl, sys
     import parl_remote
-    from parl_remote import _tls
+    from parl_remote.security import _tls
 
     @parl_remote.remote_class
     class Echo:

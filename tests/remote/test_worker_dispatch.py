@@ -8,12 +8,12 @@ import typing
 
 import pytest
 
-from parl_remote._actor_host import ActorHost
-from parl_remote._call_core import init_payload
 from parl_remote._exceptions import ProtocolError
-from parl_remote._master import Master
-from parl_remote._worker import Worker
-from parl_remote.protocol import messages as m
+from parl_remote.actor._host import ActorHost
+from parl_remote.client._call_core import init_payload
+from parl_remote.master._master import Master
+from parl_remote.wire.protocol import messages as m
+from parl_remote.worker._worker import Worker
 
 pytestmark = pytest.mark.xparl_only  # the xparl worker
 

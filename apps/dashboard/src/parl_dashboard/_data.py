@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, get_args
 
 from parl_remote import ActorStatus, ClusterStatus, Registry
-from parl_remote.protocol.messages import ActorStateName
+from parl_remote.wire.protocol.messages import ActorStateName
 
 __all__ = [
     "STATES",

@@ -20,8 +20,6 @@ master's registry, for apps the master serves (the dashboard; see the entry-poin
 
 from __future__ import annotations
 
-from parl_remote._connect import connect, disconnect
-from parl_remote._drivers import RemoteFuture
 from parl_remote._exceptions import (
     AuthenticationError,
     ClusterError,
@@ -35,9 +33,11 @@ from parl_remote._exceptions import (
     RemoteSerializeError,
     ResourceError,
 )
-from parl_remote._registry import Registry
-from parl_remote._remote_class import ActorHandle, AsyncActorHandle, kill, remote_class
-from parl_remote._status import (
+from parl_remote.client._connect import connect, disconnect
+from parl_remote.client._drivers import RemoteFuture
+from parl_remote.client._remote_class import ActorHandle, AsyncActorHandle, kill, remote_class
+from parl_remote.master._registry import Registry
+from parl_remote.master._status import (
     ActorStatus,
     ClientStatus,
     ClusterStatus,

@@ -23,11 +23,8 @@ import sys
 import time
 from typing import Any
 
-from parl_remote import _cluster, _shm, _tls
 from parl_remote._config import ensure_token, load_token, parl_home, settings, token_path
-from parl_remote._drivers import request
 from parl_remote._exceptions import AuthenticationError, ClusterError, RemoteError
-from parl_remote._transport import SyncConnection
 from parl_remote._util import (
     available_cpus,
     is_loopback,
@@ -35,7 +32,12 @@ from parl_remote._util import (
     read_json,
     write_json_atomic,
 )
-from parl_remote.protocol import messages as m
+from parl_remote.client._drivers import request
+from parl_remote.engines.xparl import _cluster
+from parl_remote.security import _tls
+from parl_remote.wire import _shm
+from parl_remote.wire._transport import SyncConnection
+from parl_remote.wire.protocol import messages as m
 
 __all__ = ["console_main", "format_status", "main"]
 
@@ -165,7 +167,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
     cpu_num = args.cpu_num or available_cpus()
     monitor_port = args.monitor_port if args.monitor_port is not None else args.port + 1
     master = _cluster.spawn(
-        "parl_remote._master",
+        "parl_remote.master._master",
         ["--host", args.host, "--port", str(args.port), "--monitor_port", str(monitor_port)],
         log=os.path.join(_logs_dir(), f"master-{args.port}.log"),
     )
@@ -179,7 +181,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
     if not survivors:
         try:
             worker = _cluster.spawn(
-                "parl_remote._worker",
+                "parl_remote.worker._worker",
                 worker_args,
                 log=os.path.join(_logs_dir(), f"worker-{args.port}-local.log"),
             )
@@ -270,7 +272,7 @@ def _cmd_connect(args: argparse.Namespace) -> int:
     if args.host:
         worker_args += ["--host", args.host]
     log = os.path.join(_logs_dir(), f"worker-{host}-{port}-{int(time.time() * 1000)}.log")
-    worker = _cluster.spawn("parl_remote._worker", worker_args, log=log)
+    worker = _cluster.spawn("parl_remote.worker._worker", worker_args, log=log)
     write_json_atomic(
         os.path.join(_clusters_dir(), f"worker-{host}-{port}-{worker.pid}.json"),
         {"address": args.address, "worker": worker.as_dict()},

@@ -1,0 +1,207 @@
+"""An actor's shared reference: its class spec, its call core and its drivers.
+
+Every handle of one actor (blocking, awaitable, a bound method, a call in flight) holds the same
+`_ActorRef`: the I/O-free `ActorCore` (call ids, the actor's fate), the blocking driver, and a
+pipelined driver per event loop that used it. When the last holder goes, the ref's finalizer
+closes its connections and tells the client to free the actor. `_ClassSpec` is what the proxy
+class knows of the user's class: its methods, signatures and placement options.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from parl_remote.client._call_core import ActorCore
+from parl_remote.client._drivers import BlockingDriver, PipelinedDriver, RemoteFuture
+from parl_remote.engines.xparl._client import Client
+from parl_remote.wire.protocol import messages as m
+
+__all__: list[str] = []
+
+_RESERVED = ("aio", "sync")
+
+
+# -- class specs ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _MethodSpec:
+    name: str
+    is_async: bool
+    signature: inspect.Signature | None
+
+
+@dataclass(frozen=True)
+class _ClassSpec:
+    cls: type
+    name: str
+    methods: dict[str, _MethodSpec]
+    wait: bool
+    max_memory_mb: float
+    n_gpu: int
+
+
+def _method_specs(cls: type) -> dict[str, _MethodSpec]:
+    specs = {}
+    for name, static in inspect.getmembers_static(cls):
+        if name.startswith("__") and name.endswith("__"):
+            continue
+        if isinstance(static, staticmethod | classmethod):
+            func = getattr(cls, name)
+            drop_first = False
+        elif inspect.isfunction(static):
+            func = static
+            drop_first = True
+        else:
+            continue
+        try:
+            sig = inspect.signature(func)
+            if drop_first:
+                params = list(sig.parameters.values())[1:]
+                sig = sig.replace(parameters=params)
+        except (TypeError, ValueError):
+            sig = None
+        specs[name] = _MethodSpec(name, inspect.iscoroutinefunction(func), sig)
+    return specs
+
+
+def _check_reserved(cls: type) -> None:
+    for klass in cls.__mro__[:-1]:  # everything but object
+        for name in vars(klass):
+            if name in _RESERVED or name.startswith("_parl_"):
+                raise TypeError(
+                    f"{cls.__qualname__} defines {name!r} (in {klass.__qualname__}), a name that "
+                    f"@parl.remote_class reserves for its handles ({', '.join(_RESERVED)} and "
+                    "_parl_*); rename it"
+                )
+
+
+# -- the shared reference to one actor --------------------------------------------------------
+class _ActorRef:
+    """One actor as all its handles share it: its call core and drivers, freed with the last."""
+
+    def __init__(self, client: Client, spec: _ClassSpec, assigned: m.ActorAssigned) -> None:
+        self.client = client
+        self.spec = spec
+        self.class_name = spec.name
+        self.actor_id = assigned.actor_id
+        self.host, self.port, self.pid = assigned.host, assigned.port, assigned.pid
+        self.core = ActorCore(spec.name, assigned)
+        self.blocking = BlockingDriver(self.core, client)
+        self.drivers: dict[asyncio.AbstractEventLoop, PipelinedDriver] = {}  # one per loop
+        self.lock = threading.Lock()
+        self.shadowed: tuple[str, ...] = ()  # methods hidden by instance attributes
+        client.refs[self.actor_id] = self
+        self.release = weakref.finalize(
+            self, _release, client, self.actor_id, self.blocking, self.drivers, self.lock
+        )
+
+    def __repr__(self) -> str:
+        return repr(self.core)
+
+    def abandon(self) -> tuple[Any, ...]:
+        """In a child made by `fork`: set the parent's connections aside, unclosed; return them.
+
+        Later calls from the child open connections of its own.
+        """
+        self.release.detach()
+        old = (self.blocking, dict(self.drivers))
+        self.drivers.clear()
+        self.lock = threading.Lock()
+        self.blocking = BlockingDriver(self.core, self.client)
+        return old
+
+    def mark_dead(self, reason: str) -> None:
+        """The actor is gone: wake every waiting call (called from the client's loop)."""
+        self.core.mark_dead(reason)
+        self.close_connections(wake_only=True)
+
+    def close_connections(self, wake_only: bool = False) -> None:
+        """Close every connection to the actor (or only wake the calls waiting on them)."""
+        _close_all(self.blocking, self.drivers, self.lock, wake_only)
+
+    def pipelined(self, loop: asyncio.AbstractEventLoop) -> PipelinedDriver:
+        """The pipelined driver of `loop` (the running one), made on first use."""
+        driver = self.drivers.get(loop)
+        if driver is None:
+            with self.lock:
+                for old in [lp for lp in self.drivers if lp.is_closed()]:
+                    del self.drivers[old]
+                driver = PipelinedDriver(self.core, self.client, self, self.drivers, self.lock)
+                self.drivers[loop] = driver
+        return driver
+
+    def acall(
+        self, kind: m.CallKind, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> asyncio.Future[Any]:
+        """An awaitable call, sent now on the running loop's pipelined connection."""
+        loop = _running_loop(self.class_name, name)
+        return self.pipelined(loop).acall(kind, name, args, kwargs)
+
+    def call_future(
+        self, kind: m.CallKind, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> RemoteFuture:
+        """A future-mode call: sent in order on the client's loop, waited for with `get()`."""
+        future = RemoteFuture(self, name)
+        if self.core.dead is not None:
+            future.fail(self.core.died_error())
+            return future
+        with self.lock:
+            driver = self.drivers.get(self.client.loop)
+        conn = driver.conn if driver is not None and not driver.closed else None
+        stage = conn.proto.shm if conn is not None else None  # open, to a peer of this host
+        msg, buffers = self.core.call(kind, name, args, kwargs, copy=True, stage=stage)
+        self.client.run_soon(self._submit, msg, buffers, future, stage)
+        return future
+
+    def _submit(self, msg: m.Call, buffers: list[Any], future: RemoteFuture, stage: Any) -> None:
+        driver = self.pipelined(self.client.loop)
+        conn = driver.conn
+        if stage is not None and buffers and (conn is None or conn.proto.shm is not stage):
+            # The connection it was staged for is gone: the arrays leave on another, copied
+            # out of that connection's segment, which is free again.
+            staged, buffers = buffers, [bytes(b) for b in buffers]
+            stage.unstage(staged)
+        driver.submit(msg, buffers, future)
+
+
+def _running_loop(class_name: str, name: str) -> asyncio.AbstractEventLoop:
+    """The running event loop of an awaitable call to `name`, or TypeError saying what to do."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise TypeError(
+            f"{class_name} handle.aio.{name}(...) needs a running event loop: await it in "
+            f"async code, or call handle.{name}(...) in plain code"
+        ) from None
+
+
+def _close_all(
+    blocking: BlockingDriver,
+    drivers: dict[asyncio.AbstractEventLoop, PipelinedDriver],
+    lock: threading.Lock,
+    wake_only: bool = False,
+) -> None:
+    blocking.close(wake_only=wake_only)
+    with lock:
+        now = list(drivers.items())
+    for loop, driver in now:
+        if not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop stopped meanwhile
+                loop.call_soon_threadsafe(driver.close)
+
+
+def _release(
+    client: Client,
+    actor_id: str,
+    blocking: BlockingDriver,
+    drivers: dict[asyncio.AbstractEventLoop, PipelinedDriver],
+    lock: threading.Lock,
+) -> None:
+    """Finalizer of an `_ActorRef`: close its connections and free the actor."""
+    _close_all(blocking, drivers, lock)
+    client.release(actor_id)

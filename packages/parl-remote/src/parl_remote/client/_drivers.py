@@ -1,0 +1,472 @@
+"""The two drivers of calls to an actor, blocking and pipelined: twins over `_call_core`.
+
+`BlockingDriver` serves `actor.method(...)`: the calling thread takes an idle socket from the
+actor's pool (or opens one), writes the request and reads the reply -- one round trip, no event
+loop and no thread hop, arrays sent from and received into their own memory.
+`PipelinedDriver` serves `await actor.aio.method(...)` and future-mode calls: one asyncio
+connection per event loop and actor, many calls in flight on it, replies matched by id.
+
+What a call means (its message, id, copies, result, error, the actor's fate) is decided by the
+`ActorCore` both share; the drivers only move bytes, and mirror each other name for name, sync
+first (`create`/`acreate`, `call`/`acall`, `request`/`arequest`, `close`), so that what differs
+between them is I/O. One difference is deliberate: `acall` sends at once and returns a future,
+so calls leave in the order they are made and a caller may keep many in flight.
+
+`request` / `arequest` are the same pair for one request to the master (`xparl`'s, and the
+client's), matched with the same `Replies`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+
+from parl_remote._exceptions import FutureGetRepeatedlyError, ProtocolError
+from parl_remote.client._call_core import INIT, ActorCore, Replies, message_id
+from parl_remote.wire._serialize import _INT_MAX, _INT_MIN, _PLAIN_MAX, _PLAIN_OTHER
+from parl_remote.wire._transport import AsyncConnection, SyncConnection, open_async
+from parl_remote.wire.protocol import messages as m
+
+if TYPE_CHECKING:
+    from parl_remote.engines.xparl._client import Client
+
+__all__ = ["BlockingDriver", "PipelinedDriver", "RemoteFuture", "arequest", "request"]
+
+_METHOD, _RESULT, _CALL = m.CallKind.METHOD, m.Result, m.Call
+
+
+class _Connection(SyncConnection):
+    """A blocking driver's connection, with the lane of its small calls (`Connection.exchanger`)."""
+
+    exchange: Callable[[m.Message], Any]
+
+
+def request(
+    conn: SyncConnection, msg: Any, buffers: list[Any] | tuple[Any, ...] = ()
+) -> tuple[Any, tuple[Any, ...]]:
+    """Send `msg` and read until its reply (what else arrives meanwhile, e.g. a ping, is skipped).
+
+    Returns `(reply, buffers)`. Raises ConnectionError (or OSError) if the connection breaks.
+    """
+    key = message_id(msg)
+    conn.send(msg, buffers)
+    reply = conn.receive()
+    while message_id(reply[0]) != key:
+        reply = conn.receive()
+    return reply
+
+
+async def arequest(
+    conn: AsyncConnection,
+    replies: Replies[asyncio.Future[Any]],
+    msg: Any,
+    buffers: list[Any] | tuple[Any, ...] = (),
+) -> tuple[Any, tuple[Any, ...]]:
+    """Send `msg` and wait for its reply, which `replies` matches (other requests stay in flight).
+
+    The owner of `conn` hands `replies` what arrives (`match` -> set the future's result) and
+    fails what is left when the connection is lost. Returns `(reply, buffers)`.
+    """
+    key = cast(int, message_id(msg))  # a request always carries an id
+    future: asyncio.Future[tuple[Any, tuple[Any, ...]]] = asyncio.get_running_loop().create_future()
+    replies.expect(key, future)
+    try:
+        conn.send(msg, buffers)
+        return await future
+    finally:
+        replies.forget(key)
+
+
+# -- blocking ------------------------------------------------------------------------------------
+class BlockingDriver:
+    """Blocking calls to one actor, from any thread (see the module docstring).
+
+    Args:
+        core: the actor's call core.
+        client: the client, for the cluster token and the actor's fate.
+    """
+
+    def __init__(self, core: ActorCore, client: Client) -> None:
+        self.core = core
+        self.client = client
+        self.pool: deque[_Connection] = deque()  # idle connections, the last used on top
+        self.conns: set[_Connection] = set()
+        self.lock = threading.Lock()
+
+    def create(self, payload: bytes, buffers: list[Any], bundle: bytes) -> tuple[str, ...]:
+        """Build the actor from `init_payload`'s pickle; raise what its constructor raised.
+
+        Returns the names of methods that the instance's attributes hide.
+        """
+        msg, buffers = self.core.init(payload, buffers, bundle, copy=False)
+        reply, rbuffers = self.request(msg, buffers)
+        hidden: tuple[str, ...] = self.core.result(reply, rbuffers, INIT)
+        return hidden
+
+    def call(self, kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run `name` on the actor and return its result: one round trip.
+
+        A method call with plain arguments on an idle connection takes its lane: the `Call`
+        is framed, written and its reply read by the connection's `exchange`, and a plain
+        value read whole in one read comes straight back. Every other call is pickled and
+        sent by `request`.
+        """
+        core, pool = self.core, self.pool
+        if core.dead is not None:
+            raise self.core.died_error()
+        if kind is _METHOD and not kwargs and pool:  # perhaps a small call: its lane
+            for value in args:  # `_serialize.plain_args`, inlined: this runs for every call
+                cls = type(value)
+                if cls is int:
+                    if not _INT_MIN <= value <= _INT_MAX:
+                        break
+                elif cls is str:
+                    if not (value.isascii() and len(value) <= _PLAIN_MAX):
+                        break
+                elif cls not in _PLAIN_OTHER:
+                    break
+            else:
+                try:
+                    conn = pool.pop()
+                except IndexError:  # taken meanwhile by another thread: the general way
+                    pass
+                else:
+                    rbuffers: tuple[Any, ...] = ()
+                    try:
+                        reply = conn.exchange(_CALL(next(core.ids), name, b"", _METHOD, args))
+                        if reply is None:  # not one whole frame: read on through the protocol
+                            reply, rbuffers = conn.receive()
+                            if not conn.proto.idle:
+                                raise ProtocolError("more arrived than the reply to one call")
+                    except BaseException as exc:
+                        self._broken(conn, exc)
+                    pool.append(conn)
+                    if type(reply) is _RESULT and not reply.payload and not reply.shadowed:
+                        return reply.value  # a plain value, sent as itself
+                    return core.result(reply, rbuffers, name)
+        msg, buffers = self.core.call(kind, name, args, kwargs, copy=False)
+        reply, rbuffers = self.request(msg, buffers)
+        return core.result(reply, rbuffers, name)
+
+    def request(self, msg: Any, buffers: list[Any]) -> tuple[Any, tuple[Any, ...]]:
+        """Send `msg` on an idle connection (a new one if none is idle); return its reply.
+
+        A connection carries one request at a time, so the next message is the reply.
+        """
+        try:
+            conn = self.pool.pop()
+        except IndexError:
+            conn = self._open()
+        try:
+            conn.send(msg, buffers)
+            reply = conn.receive()
+            if not conn.proto.idle:
+                raise ProtocolError("more arrived than the reply to one request")
+        except BaseException as exc:
+            self._broken(conn, exc)
+        self.pool.append(conn)
+        return reply
+
+    def _broken(self, conn: _Connection, exc: BaseException) -> NoReturn:
+        """A request on `conn` failed with `exc`: close `conn`, raise what its caller sees.
+
+        A connection that broke raises what the master says of the actor; anything else (an
+        interrupt, a bad frame) is raised as it is, and the connection, whose reply would
+        confuse the next caller, goes too.
+        """
+        self._discard(conn)
+        if isinstance(exc, ConnectionError | OSError):
+            raise self.core.fate_error(self._fate()) from None
+        raise exc
+
+    def close(self, *, wake_only: bool = False) -> None:
+        """Close every connection (thread-safe), or only wake the threads blocked on them."""
+        with self.lock:
+            conns = list(self.conns)
+        for conn in conns:
+            if wake_only:
+                conn.shutdown()
+            else:
+                conn.close()
+
+    def _fate(self) -> str | None:
+        reason = self.core.dead
+        return self.client.fate(self.core.actor_id) if reason is None else reason
+
+    def _open(self) -> _Connection:
+        core = self.core
+        try:
+            conn = cast(
+                _Connection,
+                _Connection.open(
+                    core.host, core.port, token=self.client.token, role="client", expect="actor"
+                ),
+            )
+        except (OSError, ConnectionError) as exc:
+            raise core.fate_error(self._fate()) from exc
+        conn.exchange = conn.proto.exchanger(conn.sock.sendall, conn.sock.recv_into)
+        with self.lock:
+            self.conns.add(conn)
+        return conn
+
+    def _discard(self, conn: _Connection) -> None:
+        conn.close()
+        with self.lock:
+            self.conns.discard(conn)
+
+
+# -- pipelined -----------------------------------------------------------------------------------
+class PipelinedDriver:
+    """Pipelined calls to one actor from the running event loop (see the module docstring).
+
+    Made on its loop, it starts a task that owns the connection: it opens it (calls made
+    meanwhile wait in order), holds it, and when it ends fails the calls still in flight with
+    what the master says of the actor. Cancelling the task (`close`, or the loop ending: asyncio
+    closes its tasks first) closes the connection.
+
+    Args:
+        core: the actor's call core.
+        client: the client, for the cluster token and the actor's fate.
+        owner: the object that holds this driver (kept alive by each call in flight).
+        drivers: the owner's drivers by loop, which this one leaves when its connection ends.
+        lock: guards `drivers`.
+    """
+
+    def __init__(
+        self,
+        core: ActorCore,
+        client: Client,
+        owner: Any,
+        drivers: dict[asyncio.AbstractEventLoop, PipelinedDriver],
+        lock: threading.Lock,
+    ) -> None:
+        self.core = core
+        self.client = client
+        self.loop = asyncio.get_running_loop()
+        self.replies: Replies[Any] = Replies()
+        self.conn: AsyncConnection | None = None
+        self.queue: list[tuple[Any, list[Any]]] = []  # sent before the connection was open
+        self.closed = False
+        self._owner = weakref.ref(owner)  # weak: the owner holds this driver
+        self._drivers, self._lock = drivers, lock
+        self._gone = self.loop.create_future()
+        self.task = self.loop.create_task(self._run())
+
+    async def acreate(self, payload: bytes, buffers: list[Any], bundle: bytes) -> tuple[str, ...]:
+        """Build the actor from `init_payload`'s pickle; raise what its constructor raised.
+
+        Returns the names of methods that the instance's attributes hide.
+        """
+        msg, buffers = self.core.init(payload, buffers, bundle, copy=True)
+        reply, rbuffers = await self.arequest(msg, buffers)
+        hidden: tuple[str, ...] = self.core.result(reply, rbuffers, INIT)
+        return hidden
+
+    def acall(
+        self, kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> asyncio.Future[Any]:
+        """Send a call to `name` now; return the future of its result."""
+        future = self.loop.create_future()
+        if self.core.dead is not None:
+            future.set_exception(self.core.died_error())
+            return future
+        conn = self.conn  # open, and to a peer of this host: large arrays leave at once
+        store = conn.proto.shm if conn is not None and not self.closed else None
+        shared_from = store.threshold if store is not None else 0
+        msg, buffers = self.core.call(kind, name, args, kwargs, copy=True, shared_from=shared_from)
+        self.submit(msg, buffers, _Awaited(self, future, name))
+        return future
+
+    async def arequest(self, msg: Any, buffers: list[Any]) -> tuple[Any, tuple[Any, ...]]:
+        """Send `msg` (behind the calls before it) and return its reply."""
+        future: asyncio.Future[tuple[Any, tuple[Any, ...]]] = self.loop.create_future()
+        self.submit(msg, buffers, _Awaited(self, future, None))
+        return await future
+
+    def close(self) -> None:
+        """Close the connection now (on its loop); calls still in flight fail."""
+        self.task.cancel()
+        self._end()
+
+    def submit(self, msg: Any, buffers: list[Any], waiter: Any) -> None:
+        """Send `msg`; `waiter.settle(reply, buffers)` gets its reply, `.fail(error)` a loss."""
+        if self.closed:
+            waiter.fail(self.core.fate_error(self.core.dead))
+            return
+        self.replies.expect(message_id(msg), waiter)  # type: ignore[arg-type]  # a request has an id
+        if self.conn is None:
+            self.queue.append((msg, buffers))
+            return
+        try:  # noqa: SIM105 - contextlib.suppress would cost a tenth of the call
+            self._send(self.conn, msg, buffers)
+        except ConnectionError:
+            pass  # closing: the connection's task fails the waiter
+
+    def _send(self, conn: AsyncConnection, msg: Any, buffers: list[Any]) -> None:
+        try:
+            conn.send(msg, buffers, batch=True)
+        except ProtocolError as exc:  # too large to send: this call fails, the others go on
+            waiter = self.replies.match(msg)
+            if waiter is not None:
+                waiter.fail(exc)
+
+    async def _run(self) -> None:
+        core = self.core
+        try:
+            try:
+                conn = await open_async(
+                    core.host,
+                    core.port,
+                    token=self.client.token,
+                    role="client",
+                    on_message=self._on_message,
+                    on_close=self._on_close,
+                    expect="actor",
+                )
+            except Exception:
+                pass  # unreachable: the calls fail below, with what became of the actor
+            else:
+                self.conn = conn
+                queued, self.queue = self.queue, []
+                with contextlib.suppress(ConnectionError):  # closed already: handled below
+                    for msg, buffers in queued:
+                        self._send(conn, msg, buffers)
+                await self._gone
+            self._leave()
+            waiters, reason = self.replies.take_all(), core.dead
+            try:
+                if waiters and reason is None:
+                    reason = await self.client.afate(core.actor_id)
+            finally:
+                for waiter in waiters:
+                    waiter.fail(core.fate_error(reason))
+        finally:  # also when cancelled: closed, or its loop ends
+            self._end()
+
+    def _on_message(self, conn: AsyncConnection, msg: Any, buffers: tuple[Any, ...]) -> None:
+        waiter = self.replies.match(msg)
+        if waiter is not None:
+            waiter.settle(msg, buffers)
+
+    def _on_close(self, conn: AsyncConnection, exc: Exception | None) -> None:
+        self._leave()
+        if not self._gone.done():
+            self._gone.set_result(None)
+
+    def _end(self) -> None:
+        self._leave()
+        if self.conn is not None:
+            self.conn.close()
+        core = self.core
+        for waiter in self.replies.take_all():
+            waiter.fail(core.fate_error(core.dead or self.client.known_fate(core.actor_id)))
+
+    def _leave(self) -> None:
+        """Closed from now on: later calls on this loop open a new connection."""
+        self.closed = True
+        self.queue = []
+        with self._lock:
+            if self._drivers.get(self.loop) is self:
+                del self._drivers[self.loop]
+
+
+class _Awaited:
+    """The future of a pipelined call: settled with its result (the raw reply if `name` is None)."""
+
+    __slots__ = ("core", "future", "name", "owner")
+
+    def __init__(
+        self, driver: PipelinedDriver, future: asyncio.Future[Any], name: str | None
+    ) -> None:
+        self.core = driver.core
+        self.owner = driver._owner()  # the actor lives at least until its reply
+        self.future = future
+        self.name = name
+
+    def settle(self, reply: Any, buffers: tuple[Any, ...]) -> None:
+        future = self.future
+        if future.done():  # cancelled by its caller
+            return
+        if self.name is None:
+            future.set_result((reply, buffers))
+            return
+        try:
+            future.set_result(self.core.result(reply, buffers, self.name))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+class RemoteFuture:
+    """The pending result of a call made with `@parl.remote_class(wait=False)`.
+
+    `get()` blocks until the call finished and returns its result (or raises its exception);
+    the result can be taken once.
+    """
+
+    __slots__ = ("_buffers", "_done", "_error", "_name", "_ref", "_reply", "_taken")
+
+    def __init__(self, ref: Any, name: str) -> None:
+        self._ref = ref  # the actor lives at least as long as its futures
+        self._name = name
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._reply: Any = None
+        self._buffers: tuple[Any, ...] = ()
+        self._error: BaseException | None = None
+        self._taken = False
+
+    def settle(self, reply: Any, buffers: tuple[Any, ...]) -> None:
+        """The reply arrived (called by the driver, once)."""
+        self._reply, self._buffers = reply, buffers
+        self._done.release()
+
+    def fail(self, error: BaseException) -> None:
+        """The call failed with `error` (called by the driver, once)."""
+        self._error = error
+        self._done.release()
+
+    def done(self) -> bool:
+        """Whether the call finished (successfully or not)."""
+        return self._reply is not None or self._error is not None
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        """Wait for the result (at most `timeout` seconds) and return it, or raise its error.
+
+        Raises:
+            TimeoutError: not finished within `timeout` (or at once, with `block=False`);
+                the call goes on, and `get` may be called again.
+            FutureGetRepeatedlyError: the result was already taken by an earlier `get`.
+        """
+        core = self._ref.core
+        if self._taken:
+            raise FutureGetRepeatedlyError(
+                f"the result of {core.class_name}.{self._name}() was already taken by get(); "
+                "keep the value from the first call"
+            )
+        if not self._done.acquire(block, -1 if timeout is None or not block else timeout):
+            raise self._unfinished(block, timeout)
+        self._taken = True
+        if self._error is not None:
+            raise self._error
+        reply, buffers = self._reply, self._buffers
+        self._reply, self._buffers = True, ()  # drop the payload: it is the caller's now
+        return core.result(reply, buffers, self._name)
+
+    def _unfinished(self, block: bool, timeout: float | None) -> TimeoutError:
+        return TimeoutError(
+            f"{self._ref.core.class_name}.{self._name}() has not finished"
+            + (f" within {timeout:g} s" if block and timeout is not None else " yet")
+        )
+
+    def get_nowait(self) -> Any:
+        """`get(block=False)`: the result if the call finished, else TimeoutError."""
+        return self.get(block=False)
