@@ -23,20 +23,6 @@ def test_ruff(command):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_no_parl_remote_module_over_500_lines():
-    src = os.path.join(REPO_ROOT, "packages", "parl-remote", "src", "parl_remote")
-    sizes = {}
-    for folder, _, files in os.walk(src):
-        for name in files:
-            if name.endswith(".py"):
-                path = os.path.join(folder, name)
-                with open(path, encoding="utf-8") as f:
-                    sizes[os.path.relpath(path, src)] = sum(1 for _ in f)
-    assert sizes, src
-    too_long = {name: n for name, n in sizes.items() if n > 500}
-    assert not too_long, f"split these modules (at most 500 lines each): {too_long}"
-
-
 def test_the_tests_marked_xdist_group_run_on_one_worker(request):
     """Under pytest-xdist's `--dist loadgroup` (pyproject.toml), each marked test's node ID
     carries its group: xdist's worker adds `@name`, by which its scheduler keeps a group on

@@ -270,8 +270,6 @@ def _warm_up(token: bytes | None) -> None:
     """Do now what the first connection and `Init` would otherwise do while a client waits."""
     import encodings.cp437  # noqa: F401  # the bundle's member names decode with it
 
-    import parl_remote.wire._shm_link  # noqa: F401  # a connection from this host uses it
-
     _shm.store(token)
 
 

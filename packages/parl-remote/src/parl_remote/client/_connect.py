@@ -23,7 +23,7 @@ from parl_remote._exceptions import (
     NotConnectedError,
 )
 from parl_remote.engines.xparl._client import Client, _parse_address
-from parl_remote.security import _tls_join
+from parl_remote.security import _tls_context, _tls_join
 
 if TYPE_CHECKING:
     from parl_remote.engines.ray._client import RayClient
@@ -249,4 +249,4 @@ def disconnect() -> None:
         client, _client = _client, None
     if client is not None:
         client.close()
-    _tls_join.forget()
+    _tls_context.forget()

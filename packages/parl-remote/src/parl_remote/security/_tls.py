@@ -29,7 +29,6 @@ import contextlib
 import logging
 import socket
 import ssl
-import struct
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
@@ -45,20 +44,19 @@ from parl_remote.security._tls_context import (
     handshake_error,
     server_context,
 )
-from parl_remote.wire.protocol import messages as m
 
 __all__ = [
     "NativeTLSSocket",
     "PLAINTEXT_WAIT_S",
     "TLSProtocol",
     "TLSSocket",
+    "TLS_REQUIRED",
     "adopt",
     "bind",
     "client_context",
     "client_socket",
     "enabled",
     "ensure_cluster_files",
-    "refusal",
     "server_context",
     "tls_dir",
 ]
@@ -69,24 +67,27 @@ PLAINTEXT_WAIT_S = 2.0
 """A peer silent this long after connecting is a plaintext client waiting to be challenged."""
 _READ = 256 << 10
 _SLICE = 256 << 10  # plaintext encrypted per write: one huge write is many times slower
-_REQUIRES = (
+TLS_REQUIRED = (
     "this PARL cluster requires TLS: connect with parl.connect(address, tls=True) or "
     "PARL_TLS=1 (xparl: --tls)"
 )
-
-
-def refusal() -> bytes:
-    """The plaintext frame a TLS server sends a plaintext client before closing."""
-    envelope = m.encoder.encode(m.Refused(_REQUIRES))
-    return struct.pack("<II", len(envelope), 0) + envelope
+"""Why a TLS server refuses a plaintext peer."""
 
 
 class TLSSocket:
-    """A blocking socket with TLS on top, with what `SyncConnection` uses of a socket."""
+    """A blocking socket with TLS on top, with what `SyncConnection` uses of a socket.
 
-    def __init__(self, sock: socket.socket | None, server_side: bool) -> None:
+    Args:
+        sock: the connected socket (None under a `TLSProtocol`, which moves the bytes).
+        server_side: whether this end accepted the connection.
+        refusal: what a server sends a plaintext peer before it closes (the protocol's frame
+            of a refusal saying `TLS_REQUIRED`).
+    """
+
+    def __init__(self, sock: socket.socket | None, server_side: bool, refusal: bytes = b"") -> None:
         self.raw: Any = sock
         self.server_side = server_side
+        self.refusal = refusal
         self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
         if server_side:
             ctx, self.cert_der = server_context()
@@ -129,8 +130,8 @@ class TLSSocket:
         self.raw.settimeout(timeout)
         if first is None or (first and first[0] != _HANDSHAKE_RECORD):
             with contextlib.suppress(OSError):
-                self.raw.sendall(refusal())
-            raise ClusterError(f"refused a plaintext peer ({where}): {_REQUIRES}")
+                self.raw.sendall(self.refusal)
+            raise ClusterError(f"refused a plaintext peer ({where}): {TLS_REQUIRED}")
         if not first:
             raise ConnectionError("the peer closed before the TLS handshake")
         self.incoming.write(first)
@@ -278,6 +279,7 @@ class TLSProtocol(asyncio.Protocol):
         app: the protocol that reads and writes plaintext.
         server_side: for a fresh connection: whether this end accepted it.
         tls: an established `TLSSocket` to continue (its handshake is done).
+        refusal: as `TLSSocket`'s, for a server.
     """
 
     def __init__(
@@ -286,9 +288,10 @@ class TLSProtocol(asyncio.Protocol):
         *,
         server_side: bool = False,
         tls: TLSSocket | None = None,
+        refusal: bytes = b"",
     ) -> None:
         self.app = app
-        self.tls = tls if tls is not None else TLSSocket(None, server_side)
+        self.tls = tls if tls is not None else TLSSocket(None, server_side, refusal)
         self.raw: asyncio.Transport | None = None
         self.secure = tls is not None
         self._timers: list[asyncio.TimerHandle] = []
@@ -320,7 +323,7 @@ class TLSProtocol(asyncio.Protocol):
     def _refuse_plaintext(self) -> None:
         logger.warning("refused a plaintext peer at %s: the cluster requires TLS", self.peer)
         if self.raw is not None and not self.raw.is_closing():
-            self.raw.write(refusal())
+            self.raw.write(self.tls.refusal)
             self.raw.close()
 
     def data_received(self, data: bytes) -> None:

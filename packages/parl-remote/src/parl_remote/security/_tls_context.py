@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from parl_remote._exceptions import ClusterError
-from parl_remote.security import _tls_join
 from parl_remote.security._tls_certs import ensure_cluster_files
 
 __all__ = [
@@ -28,8 +27,11 @@ __all__ = [
     "client_context",
     "client_socket",
     "enabled",
+    "forget",
     "handshake_error",
     "server_context",
+    "trust_fetched",
+    "trusted",
 ]
 
 
@@ -39,6 +41,24 @@ def enabled() -> bool:
 
 
 _contexts: dict[tuple[Any, ...], tuple[ssl.SSLContext, bytes]] = {}
+_trusted: bytes | None = None  # the cluster CA fetched by this process (PEM; `_tls_join`)
+
+
+def trust_fetched(ca: bytes) -> None:
+    """Verify servers against `ca` (PEM), the cluster CA fetched and checked by `_tls_join`."""
+    global _trusted
+    _trusted = ca
+
+
+def trusted() -> bytes | None:
+    """The cluster CA (PEM) this process fetched and verified, if any."""
+    return _trusted
+
+
+def forget() -> None:
+    """Trust the fetched CA no more (this process left its cluster)."""
+    global _trusted
+    _trusted = None
 
 
 def server_context() -> tuple[ssl.SSLContext, bytes]:
@@ -63,7 +83,7 @@ def server_context() -> tuple[ssl.SSLContext, bytes]:
 def client_context() -> ssl.SSLContext:
     """The clients' TLS 1.3 context: chain verification with `PARL_TLS_CA` or the fetched CA."""
     ca = os.environ.get("PARL_TLS_CA") or None
-    fetched = None if ca else _tls_join.trusted()  # the cluster CA, fetched from the master
+    fetched = None if ca else _trusted  # the cluster CA, fetched from the master
     cache = ("client", ca, fetched)
     if cache not in _contexts:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

@@ -35,6 +35,7 @@ import struct
 from pathlib import Path
 
 from parl_remote._exceptions import AuthenticationError, ClusterError
+from parl_remote.security import _tls_context
 
 __all__ = [
     "MAGIC",
@@ -42,12 +43,10 @@ __all__ = [
     "MAX_REQUEST",
     "answer",
     "fetch_ca",
-    "forget",
     "is_request",
     "join_as_worker",
     "request_certificate",
     "trust",
-    "trusted",
 ]
 
 logger = logging.getLogger(__name__)
@@ -58,23 +57,11 @@ MAX_ANSWER = 64 << 10
 _HEAD = struct.Struct("<4scI")  # magic, kind (request) or status (answer), body length
 _TAG = 32
 _CA, _SIGN, _OK, _ERROR = b"C", b"S", b"+", b"-"
-_trusted: bytes | None = None  # the CA fetched by this process (PEM)
 
 
 def _tag(token: bytes, label: bytes, body: bytes) -> bytes:
     key = hmac.new(token, b"parl-tls-join", hashlib.sha256).digest()
     return hmac.new(key, label + b"|" + body, hashlib.sha256).digest()
-
-
-def trusted() -> bytes | None:
-    """The cluster CA (PEM) this process fetched and verified, if any."""
-    return _trusted
-
-
-def forget() -> None:
-    """Trust the fetched CA no more (this process left its cluster)."""
-    global _trusted
-    _trusted = None
 
 
 # -- the master's side ---------------------------------------------------------------------------
@@ -219,13 +206,11 @@ def trust(host: str, port: int, token: bytes) -> bytes | None:
     Nothing happens without TLS or with `PARL_TLS_CA` set (that CA is trusted instead). Returns
     the CA trusted (PEM), or None.
     """
-    global _trusted
-    from parl_remote.security._tls import enabled
-
-    if not enabled() or os.environ.get("PARL_TLS_CA"):
+    if not _tls_context.enabled() or os.environ.get("PARL_TLS_CA"):
         return None
-    _trusted = fetch_ca(host, port, token)
-    return _trusted
+    ca = fetch_ca(host, port, token)
+    _tls_context.trust_fetched(ca)
+    return ca
 
 
 def join_as_worker(host: str, port: int, token: bytes | None, hosts: list[str]) -> None:

@@ -40,15 +40,11 @@ import os
 import re
 import socket
 import threading
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from parl_remote._exceptions import ProtocolError
 from parl_remote._util import pid_runs
-
-if TYPE_CHECKING:
-    from parl_remote.wire._shm_link import SharedLink
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +201,7 @@ def decode_returns(data: bytes | bytearray | memoryview, pattern: re.Pattern[str
 class SegmentStore:
     """What the segments of one process share: names, settings and the cap on their bytes.
 
-    Each connection that shares memory gets its own `SharedLink` from `link()`; the store
+    Each connection that shares memory makes its own `_shm_link.SharedLink` on it; the store
     counts the bytes all of them hold, so that together they stay within `cap`.
 
     Args:
@@ -224,12 +220,6 @@ class SegmentStore:
         self._lock = threading.Lock()
         self.held = 0
         self.received = 0  # messages whose buffers arrived through a segment
-
-    def link(self) -> SharedLink:
-        """The shared memory of one new connection to a peer of this host."""
-        from parl_remote.wire._shm_link import SharedLink
-
-        return SharedLink(self)
 
     def reserve(self, size: int) -> bool:
         """Count `size` more bytes held, unless that would pass the cap."""

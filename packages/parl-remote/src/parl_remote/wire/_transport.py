@@ -21,7 +21,12 @@ from parl_remote._config import settings
 from parl_remote._exceptions import AuthenticationError, ClusterError, ProtocolError
 from parl_remote.security import _tls
 from parl_remote.wire import _shm
-from parl_remote.wire.protocol.connection import AUTHENTICATED, NEED_DATA, Connection
+from parl_remote.wire.protocol.connection import (
+    AUTHENTICATED,
+    NEED_DATA,
+    Connection,
+    refusal_frame,
+)
 
 __all__ = [
     "AsyncConnection",
@@ -32,6 +37,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+_TLS_REFUSAL = refusal_frame(_tls.TLS_REQUIRED)  # to a plaintext peer of a TLS server
 _IOV_MAX = 1024
 
 
@@ -122,7 +128,7 @@ class SyncConnection:
             sock.settimeout(timeout)
             conn = cls(sock, proto)
             if _tls.enabled():  # TLS first; the token handshake then proves its certificate
-                conn.sock = _tls.TLSSocket(sock, server_side=True)
+                conn.sock = _tls.TLSSocket(sock, server_side=True, refusal=_TLS_REFUSAL)
                 _tls.bind(proto, conn.sock.handshake(str(sock.getpeername())))
             conn.sock.sendall(b"".join(proto.initiate()))
             while not proto.authenticated:
@@ -487,7 +493,9 @@ async def serve_async(
                 on_open(conn)
 
         conn.authenticated.add_done_callback(authenticated)
-        return _tls.TLSProtocol(conn, server_side=True) if _tls.enabled() else conn
+        if _tls.enabled():
+            return _tls.TLSProtocol(conn, server_side=True, refusal=_TLS_REFUSAL)
+        return conn
 
     if sock is not None:
         return await loop.create_server(factory, sock=sock)

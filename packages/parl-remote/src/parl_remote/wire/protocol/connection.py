@@ -56,6 +56,7 @@ __all__ = [
     "NEED_DATA",
     "RETURN_FLAG",
     "SHM_FLAG",
+    "refusal_frame",
 ]
 
 _HEADER = struct.Struct("<II")
@@ -70,6 +71,12 @@ RETURN_FLAG = 1 << 30
 
 # receive states
 _HEAD, _LENGTHS, _ENVELOPE, _BUFFERS = range(4)
+
+
+def refusal_frame(reason: str) -> bytes:
+    """The frame of a `Refused` sent before any handshake: to a peer refused as it connects."""
+    envelope = m.encoder.encode(m.Refused(reason))
+    return _HEADER.pack(len(envelope), 0) + envelope
 
 
 class Connection(Handshake):

@@ -18,6 +18,7 @@ from collections import deque
 from typing import Any, cast
 
 from parl_remote._exceptions import AuthenticationError, ProtocolError
+from parl_remote.wire._shm_link import SharedLink
 from parl_remote.wire.protocol import messages as m
 
 __all__ = [
@@ -101,7 +102,7 @@ class Handshake:
         self._events: deque[Any] = deque()
         self._store = store
         self._host = host if store is not None else ""
-        self.shm: Any = None  # a `_shm.SharedLink`, once the peer is known to share this host
+        self.shm: Any = None  # a `SharedLink`, once the peer is known to share this host
 
     # -- state -----------------------------------------------------------------------------
     @property
@@ -198,7 +199,7 @@ class Handshake:
 
     def _share_if_local(self, peer_host: str) -> None:
         if self._host and peer_host == self._host and {self.role, self.peer_role} == _SHM_ROLES:
-            self.shm = self._store.link()
+            self.shm = SharedLink(self._store)
 
     def release_segments(self) -> None:
         """Remove this end's segments and forget the peer's (on close)."""
