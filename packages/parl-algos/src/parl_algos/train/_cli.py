@@ -8,14 +8,23 @@
 Every key of a config can be overridden as `--section.key value` (or `--section.key=value`),
 parsed to the type of the key it replaces; `--mode`, `--actors`, `--address` and `--logdir`
 are short for their `train.` keys. Bad keys and values are reported before anything starts.
+
+Whatever ends a run early ends the command with one line on stderr that names what went wrong
+and what to do (with the `parl-train --resume DIR` that continues it where a checkpoint
+exists) and a non-zero exit: 2 for a config that cannot run (a bad key or value, a missing
+extra), 1 for a failure during the run (an unreachable cluster, an actor that failed), 130
+after Ctrl-C. The traceback goes to the run directory's `log.log`, and with `--debug` to the
+terminal too.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import re
 import sys
+import traceback
 from collections.abc import Sequence
 
 from parl_algos.train._config import (
@@ -24,14 +33,20 @@ from parl_algos.train._config import (
     apply_override,
     check_config,
     load_config,
+    needed_extra,
     shipped_configs,
 )
+from parl_remote import ClusterError, NotConnectedError, RemoteActorDiedError, RemoteError
 
 __all__ = [
+    "FAILED_EXIT_CODE",
     "main",
     "resolve",
     "split_overrides",
 ]
+
+FAILED_EXIT_CODE = 1
+"""What `parl-train` exits with when a run fails after it started (2: a config that cannot run)."""
 
 _SHORT = {"mode": "train.mode", "actors": "train.actors", "address": "train.address"}
 _SHORT["logdir"] = "train.logdir"
@@ -62,6 +77,11 @@ def _parser() -> argparse.ArgumentParser:
         "--capture-video",
         action="store_true",
         help="record the evaluation episodes (needs parl-algos[video])",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="print the traceback of a failure here too (it is always in the run's log.log)",
     )
     return parser
 
@@ -100,16 +120,20 @@ def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[tuple[str, str
 
 
 def _list_configs() -> None:
+    """Print every shipped config, its modes and the extra it needs (none are imported)."""
     from parl_algos.train._algorithms import get_spec
 
     lines = []
     for name in shipped_configs():
-        config = load_config(name)
-        modes = " ".join(get_spec(config.algorithm).modes)
-        lines.append((name, f"{config.algorithm} on {config.env.id}", modes))
-    width = [max(len(line[i]) for line in lines) for i in (0, 1)]
-    for name, what, modes in lines:
-        print(f"{name:<{width[0]}}  {what:<{width[1]}}  modes: {modes}")
+        config = load_config(name, check=False)
+        spec = get_spec(config.algorithm)
+        needed = needed_extra(config, spec.family)
+        extra = "" if needed is None else f"needs parl-algos[{needed[0]}]"
+        lines.append((name, f"{config.algorithm} on {config.env.id}", " ".join(spec.modes), extra))
+    width = [max(len(line[i]) for line in lines) for i in range(3)]
+    for name, what, modes, extra in lines:
+        row = f"{name:<{width[0]}}  {what:<{width[1]}}  modes: {modes:<{width[2]}}  {extra}"
+        print(row.rstrip())
 
 
 def resolve(argv: Sequence[str]) -> tuple[Config, bool] | None:
@@ -175,10 +199,44 @@ def _check_video(env_id: str) -> None:
         ) from None
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _failure(exc: Exception, logdir: str) -> str:
+    """The one line that tells what ended a run and what to do about it."""
+    from parl_algos.train._runner import latest_checkpoint
+
+    if isinstance(exc, ConfigError):
+        return _first_line(exc)
+    if isinstance(exc, NotConnectedError | ClusterError):
+        what = f"cannot reach the cluster: {_first_line(exc)}"
+    elif isinstance(exc, RemoteActorDiedError):
+        what = f"an actor died: {_first_line(exc)}"
+    elif isinstance(exc, RemoteError) or getattr(exc, "__notes__", None):
+        what = f"an actor failed: {type(exc).__name__}: {_first_line(exc)}"
+    else:
+        what = f"the run failed: {type(exc).__name__}: {_first_line(exc)}"
+    log = os.path.join(logdir, "log.log")
+    todo = f"the traceback is in {log}"
+    if latest_checkpoint(logdir) is not None:
+        todo += f"; once fixed, continue with parl-train --resume {logdir}"
+    return f"{what} ({todo})"
+
+
+def _log_traceback(exc: Exception, logdir: str) -> None:
+    os.makedirs(logdir, exist_ok=True)
+    with open(os.path.join(logdir, "log.log"), "a", encoding="utf-8") as f:
+        f.write("".join(traceback.format_exception(exc)))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `parl-train` with `argv` (default: the process's arguments); return the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv
     try:
-        resolved = resolve(sys.argv[1:] if argv is None else argv)
+        resolved = resolve(argv)
     except ConfigError as exc:
         print(f"parl-train: error: {exc}", file=sys.stderr)
         return 2
@@ -190,7 +248,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if config.train.logdir is None:
         config.train.logdir = default_logdir(config)
-    result = run_single(config, config.train.logdir, resume=resume)
+    logdir = config.train.logdir
+    try:
+        result = run_single(config, logdir, resume=resume)
+    except Exception as exc:
+        _log_traceback(exc, logdir)
+        if debug:
+            traceback.print_exception(exc, file=sys.stderr)
+        print(f"parl-train: error: {_failure(exc, logdir)}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else FAILED_EXIT_CODE
     if result.interrupted:
         print(
             f"parl-train: interrupted at env step {result.env_steps}; continue with "

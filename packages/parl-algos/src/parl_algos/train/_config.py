@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
+import importlib.util
 import math
 import os
 import re
@@ -35,6 +36,7 @@ __all__ = [
     "check_config",
     "dump_config",
     "load_config",
+    "needed_extra",
     "shipped_configs",
 ]
 
@@ -45,6 +47,58 @@ BACKENDS = ("xparl", "ray")
 
 class ConfigError(ValueError):
     """A config or an override is wrong: the message names the key and what is allowed."""
+
+
+EXTRAS = {
+    "examples": ("ale_py", "mpe2", "pettingzoo"),
+    "box2d": ("Box2D",),
+    "mujoco": ("mujoco",),
+}
+"""The extras of parl-algos that configs may need, and the modules each installs."""
+
+_ENTRY_POINT_EXTRAS = {
+    "gymnasium.envs.box2d": ("box2d", ("Box2D",)),
+    "gymnasium.envs.mujoco": ("mujoco", ("mujoco",)),
+}
+
+
+def needed_extra(config: Config, family: str) -> tuple[str, tuple[str, ...]] | None:
+    """The extra of parl-algos that `config` needs, and the modules of it that it imports.
+
+    None when the three base distributions run it. `family` is the algorithm's
+    (`AlgorithmSpec.family`): the multi-agent ones play `mpe2`'s environments. Gymnasium's own
+    environments that need an extra (Box2D, MuJoCo) are known by their entry point, which
+    gymnasium registers with or without the extra.
+    """
+    if family == "multi_agent":
+        return "examples", ("mpe2", "pettingzoo")
+    env_id = config.env.id
+    if getattr(config.env, "atari", False) or env_id.startswith("ALE/"):
+        return "examples", ("ale_py",)
+    import gymnasium as gym
+
+    try:
+        entry_point = str(gym.spec(env_id).entry_point)
+    except gym.error.Error:  # not registered: make_env reports it
+        return None
+    for prefix, extra in _ENTRY_POINT_EXTRAS.items():
+        if entry_point.startswith(prefix):
+            return extra
+    return None
+
+
+def _check_extra(config: Config, family: str) -> None:
+    """Raise ConfigError now, naming the install command, if `config` needs a missing extra."""
+    needed = needed_extra(config, family)
+    if needed is None:
+        return
+    extra, modules = needed
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(
+            f"{config.name or config.algorithm} ({config.algorithm} on {config.env.id}) needs "
+            f"{', '.join(missing)}: pip install 'parl-algos[{extra}]'"
+        )
 
 
 @dataclass
@@ -137,8 +191,11 @@ def _read(name: str) -> tuple[dict[str, Any], str]:
         raise ConfigError(f"config file {name!r} is not valid TOML: {exc}") from None
 
 
-def load_config(name: str) -> Config:
+def load_config(name: str, *, check: bool = True) -> Config:
     """Read and check the config `name` (a shipped `<algorithm>/<env>` or a TOML file's path).
+
+    `check=False` checks the keys and their types only, not the values against what is
+    installed and what the algorithm allows (`check_config`): what `parl-train --list` reads.
 
     Raises:
         ConfigError: unknown algorithm, section or key, or a value of the wrong type.
@@ -168,7 +225,8 @@ def load_config(name: str) -> Config:
             kwargs[key] = _check_value(f"{section}.{key}", value, hints[key])
         sections[section] = cls(**kwargs)
     config = Config(algorithm=spec.name, name=shown, **sections)
-    check_config(config)
+    if check:
+        check_config(config)
     return config
 
 
@@ -202,6 +260,7 @@ def check_config(config: Config) -> None:
         raise ConfigError(f"train.target_on={train.target_on!r}; allowed: {', '.join(TARGETS_ON)}")
     if train.target_on == "eval" and train.target_return is not None and not train.eval_every:
         raise ConfigError("train.target_on='eval' needs evaluations: train.eval_every must be > 0")
+    _check_extra(config, spec.family)
     if spec.check is not None:
         spec.check(config)
 

@@ -154,8 +154,6 @@ def make_mpe_env(
 
 def check_multi_agent(config: Config) -> None:
     """Raise `ConfigError` for an unknown environment or a value outside its range."""
-    if importlib.util.find_spec("mpe2") is None:
-        raise ConfigError(f"{config.algorithm} configs need mpe2: pip install mpe2")
     if importlib.util.find_spec(f"mpe2.{config.env.id}") is None:
         raise ConfigError(
             f"env.id={config.env.id!r} is not an mpe2 environment (e.g. simple_spread_v3)"

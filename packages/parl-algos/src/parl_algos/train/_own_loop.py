@@ -96,18 +96,22 @@ def run_own_loop(config: Config, logdir: str, own: OwnLoop, *, resume: bool = Fa
             logdir, holder["agent"], run, objects, skip=own.skip
         ),
     )
-    agent, run.eval_env, built = own.build(config, data)
-    holder["agent"] = agent
-    objects.update(built)
-    if checkpoint is not None:
-        state = load_checkpoint(checkpoint, agent)
-        objects.update(state["objects"])
-        run.load_state_dict(state["run"])
-        _set_rng_state(agent, state["rng"])
-        logger.info("resumed %s from %s (step %d)", logdir, checkpoint, run.env_steps)
-    with _Interrupt(run):
-        if not run.done and run.env_steps < train.total_steps:
-            own.loop(run, agent, objects, train.total_steps)
+    try:
+        agent, run.eval_env, built = own.build(config, data)
+        holder["agent"] = agent
+        objects.update(built)
+        if checkpoint is not None:
+            state = load_checkpoint(checkpoint, agent)
+            objects.update(state["objects"])
+            run.load_state_dict(state["run"])
+            _set_rng_state(agent, state["rng"])
+            logger.info("resumed %s from %s (step %d)", logdir, checkpoint, run.env_steps)
+        with _Interrupt(run):
+            if not run.done and run.env_steps < train.total_steps:
+                own.loop(run, agent, objects, train.total_steps)
+    except BaseException:
+        run.clear_progress()
+        raise
     if not run.interrupted and run.last_row != run.env_steps:
         run.write_row()  # the last step's row
     run.checkpoint()

@@ -342,6 +342,12 @@ class _Run(TrainingRun):
             self._bar.n = self._bar.last_print_n = self._bar.initial = self.env_steps
             self._bar.refresh()
 
+    def clear_progress(self) -> None:
+        """Take the progress bar off the terminal (the run failed: its error line follows)."""
+        if self._bar is not None:
+            self._bar.leave = False
+            self._bar.close()
+
     def seconds(self) -> float:
         """Wall seconds of training so far, over every session of the run."""
         return time.perf_counter() - self._start
@@ -665,70 +671,77 @@ def run_single(config: Config, logdir: str, *, resume: bool = False) -> RunResul
             skip=() if train.mode == "single" else ["collector"],
         ),
     )
-    if spec.family == "on_policy":
-        learner = spec.build(config, eval_env.observation_space, eval_env.action_space)
-        objects.update(collector=make_collector(config, learner.agent), eval_env=eval_env)
-    else:
-        env = make_env_fn(config)()
-        learner = spec.build(config, env.observation_space, env.action_space)
-        memory = learner.memory
-        if learner.eval_agent is not None:  # its generator, for an exact resume
-            objects["eval_rng"] = learner.eval_agent.rng
-        if train.mode == "single":
-            if learner.n_step > 1:
-                memory = NStepAdder(memory, learner.n_step, config.agent.gamma)
-            objects.update(env=env, loop=OffPolicyState.start(env, train.seed))
-        else:
-            objects["writer"] = ReplayWriter(
-                memory,
-                n_step=learner.n_step,
-                gamma=config.agent.gamma,
-                reward_fn=learner.reward_fn,
-            )
-            env.action_space.seed(train.seed)
-            # The warm-up's random actions, each worker its share of what is left of them.
-            warm_up = max(config.agent.learning_starts - (resume_step or 0), 0)
-            random_steps = warm_up // train.actors
-            acting = learner.acting or BatchActing(learner.agent, env.action_space, random_steps)
-            env.close()
-            objects["collector"] = make_collector(config, acting)
-        objects.update(eval_env=eval_env, memory=memory)
-
-    if checkpoint is not None:
-        state = load_checkpoint(checkpoint, learner.agent)
-        objects.update(state["objects"])
-        if "collector" in objects and "collector" not in state["objects"]:  # workers' envs
-            objects["collector"].offset = state["env_steps"]
-            if "writer" in objects:  # the episodes under way ended with their workers
-                objects["writer"].drop_pending()
-        elif "collector" in objects:
-            objects["collector"].sampler.agent = learner.agent  # not the pickled copy
-        learner.memory = objects.get("memory", learner.memory)
-        if "writer" in objects:
-            objects["writer"].memory = learner.memory
-        if "eval_rng" in objects:
-            learner.eval_agent.rng = objects["eval_rng"]
-        run.eval_env = objects["eval_env"]
-        run.load_state_dict(state["run"])
-        _set_rng_state(learner.agent, state["rng"])
-        logger.info("resumed %s from %s (env step %d)", logdir, checkpoint, run.env_steps)
-
-    if learner.acting is not None and "writer" in objects:  # priorities from the actors' Q
-        objects["writer"].bootstrap_q = functools.partial(_outputs, learner.agent)
-        objects["writer"].priority = functools.partial(_priority, learner.agent)
-    # Videos are written here; without evaluations (eval_every 0) no evaluator is started.
-    if train.mode != "single" and not train.capture_video and train.eval_every > 0:
-        from parl_algos.train._evaluator import RemoteEvaluator
-
-        run.evaluator = RemoteEvaluator(make_env_fn(config), learner.eval_agent or learner.agent)
-        run.weights = learner.agent.get_weights
     try:
+        if spec.family == "on_policy":
+            learner = spec.build(config, eval_env.observation_space, eval_env.action_space)
+            objects.update(collector=make_collector(config, learner.agent), eval_env=eval_env)
+        else:
+            env = make_env_fn(config)()
+            learner = spec.build(config, env.observation_space, env.action_space)
+            memory = learner.memory
+            if learner.eval_agent is not None:  # its generator, for an exact resume
+                objects["eval_rng"] = learner.eval_agent.rng
+            if train.mode == "single":
+                if learner.n_step > 1:
+                    memory = NStepAdder(memory, learner.n_step, config.agent.gamma)
+                objects.update(env=env, loop=OffPolicyState.start(env, train.seed))
+            else:
+                objects["writer"] = ReplayWriter(
+                    memory,
+                    n_step=learner.n_step,
+                    gamma=config.agent.gamma,
+                    reward_fn=learner.reward_fn,
+                )
+                env.action_space.seed(train.seed)
+                # The warm-up's random actions, each worker its share of what is left of them.
+                warm_up = max(config.agent.learning_starts - (resume_step or 0), 0)
+                random_steps = warm_up // train.actors
+                acting = learner.acting or BatchActing(
+                    learner.agent, env.action_space, random_steps
+                )
+                env.close()
+                objects["collector"] = make_collector(config, acting)
+            objects.update(eval_env=eval_env, memory=memory)
+
+        if checkpoint is not None:
+            state = load_checkpoint(checkpoint, learner.agent)
+            objects.update(state["objects"])
+            if "collector" in objects and "collector" not in state["objects"]:  # workers' envs
+                objects["collector"].offset = state["env_steps"]
+                if "writer" in objects:  # the episodes under way ended with their workers
+                    objects["writer"].drop_pending()
+            elif "collector" in objects:
+                objects["collector"].sampler.agent = learner.agent  # not the pickled copy
+            learner.memory = objects.get("memory", learner.memory)
+            if "writer" in objects:
+                objects["writer"].memory = learner.memory
+            if "eval_rng" in objects:
+                learner.eval_agent.rng = objects["eval_rng"]
+            run.eval_env = objects["eval_env"]
+            run.load_state_dict(state["run"])
+            _set_rng_state(learner.agent, state["rng"])
+            logger.info("resumed %s from %s (env step %d)", logdir, checkpoint, run.env_steps)
+
+        if learner.acting is not None and "writer" in objects:  # priorities from the actors' Q
+            objects["writer"].bootstrap_q = functools.partial(_outputs, learner.agent)
+            objects["writer"].priority = functools.partial(_priority, learner.agent)
+        # Videos are written here; without evaluations (eval_every 0) no evaluator is started.
+        if train.mode != "single" and not train.capture_video and train.eval_every > 0:
+            from parl_algos.train._evaluator import RemoteEvaluator
+
+            run.evaluator = RemoteEvaluator(
+                make_env_fn(config), learner.eval_agent or learner.agent
+            )
+            run.weights = learner.agent.get_weights
         with _Interrupt(run):
             _train_loop(spec, learner, run, objects, args)
             run.collect_evaluation(wait=True)
         if not run.interrupted and run.last_row != run.env_steps:
             run.write_row()  # the last step's row
         run.checkpoint()
+    except BaseException:
+        run.clear_progress()
+        raise
     finally:
         run.evaluator = run._pending = None  # the actor goes with its handle and its call
         if "collector" in objects:

@@ -108,7 +108,11 @@ def run_session(config: Config, logdir: str, *, resume: bool = False) -> Any:
         checkpoint_every=train.checkpoint_every,
         save_checkpoint=lambda: save_checkpoint(logdir, holder[0].agent, run, holder[0].objects()),
     )
-    session = spec.session(config, logdir)  # after the run seeded every generator
+    try:
+        session = spec.session(config, logdir)  # after the run seeded every generator
+    except BaseException:
+        run.clear_progress()
+        raise
     holder.append(session)
     run.title, run.eval_env = session.title, session.eval_env
     try:
@@ -130,6 +134,9 @@ def run_session(config: Config, logdir: str, *, resume: bool = False) -> Any:
         if not run.interrupted and run.last_row != run.env_steps:
             run.write_row()  # the last step's row
         run.checkpoint()
+    except BaseException:
+        run.clear_progress()
+        raise
     finally:
         run.evaluator = run._pending = None  # the actor goes with its handle and its call
         session.close()
