@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from parl.algorithms import C51, DDQN, DQN, QRDQN, DuelingDQN, Rainbow
+from parl.utils import NStepAdder, ReplayMemory
+from parl_algos.agents import DQNAgent
 from parl_algos.functional import categorical_projection, quantile_huber_loss
 from parl_algos.nets import DuelingHead, NoisyLinear, QHead, QNetwork, noise_free, reset_noise
 
@@ -135,6 +137,43 @@ def test_n_step_discounts_the_bootstrap_by_gamma_to_the_n():
     stats = alg.learn(obs, action, reward, next_obs, terminal)
     np.testing.assert_allclose(stats.td_error, (y - q).abs().numpy(), rtol=1e-5)
     assert stats.loss == pytest.approx(((y - q) ** 2).mean().item(), rel=1e-5)
+
+
+class _Recording(ReplayMemory):
+    """A replay memory that keeps the last batch it gave."""
+
+    def sample_batch(self, batch_size):
+        self.last = super().sample_batch(batch_size)
+        return self.last
+
+
+def test_a_truncated_episodes_last_windows_bootstrap_by_gamma_to_their_own_steps():
+    """An episode cut by its time limit after 2 steps, with 3-step returns: windows of 2 and 1."""
+    torch.manual_seed(0)
+    obs = torch.randn(3, 4)  # s_0, s_1 and the final observation s_2
+    model = QNetwork(4, 2, (8,))
+    alg = DQN(model, lr=1e-9, gamma=0.9, n_step=3, double=False, loss="mse")
+    memory = _Recording(8, 4, 0, seed=0)
+    adder = NStepAdder(memory, n_step=3, gamma=0.9)
+    adder.append(obs[0].numpy(), 1, 1.0, obs[1].numpy(), False)
+    adder.append(obs[1].numpy(), 0, 2.0, obs[2].numpy(), False, truncated=True)
+    with torch.no_grad():
+        next_q = alg.target_model(obs[2:]).max(dim=1).values[0]
+        q = model(obs[:2]).gather(1, torch.tensor([[1], [0]])).squeeze(1)
+    y = torch.stack([1.0 + 0.9 * 2.0 + 0.9**2 * next_q, 2.0 + 0.9 * next_q])
+    stats = DQNAgent(alg, 2).learn(memory, 16)
+    row = torch.from_numpy(memory.last.obs[:, 0] == obs[1, 0].numpy()).long()  # 0: s_0's window
+    assert 0 < int(row.sum()) < 16  # both windows are in the batch
+    np.testing.assert_allclose(stats.td_error, (y - q)[row].abs().numpy(), rtol=1e-5)
+    # Given to the learner directly, a row's discount replaces gamma^n_step.
+    b_obs, action, reward, next_obs, terminal = _batch()
+    discount = 0.9 ** torch.tensor([3.0, 3.0, 2.0, 1.0, 3.0, 2.0, 1.0, 3.0])
+    with torch.no_grad():
+        next_q = alg.target_model(next_obs).max(dim=1).values
+        q = model(b_obs).gather(1, action.unsqueeze(1)).squeeze(1)
+    y = reward + discount * (1 - terminal) * next_q
+    stats = alg.learn(b_obs, action, reward, next_obs, terminal, discount=discount)
+    np.testing.assert_allclose(stats.td_error, (y - q).abs().numpy(), rtol=1e-5)
 
 
 def test_c51_loss_is_the_kl_divergence_from_the_projected_target():

@@ -207,7 +207,7 @@ def test_n_step_priorities_span_rollouts_with_the_first_steps_q_values():
     np.testing.assert_allclose(memory.priorities(), expected, rtol=1e-6)
 
 
-def test_a_truncated_episodes_window_is_dropped_with_its_q_values():
+def test_a_truncated_episodes_last_window_bootstraps_from_its_final_observation():
     memory = PrioritizedReplayMemory(100, 4, 0, alpha=1.0, eps=1e-9)
     writer = ReplayWriter(
         memory, n_step=2, gamma=0.5, bootstrap_q=lambda obs: np.full((len(obs), 2), 10.0)
@@ -224,10 +224,12 @@ def test_a_truncated_episodes_window_is_dropped_with_its_q_values():
     writer.store(trajectory(horizon=1, reward=[[4.0]], extras={"q": q[:1]}))
     expected = [
         abs(1.0 + 0.5 * 2.0 + 0.25 * 10.0 - 1.0),  # bootstraps from the final observation
+        abs(2.0 + 0.5 * 10.0 - 3.0),  # the last step alone: from it too, discounted once
         abs(5.0 + 0.5 * 4.0 + 0.25 * 10.0 - 4.0),  # the step after the truncation
     ]
     np.testing.assert_allclose(memory.priorities(), expected, rtol=1e-6)
-    assert writer.written == 2
+    np.testing.assert_allclose(memory.discount[:3], [0.25, 0.5, 0.25])
+    assert writer.written == 3
 
 
 def distributional_agent(kind: str, n_atoms: int, **kwargs) -> DQNAgent:

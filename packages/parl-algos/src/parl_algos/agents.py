@@ -190,7 +190,8 @@ class DQNAgent(parl.Agent):
         batch = memory.sample_batch(batch_size)
         b = [to_tensor(x, self.device) for x in batch[:5]]
         weight = None if batch.weights is None else to_tensor(batch.weights, self.device)
-        stats = self.alg.learn(*b, weight=weight)
+        discount = None if batch.discount is None else to_tensor(batch.discount, self.device)
+        stats = self.alg.learn(*b, weight=weight, discount=discount)
         if batch.indices is not None:
             memory.update_priorities(batch.indices, stats.td_error)
         return stats

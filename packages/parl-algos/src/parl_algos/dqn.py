@@ -6,7 +6,8 @@ https://doi.org/10.1038/nature14236) with, each as an option:
 - double Q-learning (van Hasselt et al., AAAI 2016, https://arxiv.org/abs/1509.06461): `DDQN`;
 - a dueling network (Wang et al., ICML 2016, https://arxiv.org/abs/1511.06581): `DuelingDQN`;
 - n-step returns (the data from `parl.utils.NStepAdder`, the bootstrap discounted by
-  `gamma^n`);
+  `gamma^n`, or by the `gamma^k` of a shorter window at the end of a truncated episode, which
+  the adder's batches carry);
 - noisy networks for exploration (Fortunato et al., ICLR 2018, https://arxiv.org/abs/1706.10295);
 - a categorical return distribution (Bellemare et al., ICML 2017,
   https://arxiv.org/abs/1707.06887): `C51`;
@@ -73,7 +74,8 @@ class DQN(parl.Algorithm):
         double: use the double-DQN target.
         dueling: the model has a `parl_algos.nets.DuelingHead` (checked).
         n_step: steps each stored transition spans (its reward is the n-step return, as
-            `parl.utils.NStepAdder` writes it): the bootstrap is discounted by `gamma^n_step`.
+            `parl.utils.NStepAdder` writes it): the bootstrap is discounted by `gamma^n_step`
+            (by each transition's own `discount` where `learn` is given one).
         noisy: the model has `parl_algos.nets.NoisyLinear` layers (checked); their noise is
             drawn anew at each `learn`.
         distributional: None (expected values), `"c51"` (a categorical distribution on
@@ -178,6 +180,7 @@ class DQN(parl.Algorithm):
         next_obs: torch.Tensor,
         terminal: torch.Tensor,
         weight: torch.Tensor | None = None,
+        discount: torch.Tensor | None = None,
     ) -> DQNStats:
         """One gradient step on a batch of transitions.
 
@@ -185,9 +188,12 @@ class DQN(parl.Algorithm):
             obs: `(B, *obs_shape)` observations.
             action: `(B,)` int64 actions taken.
             reward: `(B,)` rewards (the n-step returns when `n_step > 1`).
-            next_obs: `(B, *obs_shape)` the observations `n_step` steps after `obs`.
+            next_obs: `(B, *obs_shape)` the observations `n_step` steps after `obs` (fewer at
+                the end of a truncated episode: see `discount`).
             terminal: `(B,)` 1 where `next_obs` is a terminal state (not for truncations).
             weight: `(B,)` importance-sampling weights of a prioritized replay (default: 1).
+            discount: `(B,)` each transition's bootstrap discount, `gamma^k` for one spanning
+                `k` steps (an `NStepBatch`'s; default: `gamma^n_step` for every one).
         """
         if self.noisy:
             reset_noise(self.model)
@@ -200,7 +206,8 @@ class DQN(parl.Algorithm):
             next_target = next_out[b, next_action]
         out = self._check_shape(self.model(obs))[b, action.long()]
 
-        discount = self.gamma**self.n_step * (1.0 - terminal.to(reward.dtype))
+        full = self.gamma**self.n_step if discount is None else discount.to(reward.dtype)
+        discount = full * (1.0 - terminal.to(reward.dtype))
         elementwise, q, priority = self._loss(out, reward, discount, next_target)
         loss = elementwise.mean() if weight is None else (weight * elementwise).mean()
 

@@ -22,11 +22,11 @@ addresses each one's epsilon by that id.
 `ReplayWriter` puts the samplers' trajectories into the learner's replay memory: one
 `parl.utils.NStepAdder` per environment column, and with a prioritized memory the initial
 priority of each n-step transition as the learner computes it (`DQN.priority`), from the
-outputs the actor computed with its copy: `|G + gamma^n * max_a Q(s', a) - Q(s, a)|` with
-`G` the n-step return, or for a distributional agent the loss of `out(s, a)` against the
-projected target from `out(s')` (the learner's network gives `out(s')` only where the actor
-never acted on `s'`: the last step of a rollout and the final observation of an episode), as
-Ape-X's actors do.
+outputs the actor computed with its copy: `|G + gamma^k * max_a Q(s', a) - Q(s, a)|` with
+`G` the n-step return (`k = n`, or the fewer steps left at the end of a truncated episode),
+or for a distributional agent the loss of `out(s, a)` against the projected target from
+`out(s')` (the learner's network gives `out(s')` only where the actor never acted on `s'`: the
+last step of a rollout and the final observation of an episode), as Ape-X's actors do.
 """
 
 from __future__ import annotations
@@ -180,8 +180,8 @@ class _Written:
     def __init__(self) -> None:
         self.transitions: list[tuple[Any, ...]] = []
 
-    def append(self, *transition: Any) -> None:
-        self.transitions.append(transition)
+    def append(self, *transition: Any, discount: float) -> None:
+        self.transitions.append((*transition, discount))
 
     def drain(self) -> list[tuple[Any, ...]]:
         out, self.transitions = self.transitions, []
@@ -196,7 +196,8 @@ def td_priority(
     Args:
         out: `(B,)` `Q(s, a)` of each transition's first step.
         ret: `(B,)` the transitions' (n-step) returns.
-        discount: `(B,)` the bootstrap's discount, `gamma^n (1 - terminal)`.
+        discount: `(B,)` the bootstrap's discount, `gamma^k (1 - terminal)` (`k` the steps the
+            transition spans).
         next_out: `(B, n_actions)` the Q-values of the observations they bootstrap from.
     """
     return np.abs(ret + discount * next_out.max(axis=-1) - out)
@@ -207,8 +208,9 @@ class ReplayWriter:
 
     With a `PrioritizedReplayMemory` and trajectories that carry the actors' network outputs
     (`extras["out"]`, else their Q-values `extras["q"]`), each transition gets its initial
-    priority from them as Ape-X's actors compute it: `priority(out(s, a), G, gamma^n (1 -
-    terminal), out(s'))`, `G` its n-step return and `s'` the observation it bootstraps from.
+    priority from them as Ape-X's actors compute it: `priority(out(s, a), G, gamma^k (1 -
+    terminal), out(s'))`, `G` its n-step return, `s'` the observation it bootstraps from and `k`
+    the steps between them (`n`, fewer at the end of a truncated episode).
     The actor acted on `s'` unless `s'` is the last of a rollout or the final observation of a
     truncated episode: there `bootstrap` (the learner's network) gives `out(s')`. An n-step
     transition's window can span two rollouts: the first step's output waits with it.
@@ -270,7 +272,7 @@ class ReplayWriter:
         outputs = self._outputs(t, next_obs)
         reward = t.reward if self.reward_fn is None else self.reward_fn(t.reward)
         actors = t.extras.get("actor")
-        rows: list[tuple[int, np.ndarray, float, bool, np.ndarray]] = []
+        rows: list[tuple[int, np.ndarray, float, float, np.ndarray]] = []
         for k in range(width):
             column = (0 if actors is None else int(actors[0, k]), k)
             adder = self._adders.get(column)
@@ -287,18 +289,17 @@ class ReplayWriter:
                     bool(t.terminated[i, k]),
                     bool(t.truncated[i, k]),
                 )
-                for obs, act, ret, nxt, terminal in self._sink.drain():
-                    self.memory.append(obs, act, ret, nxt, terminal)
+                for obs, act, ret, nxt, terminal, discount in self._sink.drain():
+                    self.memory.append(obs, act, ret, nxt, terminal, discount=discount)
                     first = firsts.popleft()
                     if first is not None and outputs is not None:
                         position = self.written % self.memory.max_size
-                        rows.append((position, first, ret, terminal, outputs[1][i, k]))
+                        bootstrap = 0.0 if terminal else discount
+                        rows.append((position, first, ret, bootstrap, outputs[1][i, k]))
                     self.written += 1
-                while len(firsts) > adder.pending():  # a truncated episode's window is dropped
-                    firsts.popleft()
         if rows:
-            positions, out, ret, terminal, next_out = zip(*rows, strict=True)
-            discount = self.gamma**self.n_step * (1.0 - np.asarray(terminal, np.float64))
+            positions, out, ret, bootstrap, next_out = zip(*rows, strict=True)
+            discount = np.asarray(bootstrap, np.float64)
             priority = self.priority or td_priority
             priorities = priority(
                 np.stack(out), np.asarray(ret, np.float64), discount, np.stack(next_out)

@@ -6,7 +6,9 @@
   a `Batch` (a NamedTuple: `obs, act, reward, next_obs, terminal`).
 - `PrioritizedReplayMemory`: a `ReplayMemory` sampled in proportion to TD-error priorities; it
   samples a `PrioritizedBatch` (a `Batch`'s fields plus `weights` and `indices`).
-- `NStepAdder`: folds single steps into n-step transitions on their way into a memory.
+- `NStepAdder`: folds single steps into n-step transitions on their way into a memory, which
+  then stores each one's bootstrap discount and samples `NStepBatch`es
+  (`PrioritizedNStepBatch`es), a batch's fields plus `discount`.
 - `OfflineDataset`: a fixed dataset of transitions for offline RL (`.npz`, a replay memory, or
   minari), sampled in the same `Batch`es.
 - `machine_info`: CPU and GPU counts, the machine's address, a free TCP port.
@@ -29,14 +31,20 @@ if TYPE_CHECKING:  # pragma: no cover
     from parl.utils._n_step import NStepAdder
     from parl.utils._offline_dataset import OfflineDataset
     from parl.utils._optional import optional_import, progress_bar, require
-    from parl.utils._prioritized_replay_memory import PrioritizedBatch, PrioritizedReplayMemory
-    from parl.utils._replay_memory import Batch, ReplayMemory
+    from parl.utils._prioritized_replay_memory import (
+        PrioritizedBatch,
+        PrioritizedNStepBatch,
+        PrioritizedReplayMemory,
+    )
+    from parl.utils._replay_memory import Batch, NStepBatch, ReplayMemory
 
 __all__ = [
     "Batch",
     "NStepAdder",
+    "NStepBatch",
     "OfflineDataset",
     "PrioritizedBatch",
+    "PrioritizedNStepBatch",
     "PrioritizedReplayMemory",
     "ReplayMemory",
     "logger",
@@ -51,7 +59,9 @@ __all__ = [
 _LAZY: dict[str, tuple[str, str | None]] = {
     "Batch": ("parl.utils._replay_memory", "Batch"),
     "NStepAdder": ("parl.utils._n_step", "NStepAdder"),
+    "NStepBatch": ("parl.utils._replay_memory", "NStepBatch"),
     "PrioritizedBatch": ("parl.utils._prioritized_replay_memory", "PrioritizedBatch"),
+    "PrioritizedNStepBatch": ("parl.utils._prioritized_replay_memory", "PrioritizedNStepBatch"),
     "OfflineDataset": ("parl.utils._offline_dataset", "OfflineDataset"),
     "PrioritizedReplayMemory": (
         "parl.utils._prioritized_replay_memory",

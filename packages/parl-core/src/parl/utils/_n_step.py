@@ -3,15 +3,17 @@
 Multi-step learning (Sutton 1988; Rainbow, Hessel et al. 2018, https://arxiv.org/abs/1710.02298)
 regresses `Q(s_t, a_t)` on `R_t^(n) + gamma^n * max_a Q(s_{t+n}, a)` with
 `R_t^(n) = sum_{k<n} gamma^k r_{t+k}`. The adder keeps the last `n` steps of the running
-episode and writes `(s_t, a_t, R_t^(n), s_{t+n}, terminal)` into any replay memory, so that
-the memory, its sampling and its priorities stay as they are; the learner only discounts its
-bootstrap by `gamma^n`. Episode ends are where the two kinds of end differ:
+episode and writes `(s_t, a_t, R_t^(n), s_{t+n}, terminal)` into any replay memory, with the
+bootstrap's discount `gamma^k` of each transition, `k` the steps it spans; the memory's
+sampling and priorities stay as they are, and its batches carry the discount for the learner's
+target `R + gamma^k (1 - terminal) max_a Q(s', a)`. Episode ends are where the two kinds of end
+differ:
 
 - termination: every step still in the window gets the rest of the episode's return and
   `terminal=True` (no bootstrap), however fewer than `n` steps it spans;
-- truncation (a time limit): the last full window bootstraps from the final observation as
-  usual; the steps left over span fewer than `n` steps, and the `gamma^n` bootstrap of the
-  learner would misweigh them, so they are not stored.
+- truncation (a time limit): every step still in the window gets the rest of the episode's
+  rewards and bootstraps from the final observation, the true last one, discounted by
+  `gamma^k` for the `k < n` steps it spans (the last full window's `k` is `n`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ class NStepAdder:
     Call `append` with every step, in order, with the step's `terminal` (the MDP ended) and
     `truncated` (a time limit cut it) flags. Everything else (`sample_batch`,
     `update_priorities`, `len`, `save`) goes to the memory, so the adder can stand where a
-    memory is expected. With `n_step=1` it stores every step as it comes.
+    memory is expected. With `n_step=1` it stores every step as it comes. Every transition it
+    writes carries its bootstrap discount, so the memory should receive all of its transitions
+    through an adder.
 
     Args:
         memory: a `ReplayMemory` or `PrioritizedReplayMemory` receiving the n-step transitions.
@@ -70,11 +74,9 @@ class NStepAdder:
         self._window.append((np.array(obs, copy=True), act, float(reward)))
         if len(self._window) == self.n_step:
             self._write_oldest(next_obs, bool(terminal))
-        if terminal:
-            while self._window:
-                self._write_oldest(next_obs, True)
-        elif truncated:
-            self._window.clear()
+        if terminal or truncated:
+            while self._window:  # bootstrapped from the final observation unless terminal
+                self._write_oldest(next_obs, bool(terminal))
 
     def pending(self) -> int:
         """How many steps of the running episode wait for their n-step return."""
@@ -82,8 +84,9 @@ class NStepAdder:
 
     def _write_oldest(self, next_obs: np.ndarray, terminal: bool) -> None:
         ret = sum(self.gamma**k * r for k, (_, _, r) in enumerate(self._window))
+        discount = self.gamma ** len(self._window)
         obs, act, _ = self._window.popleft()
-        self.memory.append(obs, act, ret, next_obs, terminal)
+        self.memory.append(obs, act, ret, next_obs, terminal, discount=discount)
 
     def __len__(self) -> int:
         return len(self.memory)

@@ -6,7 +6,8 @@ and its loss is weighted by `w_i = (N * P(i))^-beta / max_j w_j` (`j` over the b
 whole memory) to correct the bias. The sums and minimum of the priorities live in two
 array-backed binary trees, so sampling a batch and updating its priorities cost
 `O(batch * log N)` numpy operations. A sample is a `PrioritizedBatch`: a `Batch`'s fields plus
-the weights and the slots whose priorities the learner writes back.
+the weights and the slots whose priorities the learner writes back (a
+`PrioritizedNStepBatch`, with the bootstrap discounts too, from a memory an `NStepAdder` feeds).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from numpy.typing import ArrayLike, DTypeLike
 
 from parl.utils._replay_memory import ReplayMemory
 
-__all__ = ["PrioritizedBatch", "PrioritizedReplayMemory", "SumTree"]
+__all__ = ["PrioritizedBatch", "PrioritizedNStepBatch", "PrioritizedReplayMemory", "SumTree"]
 
 
 class PrioritizedBatch(NamedTuple):
@@ -42,6 +43,36 @@ class PrioritizedBatch(NamedTuple):
     """`(B,)` float32 importance-sampling weights `w_i`, at most 1: multiply each loss by them."""
     indices: np.ndarray
     """`(B,)` int64 slots of the transitions: pass them back to `update_priorities`."""
+
+    @property
+    def discount(self) -> None:
+        """Bootstrap discounts: none stored (the learner's own, `gamma^n_step`, for every row)."""
+        return None
+
+
+class PrioritizedNStepBatch(NamedTuple):
+    """A `PrioritizedBatch` from a memory that stores each transition's bootstrap discount.
+
+    Its first seven fields are a `PrioritizedBatch`'s; `discount` is an `NStepBatch`'s.
+    """
+
+    obs: np.ndarray
+    """`(B, *obs_shape)` observations."""
+    act: np.ndarray
+    """`(B, *act_shape)` actions (int64 `(B,)` for discrete ones)."""
+    reward: np.ndarray
+    """`(B,)` float32 (n-step) returns."""
+    next_obs: np.ndarray
+    """`(B, *obs_shape)` the observations the transitions bootstrap from."""
+    terminal: np.ndarray
+    """`(B,)` float32, 1 where `next_obs` is a terminal state."""
+    weights: np.ndarray
+    """`(B,)` float32 importance-sampling weights `w_i`, at most 1: multiply each loss by them."""
+    indices: np.ndarray
+    """`(B,)` int64 slots of the transitions: pass them back to `update_priorities`."""
+    discount: np.ndarray
+    """`(B,)` float32 `gamma^k`, `k` the steps each transition spans (`n`, or fewer at the end of
+    a truncated episode)."""
 
 
 class SumTree:
@@ -194,10 +225,11 @@ class PrioritizedReplayMemory(ReplayMemory):
         next_obs: ArrayLike,
         terminal: bool | float,
         truncated: bool = False,
+        discount: float | None = None,
     ) -> None:
         """Store one transition with the largest priority seen so far (see `ReplayMemory`)."""
         pos = self._curr_pos
-        super().append(obs, act, reward, next_obs, terminal, truncated)
+        super().append(obs, act, reward, next_obs, terminal, truncated, discount)
         self._set_priorities(pos, self._max_priority)
 
     def current_beta(self) -> float:
@@ -210,13 +242,14 @@ class PrioritizedReplayMemory(ReplayMemory):
     # A richer batch than the base class's: its fields plus weights and indices.
     def sample_batch(  # type: ignore[override]
         self, batch_size: int, beta: float | None = None
-    ) -> PrioritizedBatch:
-        """Return a `PrioritizedBatch` of `batch_size` transitions.
+    ) -> PrioritizedBatch | PrioritizedNStepBatch:
+        """Return a `PrioritizedBatch` of `batch_size` transitions (`PrioritizedNStepBatch`).
 
         By default the batch is stratified: the total priority mass is cut into `batch_size`
         equal segments and one transition is drawn from each (see `stratified`). `weights`
         (float32) are the normalised importance-sampling weights, at most 1; `indices` go back
-        to `update_priorities`.
+        to `update_priorities`. A memory that stores bootstrap discounts returns a
+        `PrioritizedNStepBatch`, which carries them.
 
         Args:
             batch_size: how many transitions to draw.
@@ -239,7 +272,7 @@ class PrioritizedReplayMemory(ReplayMemory):
         # (N P(i))^-beta / max_j (N P(j))^-beta: the max where P is least.
         min_prob = prob.min() if self.weight_norm == "batch" else self._tree.min() / total
         weights = (prob / min_prob) ** -beta
-        return PrioritizedBatch(
+        batch = PrioritizedBatch(
             self.obs[idx],
             self.act[idx],
             self.reward[idx],
@@ -248,6 +281,9 @@ class PrioritizedReplayMemory(ReplayMemory):
             weights.astype(np.float32),
             idx.astype(np.int64),
         )
+        if self.discount is None:
+            return batch
+        return PrioritizedNStepBatch(*batch, discount=self.discount[idx])
 
     def update_priorities(self, indices: ArrayLike, priorities: ArrayLike) -> None:
         """Set the priorities of the transitions at `indices` (usually `|TD error|`)."""
