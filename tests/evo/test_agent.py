@@ -311,13 +311,12 @@ def test_replica_told_the_same_samples_has_the_same_weights():
     assert result.stdout.strip() == hashlib.sha256(agent.get_weights().tobytes()).hexdigest()
 
 
-def test_readme_example_runs(tmp_path, monkeypatch, repo_root):
-    with open(f"{repo_root}/README.md", encoding="utf-8") as f:
-        section = f.read().split("## Evolution strategies", 1)[1]
-    code = section.split("```python", 1)[1].split("```", 1)[0]
+def test_the_guides_example_runs(tmp_path, monkeypatch, repo_root):
+    with open(f"{repo_root}/docs/es.md", encoding="utf-8") as f:
+        code = f.read().split("```python", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/es.md", "exec"), namespace)
     agent = namespace["agent"]
     assert agent.solver.version == 100
     assert sphere(agent.get_weights()) < 1.0  # from 90 at the start
