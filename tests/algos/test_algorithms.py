@@ -152,17 +152,13 @@ def test_ppo_lean_step_still_matches_torchs_after_its_tensors_are_rebound(how):
 def _one_flat_tensor(alg):
     """Whether the parameters and Adam's moments are views of the lean step's flat tensors."""
     params = list(alg.model.parameters())
-    flat = alg.__dict__.get("_flat", {}).get(id(alg.optimizer))
-    if flat is None or flat.param.numel() != sum(p.numel() for p in params):
+    flat = alg._flat_step.flat_tensors(alg.optimizer)
+    if flat is None or flat[0].numel() != sum(p.numel() for p in params):
         return False
     state = alg.optimizer.state
     return all(
         t.untyped_storage().data_ptr() == whole.untyped_storage().data_ptr()
-        for whole, key in (
-            (flat.param, None),
-            (flat.exp_avg, "exp_avg"),
-            (flat.exp_avg_sq, "exp_avg_sq"),
-        )
+        for whole, key in zip(flat, (None, "exp_avg", "exp_avg_sq"), strict=True)
         for t in (params if key is None else [state[p][key] for p in params])
     )
 

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 import parl
 from parl_algos._actor_critic import ActorCriticAlgorithm
 from parl_algos._common import check_positive, clip_grad_norm
+from parl_algos._optim import FlatAdamStep
 from parl_algos.functional import ppo_clip_loss
 
 __all__ = ["PPO", "PPOStats"]
@@ -119,8 +120,8 @@ class PPO(ActorCriticAlgorithm):
         self.vf_coef = vf_coef
         self.ent_coef = ent_coef
         self.max_grad_norm = max_grad_norm
-        # One list, kept: listing a model's parameters on every minibatch update cost about 8%
-        # of it, and Adam's multi-tensor kernels (bit for bit the same steps) about as much again.
+        # One list, kept: listing a model's parameters on every minibatch update is a cost of
+        # its own on a small model; Adam's multi-tensor kernels take the same steps bit for bit.
         self._parameters = list(model.parameters())
         self.optimizer = torch.optim.Adam(self._parameters, lr=lr, eps=adam_eps, foreach=True)
         self._steps: list[tuple[torch.optim.Optimizer, list[torch.nn.Parameter]]] = [
@@ -128,8 +129,8 @@ class PPO(ActorCriticAlgorithm):
         ]
         """Each optimizer and the parameters whose gradient it clips (to `max_grad_norm`) and
         steps: PPO's one, over every parameter; MAPPO's actor and critic, each its own."""
-        self._flat: dict[int, _FlatAdam] = {}
-        """`_lean_step`'s flat tensors, by the id of their optimizer."""
+        self._flat_step = FlatAdamStep()
+        """Clips and steps on flat tensors where it can, bit for bit torch's (`_optim`)."""
         self._generator = torch.Generator().manual_seed(
             int(torch.randint(2**62, ()).item()) if seed is None else seed
         )
@@ -259,148 +260,13 @@ class PPO(ActorCriticAlgorithm):
             clip_fraction = ((ratio - 1.0).abs() > self.clip_coef).float().mean()
             return torch.stack([policy_loss, value_loss, entropy, clip_fraction]).detach()
 
-    @torch.no_grad()
     def _lean_step(
         self, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]
     ) -> bool:
-        """Clip the gradient's norm and take Adam's step with the ops torch's own calls run.
+        """Clip the gradient and take Adam's step on flat tensors (`FlatAdamStep`), if it can."""
+        return self._flat_step(optimizer, params, self.max_grad_norm)
 
-        `clip_grad_norm_` and `Adam.step` (`foreach=True`) spend most of their time on a small
-        model in Python and in per-tensor dispatch around their kernels: grouping tensors by
-        device, hooks, checks, a step count read per parameter, then every elementwise op once
-        a parameter. This runs the same arithmetic in the same order on the optimizer's own
-        state, so the result is the same to the bit (a test compares them): `params`'
-        gradient clipped to `max_grad_norm`, then `optimizer`'s step. After the first step the
-        parameters and Adam's two moments are views of one flat tensor each (`_FlatAdam`), so
-        each elementwise op runs once on all of them; the gradients are gathered into one
-        (the gradient norm is still taken per tensor, as torch does, and `p.grad` keeps the
-        unclipped gradient).
-        It returns False, leaving everything to torch, where that shortcut does not apply:
-        before Adam's first step (its state is made then), without a norm clip, with a
-        parameter that got no gradient, or with options other than PPO's (weight decay,
-        amsgrad, maximize, capturable, fused).
-        """
-        group = optimizer.param_groups[0]
-        if (
-            self.max_grad_norm is None
-            or len(optimizer.param_groups) != 1
-            or group["weight_decay"] != 0
-            or group["amsgrad"]
-            or group["maximize"]
-            or group["capturable"]
-            or group["differentiable"]
-            or group["fused"]
-            or isinstance(group["lr"], torch.Tensor)
-        ):
-            return False
-        grads = [p.grad for p in params]
-        if any(g is None for g in grads):
-            return False
-        flats = self.__dict__.setdefault("_flat", {})
-        flat = flats.get(id(optimizer))
-        if flat is None or not flat.holds(params, optimizer):
-            states = [optimizer.state.get(p) for p in params]
-            if not all(states) or not _FlatAdam.fits(params, grads, states):
-                return False
-            flat = flats[id(optimizer)] = _FlatAdam(params, states)
-        # torch.nn.utils.clip_grad_norm_ (foreach): the total 2-norm, then one scale.
-        norms = torch._foreach_norm(grads, 2.0)
-        total_norm = torch.linalg.vector_norm(torch.stack(norms), 2.0)
-        clip_coef = float(self.max_grad_norm) / (total_norm + 1e-6)
-        grad = torch.cat([g.reshape(-1) for g in grads])
-        grad.mul_(torch.clamp(clip_coef, max=1.0))
-        # torch.optim.adam._multi_tensor_adam, capturable=False, amsgrad=False.
-        beta1, beta2 = group["betas"]
-        lr, eps = group["lr"], group["eps"]
-        steps = flat.steps
-        if steps[0].is_cpu:
-            torch._foreach_add_(steps, torch.tensor(1.0, device="cpu"), alpha=1.0)
-        else:
-            torch._foreach_add_(steps, 1)
-        flat.exp_avg.lerp_(grad, 1 - beta1)
-        flat.exp_avg_sq.mul_(beta2)
-        flat.exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)
-        step = steps[0].item()  # every parameter has taken every step
-        bias_correction1 = 1 - beta1**step
-        bias_correction2 = 1 - beta2**step
-        step_size = (lr / bias_correction1) * -1
-        denom = flat.exp_avg_sq.sqrt()
-        denom.div_(bias_correction2**0.5)
-        denom.add_(eps)
-        flat.param.addcdiv_(flat.exp_avg, denom, value=step_size)
-        return True
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_flat"] = {}  # keyed by the optimizers' ids: made again where it is unpickled
-        return state
-
-
-class _FlatAdam:
-    """An optimizer's parameters and Adam moments made views of one flat tensor each.
-
-    `param`, `exp_avg` and `exp_avg_sq` hold the values of every parameter (and of its
-    `optimizer.state` entries) one after the other; the parameters' `data` and the state's
-    tensors are rebound to views of them, so that one elementwise op updates them all. Made
-    after Adam's first step (when its state exists). Anything that rebinds a parameter's data
-    or the optimizer's state (`Module.to`, `Optimizer.load_state_dict`) breaks the tie, which
-    `holds` sees: the caller then makes a new one from the tensors as they are.
-    """
-
-    def __init__(self, params: list[torch.nn.Parameter], states: list[dict]) -> None:
-        self.param = self._pack([p.data for p in params])
-        for p, view in zip(params, self._views(self.param, params), strict=True):
-            p.data = view
-        self.exp_avg = self._pack([s["exp_avg"] for s in states])
-        self.exp_avg_sq = self._pack([s["exp_avg_sq"] for s in states])
-        moments = zip(
-            self._views(self.exp_avg, params), self._views(self.exp_avg_sq, params), strict=True
-        )
-        for s, (avg, avg_sq) in zip(states, moments, strict=True):
-            s["exp_avg"], s["exp_avg_sq"] = avg, avg_sq
-        self.steps = [s["step"] for s in states]
-        self._bound = [
-            (p.data_ptr(), s["exp_avg"], s["exp_avg_sq"])
-            for p, s in zip(params, states, strict=True)
-        ]
-
-    @staticmethod
-    def fits(
-        params: list[torch.nn.Parameter], grads: list[torch.Tensor], states: list[dict]
-    ) -> bool:
-        """Whether these can share flat tensors: one device and dtype, dense, Adam's state."""
-        first = params[0]
-        for p, g, s in zip(params, grads, states, strict=True):
-            if p.device != first.device or p.dtype != first.dtype or p.is_sparse or g.is_sparse:
-                return False
-            if not {"step", "exp_avg", "exp_avg_sq"} <= s.keys():
-                return False
-            if s["exp_avg"].dtype != first.dtype or s["exp_avg_sq"].dtype != first.dtype:
-                return False
-        return True
-
-    def holds(self, params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer) -> bool:
-        """Whether every parameter and state tensor is still a view of the flat tensors."""
-        if len(params) != len(self._bound):
-            return False
-        state = optimizer.state
-        for p, (ptr, avg, avg_sq) in zip(params, self._bound, strict=True):
-            s = state.get(p)
-            if (
-                p.data_ptr() != ptr
-                or s is None
-                or s["exp_avg"] is not avg
-                or s["exp_avg_sq"] is not avg_sq
-            ):
-                return False
-        return True
-
-    @staticmethod
-    def _pack(tensors: list[torch.Tensor]) -> torch.Tensor:
-        return torch.cat([t.detach().reshape(-1) for t in tensors])
-
-    @staticmethod
-    def _views(flat: torch.Tensor, like: list[torch.nn.Parameter]) -> list[torch.Tensor]:
-        return [
-            v.view_as(p) for v, p in zip(flat.split([p.numel() for p in like]), like, strict=True)
-        ]
+    def __setstate__(self, state: dict) -> None:
+        state.pop("_flat", None)  # an earlier PPO's own flat tensors
+        state.setdefault("_flat_step", FlatAdamStep())
+        self.__dict__.update(state)
