@@ -63,7 +63,7 @@ def test_the_local_cluster_of_connect_serves_and_logs_the_dashboard():
     )
     assert result.returncode == 0, result.stderr
     assert "TOTALS True" in result.stdout
-    assert "parl_remote.client._connect: PARL dashboard: http://127.0.0.1:" in result.stderr
+    assert "parl_remote.engines.xparl._client: PARL dashboard: http://127.0.0.1:" in result.stderr
 
 
 def _bare_master(tmp_path, monitor_port: int, extra_env: dict | None = None):

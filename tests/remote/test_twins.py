@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-import parl_remote.client._drivers as drivers
+import parl_remote.engines.xparl._drivers as drivers
 
 SOURCE = Path(drivers.__file__).read_text()
 TWINS = {

@@ -34,7 +34,7 @@ from parl_remote._exceptions import (
     ResourceError,
 )
 from parl_remote.client._connect import connect, disconnect
-from parl_remote.client._drivers import RemoteFuture
+from parl_remote.client._future import RemoteFuture
 from parl_remote.client._remote_class import ActorHandle, AsyncActorHandle, kill, remote_class
 from parl_remote.master._registry import Registry
 from parl_remote.master._status import (

@@ -32,8 +32,8 @@ from parl_remote._util import (
     read_json,
     write_json_atomic,
 )
-from parl_remote.client._drivers import request
 from parl_remote.engines.xparl import _cluster
+from parl_remote.engines.xparl._drivers import request
 from parl_remote.security import _tls
 from parl_remote.wire import _shm
 from parl_remote.wire._transport import SyncConnection

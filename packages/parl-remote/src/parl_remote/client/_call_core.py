@@ -1,7 +1,7 @@
 """The I/O-free core of calls to actors: what is sent, what comes back, and what it means.
 
-Every decision about a call is made here, once, for the two drivers in `_drivers.py` (blocking
-and pipelined) that only move its bytes:
+Every decision about a call is made here, once, for the drivers that only move its bytes (xparl's
+two, blocking and pipelined, in `engines/xparl/_drivers.py`; Ray's calls in `engines/ray`):
 
 - `ActorCore` is the bookkeeping of one actor: its call ids (one counter for every call to it,
   whichever driver carries it), the `Init` and `Call` messages (arguments pickled with their

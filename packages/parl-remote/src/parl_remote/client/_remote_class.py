@@ -7,12 +7,12 @@ actor.aio.add(1, 2)`), and `await Actor.aio(...)` creates one from async code; `
 goes back. With `wait=False`, blocking-handle methods return a `RemoteFuture` instead of
 waiting.
 
-All handles of one actor share one `_ActorRef`: the actor's call core and its drivers (the
-blocking one; a pipelined one per event loop that used it). Handles only bind names to them:
-blocking methods to `BlockingDriver.call`, awaitable ones to `PipelinedDriver.acall`, future
-mode to the client loop's pipelined driver. The actor lives as long as some handle (or a bound
-method of one, or a call in flight) does: when the last goes, the ref's finalizer frees the
-actor and its CPU slot.
+All handles of one actor share one reference to it (`_engine.ActorRef`), made by the engine
+this process is connected to (`_engine.Engine`: xparl's, or Ray's): the actor's call core and
+the engine's way of carrying its calls. Handles only bind names to it: blocking methods to
+`ref.blocking.call`, awaitable ones to `ref.acall`, future mode to `ref.call_future`. The actor
+lives as long as some handle (or a bound method of one, or a call in flight) does: when the
+last goes, the ref's finalizer frees the actor and its CPU slot.
 
 A handle passed to an actor method (or returned from one) arrives in the other process as a
 handle of the same kind to the same actor: that process joins the cluster if it is not a
@@ -22,7 +22,6 @@ holds a handle of it, and ends with the client that created it.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import os
@@ -32,19 +31,11 @@ import threading
 import weakref
 from typing import Any, cast
 
-from parl_remote._config import settings
 from parl_remote._exceptions import NotConnectedError
-from parl_remote.client._actor_ref import (
-    _ActorRef,
-    _check_reserved,
-    _ClassSpec,
-    _method_specs,
-    _MethodSpec,
-)
-from parl_remote.client._call_core import init_payload
-from parl_remote.client._connect import connect, current_client
-from parl_remote.engines.ray._client import RayClient
-from parl_remote.engines.ray._refs import _RayActorRef
+from parl_remote.client import _engine
+from parl_remote.client._connect import current_client
+from parl_remote.client._engine import ActorRef
+from parl_remote.client._spec import _check_reserved, _ClassSpec, _method_specs, _MethodSpec
 from parl_remote.wire import _serialize as ser
 from parl_remote.wire.protocol import messages as m
 
@@ -54,17 +45,15 @@ METHOD, GETATTR, SETATTR = m.CallKind.METHOD, m.CallKind.GETATTR, m.CallKind.SET
 _PROXIES: weakref.WeakKeyDictionary[type, type[Any]] = weakref.WeakKeyDictionary()  # cls -> proxy
 
 
-def _reduce(ref: _ActorRef, awaitable: bool) -> tuple[Any, ...]:
+def _reduce(ref: ActorRef, awaitable: bool) -> tuple[Any, ...]:
     """How a handle of `ref`'s actor travels to another process (see `_rebuild`)."""
     spec = ref.spec
     carried = getattr(_transit, "refs", None)
     if carried is not None:  # sent in a call: the call keeps the actor until it is answered
         carried.append(ref)
-    if isinstance(ref, _RayActorRef):  # its engine says how
-        return ref.travel(awaitable, _class_ref(spec.cls))
-    where = (ref.actor_id, ref.host, ref.port, ref.pid, ref.shadowed)
     kind = (_class_ref(spec.cls), spec.wait, spec.max_memory_mb, spec.n_gpu, awaitable)
-    return _rebuild, (*kind, *where, ref.client.address)
+    actor = (ref.client.backend, ref.actor_id, ref.shadowed, ref.where())
+    return _rebuild, (*kind, *actor)
 
 
 _transit = threading.local()
@@ -107,33 +96,29 @@ def _rebuild(
     max_memory_mb: float,
     n_gpu: int,
     awaitable: bool,
+    backend: str,
     actor_id: str,
-    host: str,
-    port: int,
-    pid: int,
     shadowed: tuple[str, ...],
-    address: str,
+    where: tuple[Any, ...],
 ) -> Any:
     """A handle that arrived from another process: the same actor, of the same kind.
 
-    This process joins the cluster at `address` if it is not a client yet, and holds the actor.
+    This process joins the actor's cluster (through its engine, `where` says where) if it is
+    not connected yet, and its engine adopts the actor.
     """
     try:
         client = current_client()
     except NotConnectedError:
-        client = connect(address, log_to_driver=False)
-    if isinstance(client, RayClient):
+        client = _engine.find(backend).join(where)
+    if client.backend != backend:
         raise NotConnectedError(
-            "a handle of an actor on an xparl cluster arrived in a process connected to Ray"
+            f"a handle of an actor on {backend!r} arrived in a process connected to "
+            f"{client.backend!r}: connect it to the actor's cluster"
         )
     ref = client.refs.get(actor_id)
     if ref is None:
-        spec = _spec_of(cls, wait, max_memory_mb, n_gpu)
-        ref = _ActorRef(client, spec, m.ActorAssigned(0, actor_id, host, port, pid, ""))
+        ref = client.adopt(_spec_of(cls, wait, max_memory_mb, n_gpu), actor_id, where)
         ref.shadowed = tuple(shadowed)
-        gone = client.hold(actor_id)
-        if gone is not None:
-            ref.core.mark_dead(gone)
     proxy = _PROXIES[ref.spec.cls]
     return (proxy._parl_async_cls if awaitable else proxy)._parl_wrap(ref)
 
@@ -196,7 +181,7 @@ class ActorHandle:
         pass  # `__new__` built the actor
 
     @classmethod
-    def _parl_wrap(cls: type[Any], ref: _ActorRef) -> Any:
+    def _parl_wrap(cls: type[Any], ref: ActorRef) -> Any:
         handle: object = object.__new__(
             _shadowing(cast(type, cls), ref.shadowed) if ref.shadowed else cls
         )
@@ -241,7 +226,7 @@ class AsyncActorHandle:
         )
 
     @classmethod
-    def _parl_wrap(cls: type[Any], ref: _ActorRef) -> Any:
+    def _parl_wrap(cls: type[Any], ref: ActorRef) -> Any:
         handle: object = object.__new__(
             _shadowing(cast(type, cls), ref.shadowed) if ref.shadowed else cls
         )
@@ -306,15 +291,14 @@ _handles: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKey
 _handles_lock = threading.Lock()
 
 
-def _track(handle: Any, ref: Any) -> Any:
+def _track(handle: Any, ref: ActorRef) -> Any:
     """Note `handle` as one of `ref`'s, whose class changes when its actor hides a method."""
-    if isinstance(ref, _ActorRef | _RayActorRef):
-        with _handles_lock:
-            known = _handles.get(ref)
-            if known is None:
-                known = _handles[ref] = weakref.WeakSet()
-                ref.core.on_shadowed = functools.partial(_reshadow, weakref.ref(ref))
-            known.add(handle)
+    with _handles_lock:
+        known = _handles.get(ref)
+        if known is None:
+            known = _handles[ref] = weakref.WeakSet()
+            ref.core.on_shadowed = functools.partial(_reshadow, weakref.ref(ref))
+        known.add(handle)
     return handle
 
 
@@ -333,43 +317,13 @@ def _reshadow(ref_alive: Any, names: tuple[str, ...]) -> None:
         object.__setattr__(handle, "__class__", _shadowing(base, names) if names else base)
 
 
-def _create(spec: _ClassSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _ActorRef:
-    client = current_client()
-    if isinstance(client, RayClient):  # another engine places the actor
-        return cast(_ActorRef, client.create_ref(spec, args, kwargs))
-    payload, buffers = init_payload(spec.cls, spec.name, args, kwargs)
-    assigned = client.create_actor(
-        spec.name, spec.n_gpu, spec.max_memory_mb, settings.resource_wait_s
-    )
-    ref = _ActorRef(client, spec, assigned)
-    try:
-        ref.shadowed = ref.blocking.create(payload, buffers, client.bundle.data())
-    except BaseException:
-        ref.release()
-        raise
-    return ref
+def _create(spec: _ClassSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ActorRef:
+    return current_client().create_ref(spec, args, kwargs)
 
 
 async def _acreate(proxy_cls: type[Any], *args: Any, **kwargs: Any) -> AsyncActorHandle:
-    spec = proxy_cls._parl_spec
-    client = current_client()
-    if isinstance(client, RayClient):  # another engine places the actor
-        handle: AsyncActorHandle = proxy_cls._parl_async_cls._parl_wrap(
-            await client.acreate_ref(spec, args, kwargs)
-        )
-        return handle
-    payload, buffers = init_payload(spec.cls, spec.name, args, kwargs)
-    assigned = await client.acreate_actor(
-        spec.name, spec.n_gpu, spec.max_memory_mb, settings.resource_wait_s
-    )
-    ref = _ActorRef(client, spec, assigned)
-    try:
-        driver = ref.pipelined(asyncio.get_running_loop())
-        ref.shadowed = await driver.acreate(payload, buffers, client.bundle.data())
-    except BaseException:
-        ref.release()
-        raise
-    handle = proxy_cls._parl_async_cls._parl_wrap(ref)
+    ref = await current_client().acreate_ref(proxy_cls._parl_spec, args, kwargs)
+    handle: AsyncActorHandle = proxy_cls._parl_async_cls._parl_wrap(ref)
     return handle
 
 

@@ -31,9 +31,10 @@ from typing import Any
 
 from parl_remote._config import settings
 from parl_remote._exceptions import NotConnectedError, ResourceError
-from parl_remote.client._actor_ref import _ClassSpec
 from parl_remote.client._bundle import Bundle
 from parl_remote.client._call_core import INIT, init_payload
+from parl_remote.client._engine import already_connected
+from parl_remote.client._spec import _ClassSpec
 from parl_remote.engines.ray._host import (
     FATE_NAMESPACE,
     AsyncRayHost,
@@ -95,14 +96,26 @@ class RayClient:
         self._closed = False
         self._hosts = (ray.remote(RayHost), ray.remote(AsyncRayHost))  # without / with async def
 
+    # -- the engine's side of `parl.connect` (see `client/_engine.py`) ------------------------
     @classmethod
-    def start(
+    def prepare(cls, address: str | None, *, tls: bool, cpu_num: int | None) -> None:
+        """Refuse `tls` (Ray has its own), and say how to install Ray if it is missing."""
+        if tls:
+            raise ValueError(
+                "connect: tls=True applies to PARL's own clusters; a Ray cluster's traffic is "
+                "secured by Ray's TLS settings (RAY_USE_TLS and its certificates)"
+            )
+        import_ray()
+
+    @classmethod
+    def connect(
         cls,
         address: str | None,
         *,
         distributed_files: Iterable[str] = (),
         log_to_driver: bool = True,
         cpu_num: int | None = None,
+        inherited: tuple[str, bytes | None] | None = None,
     ) -> RayClient:
         """Initialize Ray here (unless it already is) and return the client over it."""
         ray = import_ray()
@@ -136,6 +149,32 @@ class RayClient:
         """In a child made by `fork`: the parent's Ray is not ours; never use it, nor close it."""
         self._closed = True
         self.refs = weakref.WeakValueDictionary()
+
+    def after_fork(self) -> None:
+        """In a child made by `fork`: abandon this client; Ray's driver state dies with fork."""
+        self.abandon()
+
+    @classmethod
+    def join(cls, where: tuple[Any, ...]) -> Any:
+        """Connect this process to Ray, where an arriving handle's actor lives."""
+        from parl_remote.client._connect import connect
+
+        return connect(backend="ray", log_to_driver=False)
+
+    def reconnect(
+        self, address: str | None, cpu_num: int | None, distributed_files: Iterable[str]
+    ) -> RayClient:
+        """This client, unless `parl.connect` asks for files to ship (a new client's)."""
+        if list(distributed_files):
+            raise already_connected(self)
+        return self
+
+    def adopt(self, spec: _ClassSpec, actor_id: str, where: tuple[Any, ...]) -> _RayActorRef:
+        """The reference of an actor whose handle arrived (`_RayActorRef.where` there)."""
+        handle, pid, node = where
+        ref = _RayActorRef(self, spec, actor_id, handle)
+        ref.placed(pid, node)
+        return ref
 
     # -- creating actors ----------------------------------------------------------------------
     def _new(self, spec: _ClassSpec) -> _RayActorRef:

@@ -3,8 +3,8 @@
 `_RayActorRef` is the `_ActorRef` twin that the handles of `@parl.remote_class` bind to on Ray:
 its blocking calls (`_RayCalls`, from any thread), awaitable calls and `wait=False` futures
 (`_RayFuture`) are Ray tasks of the actor's `RayHost` carrying the xparl messages that the one
-`ActorCore` builds and reads, and `_rebuild` makes a handle that arrived from another process
-of the same Ray. `RayClient` (`_client.py`) creates them.
+`ActorCore` builds and reads. `RayClient` (`_client.py`) creates them, and adopts those whose
+handles arrive from another process of the same Ray.
 """
 
 from __future__ import annotations
@@ -13,17 +13,14 @@ import asyncio
 import contextlib
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from parl_remote._exceptions import NotConnectedError, RemoteError
-from parl_remote.client._actor_ref import _ClassSpec, _running_loop
+from parl_remote._exceptions import RemoteError
 from parl_remote.client._call_core import INIT, ActorCore
-from parl_remote.client._drivers import RemoteFuture
+from parl_remote.client._future import RemoteFuture
+from parl_remote.client._spec import _ClassSpec, _running_loop
 from parl_remote.engines.ray._host import writable
 from parl_remote.wire.protocol import messages as m
-
-if TYPE_CHECKING:
-    from parl_remote.engines.ray._client import RayClient
 
 __all__: list[str] = []
 
@@ -69,9 +66,7 @@ class _RayCalls:
     Holds no reference to its `_RayActorRef`, so that the last handle going frees the actor.
     """
 
-    def __init__(
-        self, client: RayClient, core: ActorCore, handle: Any, caller: tuple[str, ...]
-    ) -> None:
+    def __init__(self, client: Any, core: ActorCore, handle: Any, caller: tuple[str, ...]) -> None:
         self.client, self.core, self.handle = client, core, handle
         self.caller = caller  # (the caller's key,) for an async host's turns; () for a sync one
 
@@ -139,7 +134,7 @@ class _RayCalls:
 class _RayActorRef:
     """One Ray-hosted actor as all its handles in this process share it; the `_ActorRef` twin."""
 
-    def __init__(self, client: RayClient, spec: _ClassSpec, actor_id: str, handle: Any) -> None:
+    def __init__(self, client: Any, spec: _ClassSpec, actor_id: str, handle: Any) -> None:
         self.client = client
         self.spec = spec
         self.class_name = spec.name
@@ -213,15 +208,15 @@ class _RayActorRef:
             future.fail(exc)
         return future
 
-    def travel(self, awaitable: bool, class_ref: type) -> tuple[Any, ...]:
-        """How a handle of this actor is pickled into another process of the same Ray."""
+    def where(self) -> tuple[Any, ...]:
+        """What names this actor to another process of the same Ray (`RayClient.adopt`).
+
+        Its Ray handle also goes beside the pickle of a call that carries it (`_carrying`).
+        """
         carried = getattr(_carried, "handles", None)
         if carried is not None:
             carried.append(self.handle)
-        spec = self.spec
-        kind = (class_ref, spec.wait, spec.max_memory_mb, spec.n_gpu, awaitable)
-        where = (self.actor_id, self.handle, self.core.pid, self.core.host, self.shadowed)
-        return _rebuild, (*kind, *where)
+        return (self.handle, self.core.pid, self.core.host)
 
 
 class _RayFuture(RemoteFuture):
@@ -261,37 +256,3 @@ class _RayFuture(RemoteFuture):
                 self.settle(*calls.reply_parts(reply))
             self.object_ref = None
         return super().get(block=False)
-
-
-def _rebuild(
-    cls: type,
-    wait: bool,
-    max_memory_mb: float,
-    n_gpu: int,
-    awaitable: bool,
-    actor_id: str,
-    handle: Any,
-    pid: int,
-    node: str,
-    shadowed: tuple[str, ...],
-) -> Any:
-    """A handle that arrived from another process of the same Ray: the same actor."""
-    from parl_remote.client import _connect
-    from parl_remote.client._remote_class import _PROXIES, _spec_of
-    from parl_remote.engines.ray._client import RayClient
-
-    try:
-        client = _connect.current_client()
-    except NotConnectedError:
-        client = _connect.connect(backend="ray", log_to_driver=False)
-    if not isinstance(client, RayClient):
-        raise NotConnectedError(
-            "a handle of an actor on Ray arrived in a process connected to an xparl cluster"
-        )
-    ref = client.refs.get(actor_id)
-    if ref is None:
-        ref = _RayActorRef(client, _spec_of(cls, wait, max_memory_mb, n_gpu), actor_id, handle)
-        ref.placed(pid, node)
-        ref.shadowed = tuple(shadowed)
-    proxy = _PROXIES[ref.spec.cls]
-    return (proxy._parl_async_cls if awaitable else proxy)._parl_wrap(ref)

@@ -1,4 +1,4 @@
-"""The client runtime of a user process: its link to the master, and `parl.connect`.
+"""The xparl engine of a user process: its link to the master, and `parl.connect`'s half of it.
 
 One `Client` per process: a child made by `fork` drops the client it inherits (never touching
 its sockets or thread) and makes its own when it connects or creates an actor, to the same
@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, ClassVar
 
-from parl_remote._config import settings
+from parl_remote._config import load_token, settings
 from parl_remote._exceptions import (
     AuthenticationError,
     ClusterError,
@@ -38,8 +38,11 @@ from parl_remote._exceptions import (
 )
 from parl_remote._loop import new_event_loop
 from parl_remote.client._bundle import Bundle
-from parl_remote.client._call_core import Replies
-from parl_remote.client._drivers import arequest
+from parl_remote.client._call_core import Replies, init_payload
+from parl_remote.client._spec import _ClassSpec
+from parl_remote.engines.xparl._actor_ref import _ActorRef
+from parl_remote.engines.xparl._drivers import arequest
+from parl_remote.security import _tls_join
 from parl_remote.wire._link import MasterLink
 from parl_remote.wire._transport import AsyncConnection
 from parl_remote.wire.protocol import messages as m
@@ -101,6 +104,138 @@ class Client:
         self._stopped = threading.Event()
 
     # -- life ------------------------------------------------------------------------------
+    # -- the engine's side of `parl.connect` (see `client/_engine.py`) ------------------------
+    @classmethod
+    def prepare(cls, address: str | None, *, tls: bool, cpu_num: int | None) -> None:
+        """`tls`: this process and those it starts speak TLS from now on."""
+        if tls:
+            os.environ["PARL_TLS"] = "1"
+
+    @classmethod
+    def connect(
+        cls,
+        address: str | None,
+        *,
+        distributed_files: Iterable[str],
+        log_to_driver: bool,
+        cpu_num: int | None,
+        inherited: tuple[str, bytes | None] | None,
+    ) -> Client:
+        """Join the master at `address`, or start a local cluster (a master and a worker)."""
+        files = list(distributed_files)
+        cluster = None
+        token: bytes | None
+        if address is None:
+            from parl_remote.engines.xparl._cluster import EmbeddedCluster
+
+            cluster = EmbeddedCluster.start(cpu_num=cpu_num)
+            address, token = cluster.address, cluster.token
+            logger.info("started a local PARL cluster at %s (%s)", address, cluster.describe())
+            if cluster.dashboard_url:
+                logger.info("PARL dashboard: %s", cluster.dashboard_url)
+        else:
+            if cpu_num is not None:
+                raise ValueError("cpu_num sets the size of a local cluster; it needs address=None")
+            _parse_address(address)
+            token = load_token()
+            if inherited is not None and _parse_address(inherited[0]) == _parse_address(address):
+                token = inherited[1]
+            if token is None:
+                raise AuthenticationError(
+                    "no cluster token: set PARL_CLUSTER_TOKEN to the token of the cluster at "
+                    f"{address} (on the master's machine: the file that `xparl start` created)"
+                )
+        try:
+            host, port = _parse_address(address)
+            _tls_join.trust(host, port, token)  # with TLS: the cluster CA, checked by the token
+            client = cls(
+                address,
+                token=token,
+                distributed_files=files,
+                log_to_driver=log_to_driver,
+                cluster=cluster,
+            )
+            client.start()
+        except BaseException:
+            if cluster is not None:
+                cluster.stop()
+            raise
+        return client
+
+    @classmethod
+    def join(cls, where: tuple[Any, ...]) -> Any:
+        """Connect this process to the cluster of an arriving handle's actor (`where`)."""
+        from parl_remote.client._connect import connect
+
+        return connect(where[-1], log_to_driver=False)
+
+    def reconnect(
+        self, address: str | None, cpu_num: int | None, distributed_files: Iterable[str]
+    ) -> Client:
+        """This client, if `parl.connect(address, cpu_num=...)` means its cluster."""
+        if address is not None:
+            same_cluster = _parse_address(address) == (self.host, self.port)
+        else:  # no address: this process's cluster, if it is local and big enough
+            same_cluster = cpu_num is None or (
+                self.cluster is not None and self.cluster.cpu_num >= cpu_num
+            )
+        if same_cluster and not list(distributed_files):
+            return self
+        raise ClusterError(
+            f"already connected to {self.address}"
+            + (f" (a local cluster of {self.cluster.cpu_num} slots)" if self.cluster else "")
+            + "; call parl.disconnect() first to connect differently"
+        )
+
+    def after_fork(self) -> tuple[str, bytes | None] | None:
+        """In a child made by `fork`: abandon this client; the cluster to rejoin, if open."""
+        if self._closed:
+            return None
+        rejoin = (self.address, self.token)
+        self.abandon()
+        return rejoin
+
+    # -- actors, as the handles ask for them ----------------------------------------------------
+    def create_ref(self, spec: _ClassSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Place a new actor and build its instance (blocking); its shared reference."""
+        payload, buffers = init_payload(spec.cls, spec.name, args, kwargs)
+        assigned = self.create_actor(
+            spec.name, spec.n_gpu, spec.max_memory_mb, settings.resource_wait_s
+        )
+        ref = _ActorRef(self, spec, assigned)
+        try:
+            ref.shadowed = ref.blocking.create(payload, buffers, self.bundle.data())
+        except BaseException:
+            ref.release()
+            raise
+        return ref
+
+    async def acreate_ref(
+        self, spec: _ClassSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """`create_ref` from async code."""
+        payload, buffers = init_payload(spec.cls, spec.name, args, kwargs)
+        assigned = await self.acreate_actor(
+            spec.name, spec.n_gpu, spec.max_memory_mb, settings.resource_wait_s
+        )
+        ref = _ActorRef(self, spec, assigned)
+        try:
+            driver = ref.pipelined(asyncio.get_running_loop())
+            ref.shadowed = await driver.acreate(payload, buffers, self.bundle.data())
+        except BaseException:
+            ref.release()
+            raise
+        return ref
+
+    def adopt(self, spec: _ClassSpec, actor_id: str, where: tuple[Any, ...]) -> Any:
+        """The reference of an actor whose handle arrived (`_ActorRef.where` of the sender's)."""
+        host, port, pid, _address = where
+        ref = _ActorRef(self, spec, m.ActorAssigned(0, actor_id, host, port, pid, ""))
+        gone = self.hold(actor_id)
+        if gone is not None:
+            ref.core.mark_dead(gone)
+        return ref
+
     def start(self) -> None:
         """Start the client's loop and join the cluster; raise a clear error if nobody answers."""
         self._thread.start()

@@ -257,7 +257,8 @@ class Connection(Handshake):
         None: `next_event()` then has the reply, or more is to be read. A message that cannot
         leave on its own (segments are owed to the peer, or it is too large) goes as `frame`
         makes it. For an authenticated connection that is `idle`, one request at a time: the
-        blocking driver's lane for small calls (`client/_drivers.py`). The I/O is the caller's.
+        blocking driver's lane for small calls (`engines/xparl/_drivers.py`). The I/O is the
+        caller's.
         """
         limit, shm, head = self.max_message_bytes, self.shm, _HEADER.size
         scratch = self._scratch[: limit + head]  # a read taken whole is never over the limit

@@ -1,90 +1,32 @@
-"""An actor's shared reference: its class spec, its call core and its drivers.
+"""An xparl actor's shared reference: its class spec, its call core and its drivers.
 
 Every handle of one actor (blocking, awaitable, a bound method, a call in flight) holds the same
 `_ActorRef`: the I/O-free `ActorCore` (call ids, the actor's fate), the blocking driver, and a
 pipelined driver per event loop that used it. When the last holder goes, the ref's finalizer
-closes its connections and tells the client to free the actor. `_ClassSpec` is what the proxy
-class knows of the user's class: its methods, signatures and placement options.
+closes its connections and tells the client to free the actor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import threading
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 from parl_remote.client._call_core import ActorCore
-from parl_remote.client._drivers import BlockingDriver, PipelinedDriver, RemoteFuture
-from parl_remote.engines.xparl._client import Client
+from parl_remote.client._future import RemoteFuture
+from parl_remote.client._spec import _ClassSpec, _running_loop
+from parl_remote.engines.xparl._drivers import BlockingDriver, ClientView, PipelinedDriver
 from parl_remote.wire.protocol import messages as m
 
 __all__: list[str] = []
 
-_RESERVED = ("aio", "sync")
 
-
-# -- class specs ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _MethodSpec:
-    name: str
-    is_async: bool
-    signature: inspect.Signature | None
-
-
-@dataclass(frozen=True)
-class _ClassSpec:
-    cls: type
-    name: str
-    methods: dict[str, _MethodSpec]
-    wait: bool
-    max_memory_mb: float
-    n_gpu: int
-
-
-def _method_specs(cls: type) -> dict[str, _MethodSpec]:
-    specs = {}
-    for name, static in inspect.getmembers_static(cls):
-        if name.startswith("__") and name.endswith("__"):
-            continue
-        if isinstance(static, staticmethod | classmethod):
-            func = getattr(cls, name)
-            drop_first = False
-        elif inspect.isfunction(static):
-            func = static
-            drop_first = True
-        else:
-            continue
-        try:
-            sig = inspect.signature(func)
-            if drop_first:
-                params = list(sig.parameters.values())[1:]
-                sig = sig.replace(parameters=params)
-        except (TypeError, ValueError):
-            sig = None
-        specs[name] = _MethodSpec(name, inspect.iscoroutinefunction(func), sig)
-    return specs
-
-
-def _check_reserved(cls: type) -> None:
-    for klass in cls.__mro__[:-1]:  # everything but object
-        for name in vars(klass):
-            if name in _RESERVED or name.startswith("_parl_"):
-                raise TypeError(
-                    f"{cls.__qualname__} defines {name!r} (in {klass.__qualname__}), a name that "
-                    f"@parl.remote_class reserves for its handles ({', '.join(_RESERVED)} and "
-                    "_parl_*); rename it"
-                )
-
-
-# -- the shared reference to one actor --------------------------------------------------------
 class _ActorRef:
     """One actor as all its handles share it: its call core and drivers, freed with the last."""
 
-    def __init__(self, client: Client, spec: _ClassSpec, assigned: m.ActorAssigned) -> None:
+    def __init__(self, client: ClientView, spec: _ClassSpec, assigned: m.ActorAssigned) -> None:
         self.client = client
         self.spec = spec
         self.class_name = spec.name
@@ -102,6 +44,10 @@ class _ActorRef:
 
     def __repr__(self) -> str:
         return repr(self.core)
+
+    def where(self) -> tuple[Any, ...]:
+        """What names this actor to another process (`XparlClient.adopt` there)."""
+        return (self.host, self.port, self.pid, self.client.address)
 
     def abandon(self) -> tuple[Any, ...]:
         """In a child made by `fork`: set the parent's connections aside, unclosed; return them.
@@ -169,17 +115,6 @@ class _ActorRef:
         driver.submit(msg, buffers, future)
 
 
-def _running_loop(class_name: str, name: str) -> asyncio.AbstractEventLoop:
-    """The running event loop of an awaitable call to `name`, or TypeError saying what to do."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        raise TypeError(
-            f"{class_name} handle.aio.{name}(...) needs a running event loop: await it in "
-            f"async code, or call handle.{name}(...) in plain code"
-        ) from None
-
-
 def _close_all(
     blocking: BlockingDriver,
     drivers: dict[asyncio.AbstractEventLoop, PipelinedDriver],
@@ -196,7 +131,7 @@ def _close_all(
 
 
 def _release(
-    client: Client,
+    client: ClientView,
     actor_id: str,
     blocking: BlockingDriver,
     drivers: dict[asyncio.AbstractEventLoop, PipelinedDriver],

@@ -24,18 +24,40 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import Any, NoReturn, Protocol, cast
 
-from parl_remote._exceptions import FutureGetRepeatedlyError, ProtocolError
+from parl_remote._exceptions import ProtocolError
 from parl_remote.client._call_core import INIT, ActorCore, Replies, message_id
 from parl_remote.wire._serialize import _INT_MAX, _INT_MIN, _PLAIN_MAX, _PLAIN_OTHER
 from parl_remote.wire._transport import AsyncConnection, SyncConnection, open_async
 from parl_remote.wire.protocol import messages as m
 
-if TYPE_CHECKING:
-    from parl_remote.engines.xparl._client import Client
+__all__ = ["BlockingDriver", "ClientView", "PipelinedDriver", "arequest", "request"]
 
-__all__ = ["BlockingDriver", "PipelinedDriver", "RemoteFuture", "arequest", "request"]
+
+class ClientView(Protocol):
+    """What the drivers and actor refs use of this process's xparl client (`_client.Client`)."""
+
+    address: str
+    token: bytes | None
+    loop: asyncio.AbstractEventLoop
+    refs: Any
+
+    def fate(self, actor_id: str, wait: float = ...) -> str | None:
+        """Why the actor is gone, asking the master; None while it lives."""
+
+    async def afate(self, actor_id: str, wait: float = ...) -> str | None:
+        """`fate` from the client's loop."""
+
+    def known_fate(self, actor_id: str) -> str | None:
+        """Why the actor is gone, if known without asking."""
+
+    def run_soon(self, fn: Any, *args: Any) -> None:
+        """Run `fn(*args)` on the client's loop."""
+
+    def release(self, actor_id: str) -> None:
+        """Free the actor."""
+
 
 _METHOD, _RESULT, _CALL = m.CallKind.METHOD, m.Result, m.Call
 
@@ -91,7 +113,7 @@ class BlockingDriver:
         client: the client, for the cluster token and the actor's fate.
     """
 
-    def __init__(self, core: ActorCore, client: Client) -> None:
+    def __init__(self, core: ActorCore, client: ClientView) -> None:
         self.core = core
         self.client = client
         self.pool: deque[_Connection] = deque()  # idle connections, the last used on top
@@ -240,7 +262,7 @@ class PipelinedDriver:
     def __init__(
         self,
         core: ActorCore,
-        client: Client,
+        client: ClientView,
         owner: Any,
         drivers: dict[asyncio.AbstractEventLoop, PipelinedDriver],
         lock: threading.Lock,
@@ -403,70 +425,3 @@ class _Awaited:
     def fail(self, error: BaseException) -> None:
         if not self.future.done():
             self.future.set_exception(error)
-
-
-class RemoteFuture:
-    """The pending result of a call made with `@parl.remote_class(wait=False)`.
-
-    `get()` blocks until the call finished and returns its result (or raises its exception);
-    the result can be taken once.
-    """
-
-    __slots__ = ("_buffers", "_done", "_error", "_name", "_ref", "_reply", "_taken")
-
-    def __init__(self, ref: Any, name: str) -> None:
-        self._ref = ref  # the actor lives at least as long as its futures
-        self._name = name
-        self._done = threading.Lock()
-        self._done.acquire()
-        self._reply: Any = None
-        self._buffers: tuple[Any, ...] = ()
-        self._error: BaseException | None = None
-        self._taken = False
-
-    def settle(self, reply: Any, buffers: tuple[Any, ...]) -> None:
-        """The reply arrived (called by the driver, once)."""
-        self._reply, self._buffers = reply, buffers
-        self._done.release()
-
-    def fail(self, error: BaseException) -> None:
-        """The call failed with `error` (called by the driver, once)."""
-        self._error = error
-        self._done.release()
-
-    def done(self) -> bool:
-        """Whether the call finished (successfully or not)."""
-        return self._reply is not None or self._error is not None
-
-    def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        """Wait for the result (at most `timeout` seconds) and return it, or raise its error.
-
-        Raises:
-            TimeoutError: not finished within `timeout` (or at once, with `block=False`);
-                the call goes on, and `get` may be called again.
-            FutureGetRepeatedlyError: the result was already taken by an earlier `get`.
-        """
-        core = self._ref.core
-        if self._taken:
-            raise FutureGetRepeatedlyError(
-                f"the result of {core.class_name}.{self._name}() was already taken by get(); "
-                "keep the value from the first call"
-            )
-        if not self._done.acquire(block, -1 if timeout is None or not block else timeout):
-            raise self._unfinished(block, timeout)
-        self._taken = True
-        if self._error is not None:
-            raise self._error
-        reply, buffers = self._reply, self._buffers
-        self._reply, self._buffers = True, ()  # drop the payload: it is the caller's now
-        return core.result(reply, buffers, self._name)
-
-    def _unfinished(self, block: bool, timeout: float | None) -> TimeoutError:
-        return TimeoutError(
-            f"{self._ref.core.class_name}.{self._name}() has not finished"
-            + (f" within {timeout:g} s" if block and timeout is not None else " yet")
-        )
-
-    def get_nowait(self) -> Any:
-        """`get(block=False)`: the result if the call finished, else TimeoutError."""
-        return self.get(block=False)
