@@ -11,8 +11,8 @@ are accepted only on an authenticated connection between a client and an actor o
 The envelope is a msgpack-encoded `Message`; the buffers are the out-of-band
 pickle-5 buffers of its payload (numpy arrays), sent as they are and received straight into
 memory of their exact size: a large buffer is never copied into a bigger bytes object. (That
-memory is a plain `bytearray`: the allocator reuses warm pages, which made 1-16 MB round trips
-two to five times faster than fresh anonymous mappings, page faults and all.)
+memory is a plain `bytearray`: the allocator reuses warm pages, where fresh anonymous mappings
+would fault every page in again on each 1-16 MB round trip.)
 
 Every TCP connection starts with a mutual HMAC challenge-response on the cluster token
 (`Challenge` / `Hello` / `Welcome`); until it completes only those messages, each at most
