@@ -80,6 +80,33 @@ def test_shipped_configs_keep_the_example_scripts_hyperparameters():
     assert load_config("sac/pendulum").train.target_return == -200.0
 
 
+MUJOCO = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5"}
+
+
+def test_the_mujoco_configs_keep_the_papers_and_the_zoos_hyperparameters():
+    for task, env_id in MUJOCO.items():
+        ppo, sac, td3 = (load_config(f"{a}/{task}") for a in ("ppo", "sac", "td3"))
+        assert {ppo.env.id, sac.env.id, td3.env.id} == {env_id}
+        assert {c.train.total_steps for c in (ppo, sac, td3)} == {1_000_000}
+        # The PPO paper's: 2048 steps a batch, 10 epochs of 64, lr 3e-4 annealed.
+        a = ppo.agent
+        assert (ppo.env.num_envs * a.n_steps, a.update_epochs, a.minibatch_size) == (2048, 10, 64)
+        assert (a.lr, a.anneal, a.gamma, a.gae_lambda, a.clip_coef) == (3e-4, True, 0.99, 0.95, 0.2)
+        # SAC's papers and the Zoo's: lr 3e-4, batch 256, 256-wide layers, 10k random steps.
+        a = sac.agent
+        assert (a.lr, a.batch_size, a.hidden_size, a.learning_starts) == (3e-4, 256, 256, 10_000)
+        assert (a.gamma, a.tau, a.alpha, a.buffer_size) == (0.99, 0.005, None, 1_000_000)
+        # TD3's: the Zoo's lr 1e-3 and noise 0.1, the paper's target smoothing and delay.
+        a = td3.agent
+        assert (a.lr, a.batch_size, a.exploration_noise, a.learning_starts) == (
+            1e-3,
+            256,
+            0.1,
+            10_000,
+        )
+        assert (a.policy_noise, a.noise_clip, a.policy_delay, a.gamma) == (0.2, 0.5, 2, 0.99)
+
+
 def build(name: str, *overrides: tuple[str, str]):
     config = load_config(name)
     for key, text in overrides:

@@ -120,6 +120,12 @@ SLOW_MODES.add(("a2c/cartpole", "sync"))
 SLOW_SINGLE = {"ddqn/cartpole", "duelingdqn/cartpole", "dqn/acrobot", "c51/acrobot"}
 SLOW_SINGLE |= {"qrdqn/acrobot", "qrdqn/lunarlander", "rainbow/acrobot", "rainbow/roadrunner"}
 SLOW_SINGLE |= {"c51/lunarlander", "rainbow/lunarlander", "dqn/roadrunner"}
+# The MuJoCo benchmark configs run the loops of ppo/hopper, sac/pendulum and td3/pendulum on
+# other environments: in every mode in the slow suite.
+MUJOCO = {f"{a}/{e}" for a in ("sac", "td3") for e in ("hopper", "halfcheetah", "walker2d")}
+MUJOCO |= {"ppo/halfcheetah", "ppo/walker2d"}
+SLOW_SINGLE |= MUJOCO
+ON_ACTORS_SLOW |= MUJOCO
 
 
 def _slow(name: str, mode: str) -> bool:
