@@ -94,6 +94,7 @@ class Cluster:
     master: _cluster.ProcessInfo | None = None
     workers: list[_cluster.ProcessInfo] = field(default_factory=list)
     dashboard: bool = False
+    master_args: tuple[str, ...] = ()  # more of the master's command line (`--preload ...`)
 
     @property
     def dashboard_port(self) -> int:
@@ -106,7 +107,8 @@ class Cluster:
         self.master = _cluster.spawn(
             "parl_remote.master._master",
             ["--host", "127.0.0.1", "--port", str(self.port)]
-            + (["--monitor_port", "0"] if self.dashboard else []),
+            + (["--monitor_port", "0"] if self.dashboard else [])
+            + list(self.master_args),
             log=os.path.join(self.logdir, "master.log"),
             env=self.env,
         )
@@ -162,11 +164,15 @@ class Cluster:
             return f.read()
 
 
-def make_cluster(tmp_path, workers=(2,), *, dashboard: bool = False, **env_overrides) -> Cluster:
+def make_cluster(
+    tmp_path, workers=(2,), *, dashboard: bool = False, master_args=(), **env_overrides
+) -> Cluster:
     token = secrets.token_hex(16)
     env = dict(os.environ, PARL_CLUSTER_TOKEN=token, PARL_HOME=str(tmp_path / "parl-home"))
     env.update({k: str(v) for k, v in env_overrides.items()})
-    cluster = Cluster("127.0.0.1:0", 0, env, str(tmp_path), dashboard=dashboard)
+    cluster = Cluster(
+        "127.0.0.1:0", 0, env, str(tmp_path), dashboard=dashboard, master_args=tuple(master_args)
+    )
     try:
         cluster.start_master()
         for cpu_num in workers:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import textwrap
 import types
 
 import pytest
 
+import parl_remote
 from parl_remote.actor._preload import (
     MAX_NAME_CHARS,
     Preloader,
@@ -22,6 +24,7 @@ from parl_remote.actor._preload import (
     drop_shadowed,
     imported_since,
     is_module_name,
+    preload_names,
 )
 from parl_remote.wire._transport import SyncConnection
 from parl_remote.wire.protocol import messages as m
@@ -382,3 +385,97 @@ def test_a_worker_takes_a_process_done_preloading_then_one_not_preloading_then_t
     fresh = host(0.5, 0, 0)  # sent nothing yet: no import in flight for its actor to meet
     order = sorted([busy_old, settled_new, fresh, settled_old], key=ActorProcess.warmth)
     assert order == [settled_old, settled_new, fresh, busy_old]
+
+
+_TORCH_USER_MODULE = """
+import os
+import sys
+
+TORCH_BEFORE = "torch" in sys.modules  # before this module imports it: a preload did
+import torch
+
+
+class TorchUser:
+    def report(self):
+        return {"torch_before": TORCH_BEFORE, "pid": os.getpid(), "torch": torch.__version__}
+"""
+
+_FIRST_TORCH_ACTOR = """
+import json, os, time
+import parl
+
+parl.connect({address!r}{preload})
+deadline = time.monotonic() + 120  # until the warm process went through torch to the marker
+while time.monotonic() < deadline:
+    with open(os.environ["SITE_LOG"]) as f:
+        if any(line.startswith("- ") for line in f):
+            break
+    time.sleep(0.05)
+import torch_user
+TorchUser = parl.remote_class(torch_user.TorchUser)
+print("REPORT", json.dumps(TorchUser().report()))
+"""
+
+
+def _first_torch_actor(tmp_path, *, master_args=(), preload=""):
+    """The report of the first actor of a cluster of one slot, whose class imports torch.
+
+    `site_marker` (installed, preloaded after torch) writes a line when a warm process imports
+    it: then that process went through torch; the script creates its actor after that line.
+    """
+    site, site_log = tmp_path / "site", tmp_path / "site.log"
+    site.mkdir()
+    (site / "site_marker.py").write_text(_IMPORT_LOGGING_MODULE.replace("{log}", "SITE_LOG"))
+    site_log.write_text("")
+    (tmp_path / "torch_user.py").write_text(_TORCH_USER_MODULE)
+    cluster = make_cluster(
+        tmp_path,
+        workers=(1,),
+        master_args=master_args,
+        PYTHONPATH=str(site),
+        SITE_LOG=str(site_log),
+    )
+    try:
+        script = _FIRST_TORCH_ACTOR.format(address=cluster.address, preload=preload)
+        result = run_client_script(script, cluster, cwd=tmp_path, timeout=180)
+        lines = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
+        assert lines, result.stdout + result.stderr
+    finally:
+        cluster.stop()
+    assert site_log.read_text().startswith("- "), "no warm process imported the marker"
+    return json.loads(lines[0].removeprefix("REPORT "))
+
+
+def test_xparl_start_preload_has_the_first_torch_actor_find_torch_imported(tmp_path):
+    report = _first_torch_actor(tmp_path, master_args=("--preload", "torch,site_marker"))
+    assert report["torch_before"] is True
+
+
+def test_connect_preload_has_the_first_torch_actor_find_torch_imported(tmp_path):
+    report = _first_torch_actor(tmp_path, preload=", preload=['torch', 'site_marker']")
+    assert report["torch_before"] is True
+
+
+def test_preload_names_are_checked_before_anything_starts():
+    assert preload_names("torch, numpy") == ["torch", "numpy"]
+    assert preload_names(["torch.nn"]) == ["torch.nn"]
+    with pytest.raises(ValueError, match=r"preload: 'no such' is not a module name"):
+        preload_names("torch,no such")
+    with pytest.raises(ValueError, match="is not a module name"):
+        parl_remote.connect("127.0.0.1:1", preload=["__main__"])
+    with pytest.raises(ValueError, match="preload applies to PARL's own clusters"):
+        parl_remote.connect(backend="ray", preload=["torch"])
+
+
+def test_xparl_start_refuses_a_preload_that_names_no_module(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "parl_remote.cli", "start", "--preload", "torch,no such"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PARL_HOME=str(tmp_path)),
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "preload: 'no such' is not a module name" in result.stderr
+    assert not (tmp_path / "token").exists()  # refused before anything started

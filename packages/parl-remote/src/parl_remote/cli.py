@@ -32,6 +32,7 @@ from parl_remote._util import (
     read_json,
     write_json_atomic,
 )
+from parl_remote.actor._preload import preload_names
 from parl_remote.engines.xparl import _cluster
 from parl_remote.engines.xparl._drivers import request
 from parl_remote.security import _tls
@@ -166,9 +167,19 @@ def _cmd_start(args: argparse.Namespace) -> int:
         _tls.ensure_cluster_files([h for h in hosts if h not in _WILDCARDS])
     cpu_num = args.cpu_num or available_cpus()
     monitor_port = args.monitor_port if args.monitor_port is not None else args.port + 1
+    master_args = [
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+        "--monitor_port",
+        str(monitor_port),
+    ]
+    if args.preload:
+        master_args += ["--preload", ",".join(args.preload)]
     master = _cluster.spawn(
         "parl_remote.master._master",
-        ["--host", args.host, "--port", str(args.port), "--monitor_port", str(monitor_port)],
+        master_args,
         log=os.path.join(_logs_dir(), f"master-{args.port}.log"),
     )
     connect_host = "127.0.0.1" if args.host in _WILDCARDS else args.host
@@ -435,6 +446,13 @@ def _parser() -> argparse.ArgumentParser:
         "--monitor_port", type=int, default=None, help="dashboard port (default: --port + 1)"
     )
     start.add_argument("--gpu", default="", help="GPU ids the local worker offers, e.g. 0,1")
+    start.add_argument(
+        "--preload",
+        type=_preload_names,
+        default=[],
+        metavar="MODULES",
+        help="installed modules every warm actor process imports ahead, e.g. torch,numpy",
+    )
     _tls_flags(start, server=True)
     start.set_defaults(func=_cmd_start)
     connect = sub.add_parser("connect", help="add a worker on this machine to a cluster")
@@ -458,6 +476,13 @@ def _parser() -> argparse.ArgumentParser:
         _tls_flags(cmd, server=False)
         cmd.set_defaults(func=func)
     return parser
+
+
+def _preload_names(text: str) -> list[str]:
+    try:
+        return preload_names(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _tls_flags(cmd: argparse.ArgumentParser, *, server: bool) -> None:

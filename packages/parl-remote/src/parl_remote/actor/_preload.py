@@ -6,7 +6,9 @@ modules, never the user's shipped code (the bundle unpacked into the actor's dir
 worker keeps them, validated (`check_report`) and bounded, as its preload set, and has its warm
 processes import it, one process at a time, each in the background on a thread of its own
 (`Preloader`): the next actor of the same class finds numpy or torch already imported. Only
-modules an earlier actor of this worker imported are preloaded, so no user code runs unasked;
+modules an earlier actor of the cluster imported are preloaded, and those named ahead of any
+actor (`xparl start --preload torch,numpy`, `parl.connect(preload=["torch"])`, read by
+`preload_names`), so no user code runs unasked;
 a module that fails or is missing is logged and skipped; the process stops preloading once its
 memory passes `PARL_PRELOAD_MAX_MB`. Preloading yields to actors: the worker holds it at the
 next module (`Preloader.pause`) while its actors keep the CPUs busy. The preloading thread keeps
@@ -41,6 +43,7 @@ __all__ = [
     "imported_since",
     "is_module_name",
     "learn",
+    "preload_names",
 ]
 
 logger = logging.getLogger(__name__)
@@ -77,6 +80,23 @@ def check_report(names: Sequence[object], *, limit: int) -> list[str]:
                 f"{MAX_NAME_CHARS} characters)"
             )
     return [str(name) for name in names]
+
+
+def preload_names(modules: str | Iterable[object]) -> list[str]:
+    """The modules to preload ahead of any actor, checked: "torch,numpy" or a list of names.
+
+    Raises:
+        ValueError: one is not a module name, saying which.
+    """
+    names = modules.split(",") if isinstance(modules, str) else list(modules)
+    names = [n.strip() if isinstance(n, str) else n for n in names]
+    for name in names:
+        if not is_module_name(name):
+            raise ValueError(
+                f"preload: {name!r:.80} is not a module name: give installed modules by their "
+                'dotted names, e.g. "torch,numpy" or ["torch", "numpy"]'
+            )
+    return [str(n) for n in names if n]
 
 
 def learn(known: dict[str, None], imports: Sequence[object], who: str) -> list[str]:

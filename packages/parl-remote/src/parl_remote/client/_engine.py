@@ -92,6 +92,9 @@ class Engine(Protocol):
     def kill(self, actor_id: str, reason: str) -> None:
         """Stop an actor now: its calls here and in every process fail with `reason`."""
 
+    def preload(self, modules: list[str]) -> None:
+        """Have the cluster's warm processes import `modules` now, ahead of any actor."""
+
     def after_fork(self) -> tuple[str, bytes | None] | None:
         """In a child made by `fork`: let this engine go, untouched; what rejoins its cluster."""
 
@@ -104,7 +107,9 @@ class EngineClass(Protocol):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Engine: ...
 
-    def prepare(self, address: str | None, *, tls: bool, cpu_num: int | None) -> None:
+    def prepare(
+        self, address: str | None, *, tls: bool, cpu_num: int | None, preload: list[str]
+    ) -> None:
         """Check `parl.connect`'s arguments (and what the engine needs) before anything else."""
 
     def connect(

@@ -25,13 +25,14 @@ import socket
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from parl_remote._config import load_token, settings
 from parl_remote._exceptions import ProtocolError
 from parl_remote._loop import run
 from parl_remote._util import owner_alive, write_json_atomic
-from parl_remote.actor._preload import learn
+from parl_remote.actor._preload import learn, preload_names
 from parl_remote.master._apps import serve_master_app
 from parl_remote.master._placement import Placement, Send
 from parl_remote.master._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
@@ -45,7 +46,11 @@ logger = logging.getLogger(__name__)
 
 
 class Master:
-    """The master process's state; `run()` serves until `xparl stop` (or its owner exits)."""
+    """The master process's state; `run()` serves until `xparl stop` (or its owner exits).
+
+    `preload` names installed modules that every warm process of the cluster imports before
+    any actor asked for them (`xparl start --preload`), beside what actors import.
+    """
 
     def __init__(
         self,
@@ -56,6 +61,7 @@ class Master:
         owner_pid: int | None = None,
         ready_file: str | None = None,
         monitor_port: int | None = None,
+        preload: Iterable[str] = (),
     ) -> None:
         self.host, self.port = host, port
         self.token = token
@@ -72,6 +78,7 @@ class Master:
         self.dashboard_url: str | None = None
         self._dashboard: Any = None  # the dashboard's aiohttp AppRunner, while it serves
         self.preload: dict[str, None] = {}  # modules the cluster's actors imported (`_preload`)
+        learn(self.preload, list(preload), "--preload")
 
     # -- life ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -428,9 +435,17 @@ class Master:
         self._tell_holders(actor, reason)
 
     def _preload(self, conn: AsyncConnection, peer: Any, msg: m.Preload) -> None:
-        """A worker's actors imported these: the other workers' warm processes import them too."""
-        self._require(peer, WorkerInfo, msg)
-        if news := learn(self.preload, msg.modules, f"worker {peer.worker_id}"):
+        """Modules a worker's actors imported, or a client named: every warm process imports them.
+
+        A client names them with `parl.connect(preload=[...])`; the worker that reported them
+        knows them already.
+        """
+        if isinstance(peer, ClientInfo):
+            who = f"client {peer.client_id}"
+        else:
+            self._require(peer, WorkerInfo, msg)
+            who = f"worker {peer.worker_id}"
+        if news := learn(self.preload, msg.modules, who):
             for worker in self.registry.workers.values():
                 if worker is not peer:
                     self._send(worker.conn, m.Preload(news))
@@ -477,6 +492,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--monitor_port", type=int, default=None)
     parser.add_argument("--owner-pid", type=int, default=None)
     parser.add_argument("--ready-file", default=None)
+    parser.add_argument("--preload", type=preload_names, default=[], metavar="MODULES")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     master = Master(
@@ -486,6 +502,7 @@ def main(argv: list[str] | None = None) -> None:
         owner_pid=args.owner_pid,
         ready_file=args.ready_file,
         monitor_port=args.monitor_port,
+        preload=args.preload,
     )
     try:
         run(master.run())

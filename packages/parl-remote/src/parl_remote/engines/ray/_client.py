@@ -98,12 +98,19 @@ class RayClient:
 
     # -- the engine's side of `parl.connect` (see `client/_engine.py`) ------------------------
     @classmethod
-    def prepare(cls, address: str | None, *, tls: bool, cpu_num: int | None) -> None:
-        """Refuse `tls` (Ray has its own), and say how to install Ray if it is missing."""
+    def prepare(
+        cls, address: str | None, *, tls: bool, cpu_num: int | None, preload: list[str]
+    ) -> None:
+        """Refuse `tls` (Ray has its own) and `preload`, and say how to install Ray if missing."""
         if tls:
             raise ValueError(
                 "connect: tls=True applies to PARL's own clusters; a Ray cluster's traffic is "
                 "secured by Ray's TLS settings (RAY_USE_TLS and its certificates)"
+            )
+        if preload:
+            raise ValueError(
+                "connect: preload applies to PARL's own clusters, whose warm processes wait for "
+                "actors; Ray starts a worker process per actor (see Ray's runtime_env)"
             )
         import_ray()
 
@@ -149,6 +156,10 @@ class RayClient:
         """In a child made by `fork`: the parent's Ray is not ours; never use it, nor close it."""
         self._closed = True
         self.refs = weakref.WeakValueDictionary()
+
+    def preload(self, modules: list[str]) -> None:
+        """Never asked: `prepare` refuses `preload`."""
+        raise ValueError("connect: preload applies to PARL's own clusters")
 
     def after_fork(self) -> None:
         """In a child made by `fork`: abandon this client; Ray's driver state dies with fork."""

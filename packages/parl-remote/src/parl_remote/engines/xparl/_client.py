@@ -106,7 +106,9 @@ class Client:
     # -- life ------------------------------------------------------------------------------
     # -- the engine's side of `parl.connect` (see `client/_engine.py`) ------------------------
     @classmethod
-    def prepare(cls, address: str | None, *, tls: bool, cpu_num: int | None) -> None:
+    def prepare(
+        cls, address: str | None, *, tls: bool, cpu_num: int | None, preload: list[str]
+    ) -> None:
         """`tls`: this process and those it starts speak TLS from now on."""
         if tls:
             os.environ["PARL_TLS"] = "1"
@@ -186,6 +188,11 @@ class Client:
             + (f" (a local cluster of {self.cluster.cpu_num} slots)" if self.cluster else "")
             + "; call parl.disconnect() first to connect differently"
         )
+
+    def preload(self, modules: list[str]) -> None:
+        """Tell the master to have every warm process import `modules` now (`_preload`)."""
+        self._check_open()
+        self.loop.call_soon_threadsafe(self.link.send, m.Preload(list(modules)))
 
     def after_fork(self) -> tuple[str, bytes | None] | None:
         """In a child made by `fork`: abandon this client; the cluster to rejoin, if open."""
