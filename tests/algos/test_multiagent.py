@@ -683,41 +683,39 @@ def test_learns_simple_spread_well_beyond_random_play(algo):
     assert result["train_return_last"] > result["train_return_first"] + MARGIN, result
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1200)  # two learners: five minutes when the machine is quiet, ~12 under load
-def test_maddpgs_adversary_beats_independent_ddpgs_against_either_team_of_good_agents():
-    example = _example("mpe")
-    args = example["Args"](algo="maddpg", env="simple_adversary", cross_play=True, seed=2)
-    matches = example["main"](dataclasses.replace(args, total_steps=25_000))["cross_play"]
-    # Seed 2's lead (against MADDPG's good agents; independent DDPG's), on two kinds of CPU
-    # whose float kernels make the runs part ways: 2.0 and 3.5; 1.9 and 2.0. Seed 1's was 3.1
-    # and 1.3 on the first and -0.7 and -0.8 on the second: a one-seed margin at this budget.
-    for good in ("MADDPG", "independent DDPG"):
-        centralized = matches[f"{good} vs MADDPG"]["adversary"]
-        independent = matches[f"{good} vs independent DDPG"]["adversary"]
-        assert centralized > independent + 0.5, matches
+# Centralization on simple_adversary, the MADDPG paper's physical deception, held as the median
+# over seeds of the adversary's lead: one seed's lead is a matter of the CPU's float kernels (two
+# kinds of CPU make the runs part ways). MAPPO's adversary also leads independent PPO's there, at
+# 1M env steps only (level at 300k): one such pair of learners takes as long as this whole test,
+# so that comparison stays in the benchmarks (`benchmarks/learning.py --tasks marl --marl-env
+# simple_adversary --marl-algos mappo --marl-steps 1000000 --marl-flags '--num-envs 32
+# --eval-episodes 100'`, seed by seed).
+MADDPG_SEEDS = (1, 2, 3)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)  # two 1M-step learners: ~11 minutes when the machine is quiet
-def test_mappos_adversary_beats_independent_ppos_against_either_team_of_good_agents():
-    """simple_adversary at the config's budget (1M env steps, 32 episodes an update), seed 3.
+@pytest.mark.timeout(3000)  # six learners: ~15 minutes when the machine is quiet, ~36 under load
+def test_maddpgs_adversary_beats_independent_ddpgs_in_the_median_over_seeds():
+    """25k env steps, seeds 1-3, each centralized learner and its independent twin.
 
-    The adversary does not see which landmark is the goal; MAPPO's value on the state does.
-    Measured, 100 episodes: MAPPO's adversary led independent PPO's in all 8 pairings of seeds
-    1-4, by 0.52-1.54 (seed 3: 1.03 against MAPPO's good agents, 1.08 against independent
-    PPO's). At 25k steps there was no gain, and at 300k none yet (seed 1 +0.4, seed 2 -0.4).
+    The adversary's lead (MADDPG's adversary against independent DDPG's, 20 greedy episodes),
+    against MADDPG's good agents; against independent DDPG's, seed by seed: on one kind of CPU
+    3.1 / 2.0 / 2.8 and 1.3 / 3.5 / 3.8 (medians 2.8 and 3.5); on a second, whose float
+    kernels make the runs part ways, -0.7 / 1.9 / 2.3 and -0.8 / 2.0 / 0.9 (medians 1.9 and
+    0.9): seed 1 fell behind there, the median did not.
     """
     example = _example("mpe")
-    args = example["Args"](
-        algo="mappo", env="simple_adversary", cross_play=True, seed=3,
-        total_steps=1_000_000, num_envs=32, eval_episodes=100,
-    )  # fmt: skip
-    matches = example["main"](args)["cross_play"]
-    for good in ("MAPPO", "independent PPO"):
-        centralized = matches[f"{good} vs MAPPO"]["adversary"]
-        independent = matches[f"{good} vs independent PPO"]["adversary"]
-        assert centralized > independent + 0.5, matches
+    leads: dict[str, list[float]] = {"MADDPG": [], "independent DDPG": []}
+    for seed in MADDPG_SEEDS:
+        args = example["Args"](
+            algo="maddpg", env="simple_adversary", cross_play=True, seed=seed, total_steps=25_000
+        )
+        matches = example["main"](args)["cross_play"]
+        for good, lead in leads.items():
+            centralized = matches[f"{good} vs MADDPG"]["adversary"]
+            lead.append(centralized - matches[f"{good} vs independent DDPG"]["adversary"])
+    for lead in leads.values():
+        assert np.median(lead) > 0.5, leads
 
 
 @pytest.mark.slow
