@@ -15,7 +15,8 @@ await actor.aio.add(1, 2)            # the same, from async code
 
 `Registry` and the frozen status records (`ClusterStatus`, ...) are the reading side of the
 master's registry, for apps the master serves (the dashboard; see the entry-point group
-`parl_remote.master_apps`).
+`parl_remote.master_apps`). `host_id()` names this host: processes whose ids are equal share
+its memory (the actors' connections and the samplers move large arrays through it).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from parl_remote.master._status import (
     MasterStatus,
     WorkerStatus,
 )
+from parl_remote.wire._shm import host_id
 
 __all__ = [
     "ActorHandle",
@@ -72,6 +74,7 @@ __all__ = [
     "WorkerStatus",
     "connect",
     "disconnect",
+    "host_id",
     "kill",
     "remote_class",
 ]

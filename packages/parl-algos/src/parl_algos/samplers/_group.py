@@ -23,13 +23,12 @@ from parl_algos.samplers._flags import FlagSignal, flags_available
 from parl_algos.samplers._shm import (
     SegmentPool,
     SharedArrays,
-    host_id,
     shm_available,
     sweep_dead_owners,
 )
 from parl_algos.samplers._signal import Signal, SignalListener
 from parl_algos.samplers._worker import RemoteEnvWorker
-from parl_remote import ClusterError, RemoteActorDiedError, RemoteError
+from parl_remote import ClusterError, RemoteActorDiedError, RemoteError, host_id
 
 __all__ = ["WorkerGroup", "connect"]
 

@@ -5,8 +5,9 @@ One small interface, so that the samplers can move to another transport without 
 owned by the creating process, which alone removes it with `unlink()`), and
 `SharedArrays.attach(name, layout)` maps it in another process of the same host, checking that
 it is ours and of the expected size. Both give `arrays`, numpy views laid out as `layout` says.
-`host_id()` says which host a process is on (`PARL_HOST_ID`, else the hostname): processes of
-different hosts cannot share a segment and fall back to the ordinary call path.
+Which host a process is on is parl-remote's `host_id()` (`PARL_HOST_ID`, else the host name and
+the kernel's boot id), as for the actors' connections: processes of different hosts cannot
+share a segment and fall back to the ordinary call path.
 `SegmentPool` lends segments of one layout out as arrays that the caller keeps as long as it
 likes: a segment is lent again only once every array of its last loan is gone.
 
@@ -21,7 +22,6 @@ import mmap
 import os
 import re
 import secrets
-import socket
 import weakref
 from collections.abc import Sequence
 
@@ -32,7 +32,6 @@ __all__ = [
     "SHM_DIR",
     "SegmentPool",
     "SharedArrays",
-    "host_id",
     "shm_available",
     "sweep_dead_owners",
 ]
@@ -43,11 +42,6 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 
 Layout = Sequence[tuple[str, tuple[int, ...], DTypeLike]]
 """What a segment holds: `(name, shape, dtype)` of each array, in order."""
-
-
-def host_id() -> str:
-    """This process's host: `PARL_HOST_ID` if set, else the hostname."""
-    return os.environ.get("PARL_HOST_ID") or socket.gethostname()
 
 
 def shm_available() -> bool:

@@ -28,8 +28,9 @@ from parl_algos.samplers._core import (
     segment_layout,
 )
 from parl_algos.samplers._flags import FlagSignal
-from parl_algos.samplers._shm import SharedArrays, host_id
+from parl_algos.samplers._shm import SharedArrays
 from parl_algos.samplers._signal import Signal, SignalClosed, connect_signal, short_slice
+from parl_remote import host_id
 
 __all__ = [
     "ABORT",
