@@ -129,11 +129,10 @@ def _list_configs() -> None:
         spec = get_spec(config.algorithm)
         needed = needed_extra(config, spec.family)
         extra = "" if needed is None else f"needs parl-algos[{needed[0]}]"
-        lines.append((name, f"{config.algorithm} on {config.env.id}", " ".join(spec.modes), extra))
+        lines.append((name, f"{config.algorithm} on {config.env.id}", extra, " ".join(spec.modes)))
     width = [max(len(line[i]) for line in lines) for i in range(3)]
-    for name, what, modes, extra in lines:
-        row = f"{name:<{width[0]}}  {what:<{width[1]}}  modes: {modes:<{width[2]}}  {extra}"
-        print(row.rstrip())
+    for name, what, extra, modes in lines:
+        print(f"{name:<{width[0]}}  {what:<{width[1]}}  {extra:<{width[2]}}  modes: {modes}")
 
 
 def resolve(argv: Sequence[str]) -> tuple[Config, bool] | None:
