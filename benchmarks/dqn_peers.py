@@ -80,7 +80,7 @@ from collections.abc import Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import Row, command_line, record
-from learning import REPO, SB3_RUNNER, SB3_VERSION, ensure_sb3, run_parl_train
+from learning import REPO, SB3_RUNNER, SB3_VERSION, algorithm_name, ensure_sb3, run_parl_train
 
 TIANSHOU_VERSION = "2.0.1"
 TIANSHOU_VENV = os.path.join(REPO, ".benchmarks", f"tianshou-{TIANSHOU_VERSION}")
@@ -237,9 +237,6 @@ def _peer_row(
     )
 
 
-ALGORITHM_NAMES = {"qrdqn": "QR-DQN", "rainbow": "Rainbow", "duelingdqn": "Dueling DQN"}
-
-
 def _record(
     name: str,
     env_id: str,
@@ -259,8 +256,8 @@ def _record(
 
     row = Row(
         task=env_id,
-        algorithm=ALGORITHM_NAMES.get(name.split("/")[0], name.split("/")[0].upper()),
-        metric=f"env steps to a training mean of {threshold:g}",
+        algorithm=algorithm_name(name.split("/")[0]),
+        metric=f"env steps to a training mean of {threshold:g} (median of the seeds)",
         better="lower",
         ours=median_steps(ours),
         peer=peer,

@@ -228,6 +228,7 @@ def run_ours(
             capture_output=True, text=True, timeout=timeout, check=True, env=env,
         )  # fmt: skip
         command_seconds = time.perf_counter() - start
+        curve = read_curve(logdir)
     result = json.loads(
         next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:]
     )
@@ -236,6 +237,45 @@ def run_ours(
         "seconds": result["reached_seconds"] or result["seconds"],
         "env_steps": result["env_steps"],
         "command_seconds": round(command_seconds, 1),
+        "curve": curve,
+    }
+
+
+def read_curve(logdir: str, window: int = 10) -> list[tuple[int, float]]:
+    """A run's learning curve from its TensorBoard events: at each episode's end, the env step
+    and the mean return of the last `window` episodes (empty where TensorBoard is missing)."""
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError:
+        return []
+    events = EventAccumulator(logdir, size_guidance={"scalars": 0})
+    events.Reload()
+    if "rollout/episode_return" not in events.Tags()["scalars"]:
+        return []
+    returns = [(e.step, e.value) for e in events.Scalars("rollout/episode_return")]
+    return [
+        (step, round(statistics.fmean(r for _, r in returns[max(0, i + 1 - window) : i + 1]), 2))
+        for i, (step, _) in enumerate(returns)
+    ]
+
+
+def curves_on_a_grid(sides: dict[str, list[dict]], points: int = 40) -> dict | None:
+    """Each side's runs' curves at the same env steps (a run that stopped at its target holds
+    its last value), for a result row; None where a side has no curve."""
+    curves = {side: [run.get("curve") or [] for run in runs] for side, runs in sides.items()}
+    if not all(all(curve) for runs in curves.values() for curve in runs):
+        return None
+    end = max(curve[-1][0] for runs in curves.values() for curve in runs)
+    grid = [round(end * i / (points - 1)) for i in range(points)]
+
+    def at(curve: list, x: int) -> float:
+        before = [value for step, value in curve if step <= x]
+        return before[-1] if before else curve[0][1]
+
+    return {
+        "x": grid,
+        "x_label": "env steps",
+        **{side: [[at(c, x) for x in grid] for c in runs] for side, runs in curves.items()},
     }
 
 
@@ -908,7 +948,8 @@ def main() -> None:
             for who, runner in runners:
                 run = runner(task, seed, args.timeout)
                 loads.append(os.getloadavg()[0])
-                print(f"{task.algo} {task.env_id} {who} seed {seed}: {run}", flush=True)
+                shown = {key: value for key, value in run.items() if key != "curve"}
+                print(f"{task.algo} {task.env_id} {who} seed {seed}: {shown}", flush=True)
                 runs[who].append({"seed": seed, **run})
         results[task.algo] = {who: summarise(task, r) for who, r in runs.items()}
 
@@ -959,6 +1000,14 @@ def main() -> None:
         print(f"\nresult rows: {path}")
 
 
+ALGORITHM_NAMES = {"qrdqn": "QR-DQN", "rainbow": "Rainbow", "duelingdqn": "Dueling DQN"}
+
+
+def algorithm_name(algo: str) -> str:
+    """How result rows name an algorithm: `qrdqn` -> `QR-DQN`, `ppo` -> `PPO`."""
+    return ALGORITHM_NAMES.get(algo, algo.upper())
+
+
 def record_rows(tasks: list[Task], results: dict, seeds: list[int], load: str) -> str | None:
     """Write each task's median against its peer's (SB3, or one process) as result rows."""
     rows = []
@@ -968,14 +1017,18 @@ def record_rows(tasks: list[Task], results: dict, seeds: list[int], load: str) -
         if peer_key not in summaries:
             continue
         ours, peer = summaries["parl"], summaries[peer_key]
+        name = algorithm_name(task.algo.removesuffix("_parallel"))
         if task.single is not None:
-            algorithm = f"{task.algo.upper()} on 2 remote actors"
+            algorithm = f"{name} on 2 remote actors"
             peer_name = f"examples/a2c in one process ({' '.join(task.single) or 'defaults'})"
             metric, key = f"seconds of training to a training mean of {task.threshold:g}", "seconds"
         else:
-            algorithm = task.algo.upper()
-            peer_name = f"Stable-Baselines3 {SB3_VERSION} {task.algo.upper()}"
-            metric, key = f"env steps to a training mean of {task.threshold:g}", "steps"
+            algorithm = name
+            peer_name = f"Stable-Baselines3 {SB3_VERSION} {name}"
+            if task.algo == "qrdqn":
+                peer_name = f"sb3-contrib {SB3_VERSION} QR-DQN"
+            metric = f"env steps to a training mean of {task.threshold:g} (median of the seeds)"
+            key = "steps"
         missed = f"; missed within {task.cap} env steps: ours {ours['missed']}, peer "
         rows.append(
             Row(
@@ -988,6 +1041,7 @@ def record_rows(tasks: list[Task], results: dict, seeds: list[int], load: str) -
                 peer_value=peer[f"median_{key}"],
                 seeds=seeds,
                 command=command_line(),
+                curves=curves_on_a_grid({"ours": ours["runs"], "peer": peer["runs"]}),
                 note=f"Medians: {cell(ours, task, len(seeds))} against "
                 f"{cell(peer, task, len(seeds))} (env steps / seconds); {load}"
                 + (missed + str(peer["missed"]) if ours["missed"] or peer["missed"] else ""),

@@ -67,6 +67,9 @@ import uvloop
 
 import parl
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _results import Row, command_line, record
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEADER = struct.Struct("<I")
 
@@ -223,6 +226,7 @@ def w1_rows(
             own_ratios.append(statistics.median(o) / statistics.median(raw_latency(own_port, n)))
         ours += o
         raw += r
+    record_w1(statistics.median(ours), statistics.median(raw), blocks * n)
     rows = []
     for name, q in (("median", 0.5), ("p99", 0.99)):
         o = sorted(ours)[int(q * (len(ours) - 1))]
@@ -234,6 +238,24 @@ def w1_rows(
         ratio = statistics.median(own_ratios)
         rows.append(("W1 median, echo in its own session", "", "", f"{ratio:5.2f}x", ""))
     return rows
+
+
+def record_w1(ours: float, raw: float, calls: int) -> None:
+    """W1's medians as a result row (`benchmarks/results/remote-calls.json`)."""
+    row = Row(
+        task="add(1, 2)",
+        algorithm="blocking remote call",
+        metric="µs a call (median)",
+        better="lower",
+        ours=round(ours * 1e6, 1),
+        peer="raw uvloop + msgspec echo server, blocking-socket client",
+        peer_value=round(raw * 1e6, 1),
+        seeds=[],
+        command=command_line(),
+        note=f"{calls} calls each, in alternating blocks; load average "
+        + "{:.2f} {:.2f} {:.2f}.".format(*os.getloadavg()),
+    )
+    record("remote-calls", [row])
 
 
 def parl_future_throughput(actors, total: int, depth: int) -> float:
@@ -672,6 +694,23 @@ def print_ray_w3(ours: dict[str, float], ray_rates: dict[str, float], load: str)
         if key in ray_rates
     ]
     print_table(("workload", "parl-remote", "Ray", "ratio"), rows)
+    results = [
+        Row(
+            task=f"{key.split()[0]} MB numpy round trip",
+            algorithm="remote call through shared memory",
+            metric="GB/s",
+            better="higher",
+            ours=round(on / 1000, 2),
+            peer="Ray 2.60 object store",
+            peer_value=round(ray_rates[key] / 1000, 2),
+            seeds=[],
+            command=command_line(),
+            note=f"The same round trips right after ours; {load}.",
+        )
+        for key, on in ours.items()
+        if key in ray_rates and key.split()[1] == "echo"
+    ]
+    record("remote-calls", results)
 
 
 def print_w3(w3: list[tuple[str, ...]], load: str) -> None:

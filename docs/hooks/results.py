@@ -19,6 +19,7 @@ import importlib.util
 import math
 import os
 import re
+import statistics
 import sys
 from typing import Any
 
@@ -141,7 +142,7 @@ def curve_chart(row: dict[str, Any]) -> str:
     """An SVG of a row's learning curves: each side's median seed, its seeds' range shaded."""
     curves = row["curves"]
     xs = curves["x"]
-    left, top, width, height = 60, 30, 520, 240
+    left, top, width, height = 60, 30, 680, 240
     values = [v for side in ("ours", "peer") for seed in curves.get(side, []) for v in seed]
     low, high = min(values), max(values)
     high = high if high > low else low + 1
@@ -165,7 +166,7 @@ def curve_chart(row: dict[str, Any]) -> str:
         columns = list(zip(*seeds, strict=True))
         lows = [min(c) for c in columns]
         highs = [max(c) for c in columns]
-        medians = [sorted(c)[len(c) // 2] for c in columns]
+        medians = [statistics.median(c) for c in columns]
         band = [point(i, v) for i, v in enumerate(highs)]
         band += [point(i, v) for i, v in reversed(list(enumerate(lows)))]
         line = " ".join(point(i, v) for i, v in enumerate(medians))
