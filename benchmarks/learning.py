@@ -259,7 +259,9 @@ def read_curve(logdir: str, window: int = 10) -> list[tuple[int, float]]:
     ]
 
 
-def curves_on_a_grid(sides: dict[str, list[dict]], points: int = 40) -> dict | None:
+def curves_on_a_grid(
+    sides: dict[str, list[dict]], points: int = 40, window: int = 10
+) -> dict | None:
     """Each side's runs' curves at the same env steps (a run that stopped at its target holds
     its last value), for a result row; None where a side has no curve."""
     curves = {side: [run.get("curve") or [] for run in runs] for side, runs in sides.items()}
@@ -275,6 +277,7 @@ def curves_on_a_grid(sides: dict[str, list[dict]], points: int = 40) -> dict | N
     return {
         "x": grid,
         "x_label": "env steps",
+        "y_label": f"mean return of the last {window} episodes",
         **{side: [[at(c, x) for x in grid] for c in runs] for side, runs in curves.items()},
     }
 

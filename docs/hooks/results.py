@@ -180,6 +180,8 @@ def curve_chart(row: dict[str, Any]) -> str:
         f'<text x="{left}" y="{top + height + 18}">{_figure(xs[0])}</text>'
         f'<text x="{left + width}" y="{top + height + 18}" text-anchor="end">'
         f"{_figure(xs[-1])} {html.escape(curves.get('x_label', 'env steps'))}</text>"
+        f'<text x="{left + 6}" y="{top + 16}" fill="#555">'
+        f"{html.escape(curves.get('y_label', 'return'))}</text>"
         f'<text x="{left - 6}" y="{top + 10}" text-anchor="end">{_figure(high)}</text>'
         f'<text x="{left - 6}" y="{top + height}" text-anchor="end">{_figure(low)}</text>'
         f'<text x="{left}" y="{top + height + 38}" fill="#1565c0">ours</text>'
