@@ -24,14 +24,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from torch import nn
 
 import parl
 from parl.algorithms import PPO
 from parl.samplers import CentralSampler
 from parl.utils import logger, parse_args
 from parl_algos.agents import ActorCriticAgent
-from parl_algos.nets import NatureCNN
+from parl_algos.nets import AtariActorCritic
 from parl_algos.rollout import make_atari_env
 from parl_algos.training import OnPolicyArgs, TrainingRun
 
@@ -63,26 +62,6 @@ class Args(OnPolicyArgs):
     eval_every: int = 10_000
     eval_episodes: int = 1
     logdir: str = "train_log/ppo_atari"
-
-
-class AtariActorCritic(parl.Model):
-    """The Nature CNN trunk shared by a categorical policy and a state value (uint8 frames in)."""
-
-    def __init__(self, n_actions: int, hidden: int = 512) -> None:
-        super().__init__()
-        self.trunk = NatureCNN(4, hidden)
-        self.actor = nn.Linear(hidden, n_actions)
-        self.critic = nn.Linear(hidden, 1)
-        nn.init.orthogonal_(self.actor.weight, 0.01)
-        nn.init.zeros_(self.actor.bias)
-
-    def policy(self, obs: torch.Tensor) -> torch.Tensor:
-        """Return the action logits `(batch, n_actions)`."""
-        return self.actor(self.trunk(obs))
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """Return the state values `(batch,)`."""
-        return self.critic(self.trunk(obs)).squeeze(-1)
 
 
 def main(args: Args) -> dict:

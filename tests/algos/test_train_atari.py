@@ -10,6 +10,7 @@ the slow suite.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import pickle
 from pathlib import Path
 
@@ -19,7 +20,8 @@ import pytest
 
 import parl_algos.train._runner as runner
 from parl.utils import PrioritizedReplayMemory, ReplayMemory
-from parl_algos.nets import NatureQNetwork
+from parl_algos.nets import AtariActorCritic, NatureQNetwork
+from parl_algos.rollout import Trajectory, compute_advantages
 from parl_algos.train import (
     SPECS,
     ConfigError,
@@ -52,6 +54,33 @@ def build(name: str, *overrides: tuple[str, str]):
         env,
         SPECS[config.algorithm].build(config, env.observation_space, env.action_space),
     )
+
+
+@pytest.mark.parametrize("name", ["ppo/pong", "impala/pong"])
+def test_ppo_and_impala_play_frames_with_the_nature_cnn_and_learn_from_clipped_rewards(name):
+    config, env, learner = build(name)
+    agent = learner.agent
+    assert isinstance(agent.alg.model, AtariActorCritic) and agent.reward_fn is np.sign
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (3, 2, *env.observation_space.shape), dtype=np.uint8)
+    action, extras = agent.sample(frames[0]), {}
+    if isinstance(action, tuple):  # IMPALA's actors keep the behaviour policy's logits
+        action, extras = action[0], {"logits": np.stack([action[1]["logits"]] * 2)}
+    scores = np.array([[21.0, -3.0], [0.0, 400.0]], np.float32)  # the games' scores
+    no = np.zeros((2, 2), dtype=bool)
+    t = Trajectory(
+        frames, np.stack([action] * 2), scores, no, no, frames[:0, 0], np.zeros((0, 2)), extras
+    )
+    if config.algorithm == "PPO":  # the advantages of the signs, not of the scores
+        clipped = compute_advantages(
+            dataclasses.replace(t, reward=np.sign(scores)),
+            agent.alg.value,
+            gamma=config.agent.gamma,
+            gae_lambda=config.agent.gae_lambda,
+        )
+        np.testing.assert_allclose(agent.advantages(t).advantage, clipped.advantage)
+    assert np.isfinite(agent.learn(t).value_loss)
+    np.testing.assert_array_equal(t.reward, scores)  # what the returns are counted from
 
 
 @pytest.mark.parametrize("name", ATARI)

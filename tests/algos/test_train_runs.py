@@ -74,6 +74,8 @@ def small_args(name: str) -> list[str]:
     if spec.name in OWN_LOOP_SMALL:
         return SMALL + OWN_LOOP_SMALL[spec.name]
     family = spec.family
+    if getattr(config.env, "atari", False) and family == "on_policy":  # a frame's CNN step
+        return [*SMALL, "--env.num_envs", "4", "--agent.n_steps", "16"]
     if getattr(config.env, "atari", False):  # 28 KB a frame: a small memory
         return SMALL + OFF_POLICY_SMALL + ["--agent.buffer_size", "500"]
     if family in ("off_policy", "recurrent"):
@@ -126,6 +128,11 @@ MUJOCO = {f"{a}/{e}" for a in ("sac", "td3") for e in ("hopper", "halfcheetah", 
 MUJOCO |= {"ppo/halfcheetah", "ppo/walker2d"}
 SLOW_SINGLE |= MUJOCO
 ON_ACTORS_SLOW |= MUJOCO
+# PPO and IMPALA on Atari frames: in one process in the slow suite (a greedy evaluation
+# episode of Pong is about a thousand CNN steps). On actors their loops are those of
+# ppo/cartpole and impala/cartpole, with frames on the wire in dqn/roadrunner's Ape-X test.
+ATARI_ON_POLICY = {"ppo/pong", "impala/pong"}
+SLOW_SINGLE |= ATARI_ON_POLICY
 
 
 def _slow(name: str, mode: str) -> bool:
@@ -138,6 +145,7 @@ MODES = [
     pytest.param(n, m, marks=[pytest.mark.slow] if _slow(n, m) else [])
     for n in shipped_configs()
     for m in get_spec(load_config(n).algorithm).modes
+    if m == "single" or n not in ATARI_ON_POLICY
 ]
 # These start a cluster of their own (`actors + 1` slots), as without `--address`; the other
 # sync and async runs share the module's `cluster`.

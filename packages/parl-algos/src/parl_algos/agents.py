@@ -17,6 +17,8 @@ Agents are where the environment's numpy meets the algorithm's tensors, through 
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -48,14 +50,27 @@ class ActorCriticAgent(parl.Agent):
         algorithm: an `A2C` or a `PPO`.
         gamma: discount factor of the advantages.
         gae_lambda: the GAE lambda (1: Monte-Carlo advantages over the trajectory).
+        reward_fn: maps the trajectory's rewards to those learned from (Atari's `np.sign`;
+            None: as they are); the episodes' returns, counted by the collectors, stay the
+            environment's.
     """
 
-    def __init__(self, algorithm: A2C | PPO, *, gamma: float, gae_lambda: float) -> None:
+    reward_fn: Callable[[np.ndarray], np.ndarray] | None = None  # agents pickled before it
+
+    def __init__(
+        self,
+        algorithm: A2C | PPO,
+        *,
+        gamma: float,
+        gae_lambda: float,
+        reward_fn: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
         if not isinstance(algorithm, A2C | PPO):
             raise TypeError(f"ActorCriticAgent drives A2C or PPO, got {type(algorithm).__name__}")
         super().__init__(algorithm)
         self.gamma = gamma
         self.gae_lambda = gae_lambda
+        self.reward_fn = reward_fn
 
     def sample(self, obs: np.ndarray) -> np.ndarray:
         """Actions drawn from the policy for a batch of observations (collection)."""
@@ -68,6 +83,8 @@ class ActorCriticAgent(parl.Agent):
 
     def advantages(self, trajectory: Trajectory) -> AdvantageBatch:
         """The trajectory as a flat batch with GAE advantages under the current value function."""
+        if self.reward_fn is not None:
+            trajectory = dataclasses.replace(trajectory, reward=self.reward_fn(trajectory.reward))
         return compute_advantages(
             trajectory, self.alg.value, gamma=self.gamma, gae_lambda=self.gae_lambda
         )
@@ -89,12 +106,22 @@ class IMPALAAgent(parl.Agent):
 
     Args:
         algorithm: an `IMPALA`.
+        reward_fn: maps the trajectory's rewards to those learned from (Atari's `np.sign`;
+            None: as they are).
     """
 
-    def __init__(self, algorithm: IMPALA) -> None:
+    reward_fn: Callable[[np.ndarray], np.ndarray] | None = None  # agents pickled before it
+
+    def __init__(
+        self,
+        algorithm: IMPALA,
+        *,
+        reward_fn: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
         if not isinstance(algorithm, IMPALA):
             raise TypeError(f"IMPALAAgent drives IMPALA, got {type(algorithm).__name__}")
         super().__init__(algorithm)
+        self.reward_fn = reward_fn
 
     @torch.no_grad()
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -110,10 +137,11 @@ class IMPALAAgent(parl.Agent):
     def learn(self, trajectory: Trajectory) -> IMPALAStats:
         """One V-trace update from a trajectory collected with `sample` (possibly stale)."""
         t = trajectory
+        reward = t.reward if self.reward_fn is None else self.reward_fn(t.reward)
         return self.alg.learn(
             *(
                 to_tensor(x, self.device)
-                for x in (t.obs, t.action, t.extras["logits"], t.reward, t.done)
+                for x in (t.obs, t.action, t.extras["logits"], reward, t.done)
             )
         )
 

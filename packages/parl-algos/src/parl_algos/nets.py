@@ -5,7 +5,7 @@ same stack of layers again. For the DQN family: `NoisyLinear` (factorised Gaussi
 layers), `DuelingHead` (value and advantage streams), `QHead` (the plain one) and `QNetwork`, an
 MLP with either head, noisy or not, with one output or a distribution per action;
 `NatureQNetwork` puts the same heads on `NatureCNN`, the convolutional torso of the Nature DQN
-for stacked Atari frames.
+for stacked Atari frames, and `AtariActorCritic` a policy and a value on it (PPO, IMPALA).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from parl_algos._distributions import DiagonalNormal
 
 __all__ = [
     "ActorCriticMLP",
+    "AtariActorCritic",
     "ContinuousActorCriticMLP",
     "DuelingHead",
     "GaussianActorCriticMLP",
@@ -405,6 +406,35 @@ class NatureCNN(nn.Module):
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         """`(B, in_channels, 84, 84)` frames (uint8, 0-255) -> `(B, features)`."""
         return self.net(frames.float() / 255.0)
+
+
+class AtariActorCritic(parl.Model):
+    """`NatureCNN` shared by a categorical policy and a state value: PPO's and IMPALA's on Atari.
+
+    The policy's layer starts orthogonal with gain 0.01 (near-uniform first actions), as in the
+    PPO paper's Atari setting.
+
+    Args:
+        n_actions: number of discrete actions.
+        hidden: width of the torso's dense layer (the Nature CNN's 512).
+        in_channels: the stacked frames of an observation.
+    """
+
+    def __init__(self, n_actions: int, hidden: int = 512, in_channels: int = 4) -> None:
+        super().__init__()
+        self.trunk = NatureCNN(in_channels, hidden)
+        self.actor = nn.Linear(hidden, n_actions)
+        self.critic = nn.Linear(hidden, 1)
+        nn.init.orthogonal_(self.actor.weight, 0.01)
+        nn.init.zeros_(self.actor.bias)
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Return the action logits `(batch, n_actions)` of uint8 frames."""
+        return self.actor(self.trunk(obs))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """Return the state values `(batch,)` of uint8 frames."""
+        return self.critic(self.trunk(obs)).squeeze(-1)
 
 
 class NatureQNetwork(parl.Model):

@@ -34,6 +34,7 @@ from parl_algos.ga3c import GA3C
 from parl_algos.impala import IMPALA, IMPALAStats
 from parl_algos.nets import (
     ActorCriticMLP,
+    AtariActorCritic,
     ContinuousActorCriticMLP,
     GaussianActorCriticMLP,
     NatureQNetwork,
@@ -159,6 +160,11 @@ class VectorEnvSection:
     """The gymnasium environment."""
     num_envs: int = 8
     """Environments stepped together."""
+    atari: bool = False
+    """An Atari game of ale-py (`id = "ALE/<Game>-v5"`) with the Nature DQN's preprocessing
+    (`parl_algos.rollout.make_atari_env`), `parl_algos.nets.AtariActorCritic` for the network
+    (`hidden_size` its dense layer's width) and rewards clipped to their sign for learning (the
+    returns reported stay the game's scores)."""
 
 
 @dataclass
@@ -397,16 +403,21 @@ def _continuous(config: Config, action_space: gym.Space) -> int:
 def _build_actor_critic(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
     a = config.agent
     hidden = (a.hidden_size, a.hidden_size)
-    if isinstance(act_space, gym.spaces.Box):  # a Gaussian policy; the environment clips
-        model: parl.Model = GaussianActorCriticMLP(
-            obs_space.shape[0], _continuous(config, act_space), hidden
+    reward_fn = np.sign if config.env.atari else None
+    if config.env.atari:
+        model: parl.Model = AtariActorCritic(
+            _discrete(config, act_space), a.hidden_size, obs_space.shape[0]
         )
+    elif isinstance(act_space, gym.spaces.Box):  # a Gaussian policy; the environment clips
+        model = GaussianActorCriticMLP(obs_space.shape[0], _continuous(config, act_space), hidden)
     else:
         model = ActorCriticMLP(obs_space.shape[0], _discrete(config, act_space), hidden)
     common = dict(lr=a.lr, ent_coef=a.ent_coef, vf_coef=a.vf_coef, max_grad_norm=a.max_grad_norm)
     if config.algorithm in _A2C_LOSS:  # A3C and GA3C differ from A2C in their sessions
         alg = _A2C_LOSS[config.algorithm](model, **common)
-        return Learner(ActorCriticAgent(alg, gamma=a.gamma, gae_lambda=a.gae_lambda))
+        return Learner(
+            ActorCriticAgent(alg, gamma=a.gamma, gae_lambda=a.gae_lambda, reward_fn=reward_fn)
+        )
     alg = PPO(
         model,
         variant=a.variant,
@@ -427,7 +438,7 @@ def _build_actor_critic(config: Config, obs_space: gym.Space, act_space: gym.Spa
             alg.clip_coef = max(a.clip_coef * remaining, 1e-8)
 
     agent_cls = BehaviourPPOAgent if config.train.mode == "async" else ActorCriticAgent
-    agent = agent_cls(alg, gamma=a.gamma, gae_lambda=a.gae_lambda)
+    agent = agent_cls(alg, gamma=a.gamma, gae_lambda=a.gae_lambda, reward_fn=reward_fn)
     return Learner(agent, before_learn=anneal)
 
 
@@ -455,9 +466,15 @@ class BehaviourPPOAgent(ActorCriticAgent):
     """
 
     def __init__(
-        self, algorithm: PPO, *, gamma: float, gae_lambda: float, rho_bar: float = 1.0
+        self,
+        algorithm: PPO,
+        *,
+        gamma: float,
+        gae_lambda: float,
+        rho_bar: float = 1.0,
+        reward_fn: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
-        super().__init__(algorithm, gamma=gamma, gae_lambda=gae_lambda)
+        super().__init__(algorithm, gamma=gamma, gae_lambda=gae_lambda, reward_fn=reward_fn)
         self.rho_bar = rho_bar
 
     @torch.no_grad()
@@ -486,10 +503,11 @@ class BehaviourPPOAgent(ActorCriticAgent):
 
 
 def _build_impala(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
-    a = config.agent
-    model = ActorCriticMLP(
-        obs_space.shape[0], _discrete(config, act_space), (a.hidden_size, a.hidden_size)
-    )
+    a, n_actions = config.agent, _discrete(config, act_space)
+    if config.env.atari:
+        model: parl.Model = AtariActorCritic(n_actions, a.hidden_size, obs_space.shape[0])
+    else:
+        model = ActorCriticMLP(obs_space.shape[0], n_actions, (a.hidden_size, a.hidden_size))
     alg = IMPALA(
         model,
         lr=a.lr,
@@ -500,7 +518,7 @@ def _build_impala(config: Config, obs_space: gym.Space, act_space: gym.Space) ->
         c_bar=a.c_bar,
         max_grad_norm=a.max_grad_norm,
     )
-    return Learner(IMPALAAgent(alg))
+    return Learner(IMPALAAgent(alg, reward_fn=np.sign if config.env.atari else None))
 
 
 def _build_dqn(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
@@ -653,6 +671,11 @@ def _check_atari(env_id: str) -> None:
         )
 
 
+def _check_on_policy(config: Config) -> None:
+    if config.env.atari:
+        _check_atari(config.env.id)
+
+
 def _build_continuous(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
     a, seed = config.agent, config.train.seed
     obs_dim, act_dim = obs_space.shape[0], _continuous(config, act_space)
@@ -733,7 +756,14 @@ SPECS: dict[str, AlgorithmSpec] = {
             session_modes=ASYNC,
         ),
         AlgorithmSpec(
-            "PPO", "on_policy", VectorEnvSection, PPOSection, PPOStats, _build_actor_critic, ASYNC
+            "PPO",
+            "on_policy",
+            VectorEnvSection,
+            PPOSection,
+            PPOStats,
+            _build_actor_critic,
+            ASYNC,
+            _check_on_policy,
         ),
         AlgorithmSpec(
             "IMPALA",
@@ -743,6 +773,7 @@ SPECS: dict[str, AlgorithmSpec] = {
             IMPALAStats,
             _build_impala,
             ASYNC,
+            _check_on_policy,
         ),
         *(
             AlgorithmSpec(
