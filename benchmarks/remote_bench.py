@@ -31,6 +31,10 @@ absolute times do.
     python benchmarks/remote_bench.py --quick    # fewer repetitions
     python benchmarks/remote_bench.py --w3       # the shared-memory table alone
     python benchmarks/remote_bench.py --w4       # the creation rows alone
+    python benchmarks/remote_bench.py --w4 --preload torch,numpy
+                                                 # the same, the warm processes told to
+                                                 # import torch and numpy first (the first
+                                                 # actor's row against the one without)
     python benchmarks/remote_bench.py --w4 --parl2 /tmp/parl2-venv/bin/python
                                                  # and PARL 2.x's for the same classes, in
                                                  # the same run (compare/parl2_run.py)
@@ -518,6 +522,13 @@ def main() -> None:
     )
     parser.add_argument("--n", type=int, default=0, help="W4's later user-module actors")
     parser.add_argument(
+        "--preload",
+        default="",
+        metavar="MODULES",
+        help="parl.connect(preload=...): modules the warm processes import before W4's first "
+        "actors, which come --settle s later",
+    )
+    parser.add_argument(
         "--tls", action="store_true", help="only what TLS costs W1 and W3 (tls_bench.py)"
     )
     args = parser.parse_args()
@@ -535,9 +546,13 @@ def main() -> None:
 
     server, echo_port, raw_port = start_raw_server()
     own_server, own_port, _ = start_raw_server(own_session=True)
-    client = parl.connect(cpu_num=6, log_to_driver=False)
+    preload = [name for name in args.preload.split(",") if name]
+    client = parl.connect(cpu_num=6, log_to_driver=False, preload=preload)
     try:
         wait_for_vacant(client, 6)
+        if preload:
+            print(f"warm processes preloading {', '.join(preload)}; W4 in {args.settle:g} s")
+            time.sleep(args.settle)
         w4_user: list[tuple[str, ...]] = []
         n_w4 = args.n or max(3, int(10 * scale))
         if not args.w3:  # first, while no actor has imported numpy or torch yet
