@@ -13,6 +13,8 @@ from parl_algos.nets import GaussianActorCriticMLP
 from parl_algos.rollout import Trajectory
 from parl_algos.train import SPECS, apply_override, load_config
 from parl_algos.train._runner import make_env
+from tests.algos.test_dqn_thresholds import reached_at
+from tests.algos.train_cli import parl_train
 
 
 def build(mode: str = "async"):
@@ -66,7 +68,6 @@ def test_the_environment_clips_the_actions_and_gives_float32_observations():
     env.reset(seed=0)
     env.step(np.array([5.0], np.float32))  # clipped to 1, rescaled to Pendulum's 2
     assert env.unwrapped.last_u == pytest.approx(2.0)
-    pytest.importorskip("mujoco")
     hopper = make_env("Hopper-v5")
     obs, _ = hopper.reset(seed=0)
     assert hopper.observation_space.dtype == np.float32 and obs.dtype == np.float32
@@ -103,3 +104,33 @@ def test_the_gaussian_policy_gives_independent_normals_numbers_to_the_bit():
     assert torch.equal(light.mode, reference.mode)
     with pytest.raises(ValueError, match="one shape"):
         DiagonalNormal(loc, log_std.exp())
+
+
+HOPPER_SEEDS = ("1", "2", "3")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)  # three runs of 110-190k steps: 10 minutes under load average 9
+def test_ppo_on_hopper_passes_800_within_300k_steps_in_the_median_over_seeds(tmp_path):
+    """`ppo/hopper` as shipped (the PPO paper's hyperparameters), seeds 1-3, each stopped where
+    the mean of its last 10 training episodes passes 800, or at 300k env steps.
+
+    Measured seed by seed: 800 passed at 125k / 186k / 113k env steps (median 125k); 1000, the
+    config's target, at 174k / 261k / not within 300k (seed 3 peaked at 860): too close to the
+    budget to hold in the median.
+    """
+    reached = []
+    for seed in HOPPER_SEEDS:
+        logdir = tmp_path / f"seed-{seed}"
+        proc = parl_train(
+            "ppo/hopper",
+            *("--train.seed", seed, "--train.total_steps", "300000"),
+            *("--train.target_return", "800", "--train.stop_at_target", "true"),
+            *("--train.eval_every", "0", "--train.checkpoint_every", "1000000"),
+            *("--no-progress", "--logdir", str(logdir)),
+            timeout=720,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        step = reached_at(logdir)
+        reached.append(math.inf if step is None else step)
+    assert np.median(reached) <= 300_000, reached
