@@ -61,7 +61,7 @@ def check(name: str, seed: int, bootstrap_after_n: bool, fill: int, pretrain: in
 
     from parl_algos.nets import NoisyLinear
     from parl_algos.train import load_config
-    from parl_algos.train._algorithms import _build_dqn
+    from parl_algos.train._off_policy import _build_dqn
 
     config = load_config(name)
     config = dataclasses.replace(

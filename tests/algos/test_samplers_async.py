@@ -15,8 +15,8 @@ import pytest
 
 import parl
 from parl.samplers import AsyncSampler
-from parl_algos.train import apply_override, load_config
-from parl_algos.train._runner import ASYNC_WORKER_NICE, _async_options
+from parl_algos.train import SPECS, apply_override, load_config
+from parl_algos.train._envs import ASYNC_WORKER_NICE, async_options
 from tests.algos.test_samplers import ENV_FN, LinearAgent
 
 SIZES = {"num_workers": 2, "envs_per_worker": 2, "horizon": 6, "seed": 3}
@@ -95,9 +95,9 @@ def test_lower_priority_lowers_the_process_and_the_autogroup_of_its_own_session(
 def test_parl_train_async_on_policy_uses_one_slot_a_worker_and_lowered_workers():
     config = load_config("ppo/cartpole")
     apply_override(config, "train.mode", "async")
-    assert _async_options(config) == {"slots": 1, "worker_nice": ASYNC_WORKER_NICE}
+    assert async_options(config, SPECS["PPO"]) == {"slots": 1, "worker_nice": ASYNC_WORKER_NICE}
     apply_override(config, "train.actors", "1")  # one worker: two slots keep the learner fed
-    assert _async_options(config)["slots"] == 2
+    assert async_options(config, SPECS["PPO"])["slots"] == 2
     dqn = load_config("dqn/cartpole")
     apply_override(dqn, "train.mode", "async")
-    assert _async_options(dqn) == {}  # Ape-X's small batches keep their two slots
+    assert async_options(dqn, SPECS["DQN"]) == {}  # Ape-X's small batches keep their two slots

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from parl_algos.agents import ActorCriticAgent
+from parl_algos.agents import ActorCriticAgent, BehaviourPPOAgent
 from parl_algos.rollout import Trajectory
 from parl_algos.train import SPECS, apply_override, load_config
-from parl_algos.train._algorithms import BehaviourPPOAgent
 
 
 def build(mode: str, epochs: int = 2):

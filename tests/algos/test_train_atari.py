@@ -18,7 +18,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import parl_algos.train._runner as runner
+import parl_algos.train._envs as envs
+import parl_algos.train._off_policy as off_policy
 from parl.utils import PrioritizedReplayMemory, ReplayMemory
 from parl_algos.nets import AtariActorCritic, NatureQNetwork
 from parl_algos.rollout import Trajectory, compute_advantages
@@ -29,7 +30,7 @@ from parl_algos.train import (
     latest_checkpoint,
     load_config,
     main,
-    run_single,
+    run,
 )
 from parl_algos.train._evaluator import EpsilonGreedy
 from tests.algos.train_cli import parl_train
@@ -48,7 +49,7 @@ def build(name: str, *overrides: tuple[str, str]):
     config = load_config(name)
     for key, text in overrides:
         apply_override(config, key, text)
-    env = runner.make_env_fn(config)()
+    env = envs.make_env_fn(config)()
     return (
         config,
         env,
@@ -117,7 +118,7 @@ def test_the_workers_frames_reach_the_replay_memory_as_uint8():
     )
     env.close()
     with SerialSampler(
-        runner.make_env_fn(config),
+        envs.make_env_fn(config),
         learner.acting,
         num_workers=1,
         envs_per_worker=2,
@@ -128,8 +129,8 @@ def test_the_workers_frames_reach_the_replay_memory_as_uint8():
     assert t.obs.dtype == np.uint8 and t.obs.shape == (9, 2, 4, 84, 84)
     assert t.extras["out"].shape == (8, 2, 18, 51)  # C51's logits, for the priorities
     writer = ReplayWriter(learner.memory, n_step=3, gamma=0.99, reward_fn=learner.reward_fn)
-    writer.bootstrap_q = lambda obs: runner._outputs(learner.agent, obs)
-    writer.priority = lambda *arrays: runner._priority(learner.agent, *arrays)
+    writer.bootstrap_q = lambda obs: off_policy._outputs(learner.agent, obs)
+    writer.priority = lambda *arrays: off_policy._priority(learner.agent, *arrays)
     writer.store(t)
     memory = learner.memory
     assert len(memory) == 12 and memory.obs.dtype == np.uint8  # 3-step: 6 a column so far
@@ -174,8 +175,8 @@ class Scored(gym.RewardWrapper):
 
 
 def test_learning_rewards_are_clipped_while_reported_returns_are_the_scores(tmp_path, monkeypatch):
-    make_atari_env = runner.make_atari_env
-    monkeypatch.setattr(runner, "make_atari_env", lambda *a, **k: Scored(make_atari_env(*a, **k)))
+    make_atari_env = envs.make_atari_env
+    monkeypatch.setattr(envs, "make_atari_env", lambda *a, **k: Scored(make_atari_env(*a, **k)))
     config = load_config("dqn/roadrunner")
     for key, text in [
         ("train.total_steps", "600"),
@@ -187,7 +188,7 @@ def test_learning_rewards_are_clipped_while_reported_returns_are_the_scores(tmp_
         ("agent.buffer_size", "500"),
     ]:
         apply_override(config, key, text)
-    result = run_single(config, str(tmp_path / "run"))
+    result = run(config, SPECS[config.algorithm], str(tmp_path / "run"))
     assert result.env_steps == 600
     with open(tmp_path / "run" / "progress.csv", newline="") as f:
         returns = [float(r["mean_return"]) for r in csv.DictReader(f) if r["mean_return"]]

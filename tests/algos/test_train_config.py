@@ -223,7 +223,7 @@ def test_noisy_acting_false_acts_on_the_means_everywhere_and_needs_epsilon(capsy
 
 def test_weights_go_to_the_actors_every_batch_or_every_weights_every_env_steps():
     from parl.samplers import SerialSampler
-    from parl_algos.train._runner import SamplerCollector
+    from parl_algos.train._envs import SamplerCollector
 
     class Sender(SerialSampler):  # notes the env steps at each send
         sent: list[int]

@@ -12,7 +12,7 @@ import torch
 from parl_algos.nets import GaussianActorCriticMLP
 from parl_algos.rollout import Trajectory
 from parl_algos.train import SPECS, apply_override, load_config
-from parl_algos.train._runner import make_env
+from parl_algos.train._envs import make_env
 from tests.algos.test_dqn_thresholds import reached_at
 from tests.algos.train_cli import parl_train
 

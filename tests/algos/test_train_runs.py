@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from parl_algos.train import latest_checkpoint, load_config, shipped_configs
-from parl_algos.train._algorithms import get_spec, stat_columns
+from parl_algos.train import get_spec, latest_checkpoint, load_config, shipped_configs
+from parl_algos.train._spec import stat_columns
 from tests.algos.train_cli import parl_train
 from tests.remote.conftest import make_cluster
 

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from parl_algos.train import latest_checkpoint, load_config
-from parl_algos.train._algorithms import get_spec, stat_columns
+from parl_algos.train import get_spec, latest_checkpoint, load_config
+from parl_algos.train._spec import stat_columns
 from tests.algos.test_train_runs import (
     PARL_TRAIN,
     parl_train,

@@ -36,7 +36,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot
 import torch._dynamo  # imported by the first optimizer step
-import parl_algos.train._algorithms, parl_algos.train._cli, parl_algos.train._runner
+import parl_algos.train._cli, parl_algos.train._registry, parl_algos.train._skeleton
 
 
 def reply(obj):

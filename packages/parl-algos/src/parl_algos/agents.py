@@ -3,6 +3,8 @@
 - `ActorCriticAgent` drives `A2C` or `PPO` from trajectories of a `VectorCollector`: batched
   sampling while collecting, the most probable action when evaluating, and GAE advantages
   plus one `learn` call per trajectory.
+- `BehaviourPPOAgent` is PPO's agent on the stale trajectories of policy copies (`parl-train`'s
+  `async` mode): the behaviour policy's log-probabilities ride with each action.
 - `IMPALAAgent` is both halves of `IMPALA`: an actor's sampling, which keeps the behaviour
   policy's logits beside each action, and the learner's `learn` from such trajectories.
 - `DQNAgent` acts epsilon-greedily with a linearly decaying epsilon and learns from a
@@ -40,7 +42,7 @@ from parl_algos.rollout import AdvantageBatch, Trajectory, compute_advantages
 from parl_algos.sac import SAC, SACStats
 from parl_algos.td3 import TD3, TD3Stats
 
-__all__ = ["ActorCriticAgent", "ContinuousAgent", "DQNAgent", "IMPALAAgent"]
+__all__ = ["ActorCriticAgent", "BehaviourPPOAgent", "ContinuousAgent", "DQNAgent", "IMPALAAgent"]
 
 
 class ActorCriticAgent(parl.Agent):
@@ -95,6 +97,63 @@ class ActorCriticAgent(parl.Agent):
         if isinstance(self.alg, PPO):
             return self.alg.learn(b.obs, b.action, b.advantage, b.value_target, value=b.value)
         return self.alg.learn(b.obs, b.action, b.advantage, b.value_target)
+
+
+class BehaviourPPOAgent(ActorCriticAgent):
+    """PPO from the trajectories of stale policy copies (`async` mode): its own correction.
+
+    The workers' copies keep `log mu(a|s)` of their (behaviour) policy beside each action
+    (`extras["log_prob"]`). The learner takes decoupled PPO's objective (Hilton et al. 2021,
+    see `PPO.learn`'s `weight`): the ratio is clipped around its own policy as the update
+    begins, `pi_old`, and each sample is weighted by `min(pi_old / mu, rho_bar)`, V-trace's
+    truncated importance weight. Clipping around `mu` instead held a stale batch's updates
+    back: where the learner's policy had already moved past the clip range since the copy
+    collected, those samples gave no gradient from the first epoch on. The advantages use
+    the learner's current value function. When `mu` is the learner's policy every weight is
+    1 and the update is on-policy PPO's.
+
+    Args:
+        algorithm: a `PPO`.
+        gamma: discount factor of the advantages.
+        gae_lambda: the GAE lambda.
+        rho_bar: the truncation of the importance weights.
+    """
+
+    def __init__(
+        self,
+        algorithm: PPO,
+        *,
+        gamma: float,
+        gae_lambda: float,
+        rho_bar: float = 1.0,
+        reward_fn: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
+        super().__init__(algorithm, gamma=gamma, gae_lambda=gae_lambda, reward_fn=reward_fn)
+        self.rho_bar = rho_bar
+
+    @torch.no_grad()
+    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions drawn from the policy for a batch of observations, and their log-probs."""
+        dist = self.alg.distribution(to_tensor(obs, self.device))
+        action = dist.sample()
+        return action.cpu().numpy(), {"log_prob": dist.log_prob(action).cpu().numpy()}
+
+    def learn(self, trajectory: Trajectory) -> PPOStats:
+        """Update from one (possibly stale) trajectory, its samples weighted by `pi_old / mu`."""
+        b = self.advantages(trajectory)
+        behaviour = to_tensor(trajectory.extras["log_prob"].reshape(-1), self.device)
+        with torch.no_grad():
+            old_log_prob = self.alg.distribution(b.obs).log_prob(b.action)
+            weight = (old_log_prob - behaviour).exp().clamp(max=self.rho_bar)
+        return self.alg.learn(
+            b.obs,
+            b.action,
+            b.advantage,
+            b.value_target,
+            value=b.value,
+            old_log_prob=old_log_prob,
+            weight=weight,
+        )
 
 
 class IMPALAAgent(parl.Agent):

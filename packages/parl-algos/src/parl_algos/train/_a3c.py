@@ -1,4 +1,4 @@
-"""A3C and GA3C in `parl-train`: their `[agent]` sections and the sessions of their actors.
+"""A3C and GA3C in `parl-train`: their `[agent]` sections and the Trainers of their actors.
 
 Both learn with `A2C`'s loss; what differs is where the rollouts (or gradients) come from.
 `env.num_envs` environments in all are split over `train.actors` actors (at least one each),
@@ -27,14 +27,20 @@ from typing import Any
 
 import gymnasium as gym
 
+from parl.samplers import CentralSampler
 from parl.utils import summary
+from parl_algos.a2c import A2CStats
 from parl_algos.a3c import A3CLearner, RemoteA3CActor
 from parl_algos.ga3c import GA3CLearner
 from parl_algos.train._config import Config
-from parl_algos.train._sessions import Session
-from parl_algos.training import ActorCriticArgs
+from parl_algos.train._envs import SamplerCollector, connect, make_env, make_eval_env
+from parl_algos.train._evaluator import RemoteEvaluator
+from parl_algos.train._on_policy import OnPolicyTrainer, VectorEnvSection, build_actor_critic
+from parl_algos.train._run import Run
+from parl_algos.train._spec import AlgorithmSpec, Trainer, run_args
+from parl_algos.training import ActorCriticArgs, train_on_policy
 
-__all__ = ["A3CSection", "A3CSession", "GA3CSection", "GA3CSession"]
+__all__ = ["A3CSection", "A3CTrainer", "ACTOR_SPECS", "GA3CSection", "GA3CTrainer"]
 
 _STEP_TIMEOUT = 300.0
 """Seconds the learner waits for the next gradient or rollout before giving up."""
@@ -58,16 +64,12 @@ class GA3CSection(ActorCriticArgs):
     """async mode: rollouts waiting for the trainer at most (the predictor waits beyond)."""
 
 
-class _ActorCriticSession(Session):
-    """What A3C's and GA3C's sessions share: the agent, evaluation, and the env-step offset."""
+class _ActorCriticTrainer(Trainer):
+    """What A3C's and GA3C's Trainers share: the agent, evaluation, and the env-step offset."""
 
-    def __init__(self, config: Config, logdir: str) -> None:
-        from parl_algos.train._algorithms import get_spec
-        from parl_algos.train._runner import make_eval_env
-
+    def __init__(self, config: Config, spec: AlgorithmSpec, run: Run) -> None:
         self.config = config
-        self.eval_env = make_eval_env(config, logdir)
-        spec = get_spec(config.algorithm)
+        self.eval_env = make_eval_env(config, run.logdir)
         self.agent = spec.build(
             config, self.eval_env.observation_space, self.eval_env.action_space
         ).agent
@@ -75,21 +77,20 @@ class _ActorCriticSession(Session):
         train = config.train
         self.envs_per_actor = max(config.env.num_envs // train.actors, 1)
         self.title = f"{spec.name} on {config.env.id}, {train.actors} actors ({train.mode})"
+        self.args = run_args(config, spec, run.logdir)
         self.offset = 0
         """Env steps of the sessions of the run before this one (a resume starts actors anew)."""
+        connect(config)
 
     def evaluator(self) -> Any:
         """A `RemoteEvaluator` with a copy of the agent."""
-        from parl_algos.train._evaluator import RemoteEvaluator
-        from parl_algos.train._runner import make_env
-
         return RemoteEvaluator(functools.partial(make_env, self.config.env.id), self.agent)
 
-    def restore(self, objects: dict[str, Any], env_steps: int) -> None:
+    def load_state_dict(self, state: dict[str, Any], env_steps: int) -> None:
         """Go on counting env steps from the checkpoint's."""
         self.offset = env_steps
 
-    def _updates(self, run: Any, step: Callable[[], Any], lag: str) -> None:
+    def _updates(self, run: Run, step: Callable[[], Any], lag: str) -> None:
         """Record every update `step()` makes until the budget is spent or the run is done."""
         run.start()
         total, updates = self.config.train.total_steps, 0
@@ -106,19 +107,20 @@ class _ActorCriticSession(Session):
                 break
 
 
-class A3CSession(_ActorCriticSession):
+class A3CTrainer(_ActorCriticTrainer):
     """A3C's `async` mode: remote actors send gradients, the learner applies them as they come.
 
     Args:
         config: the run's config.
-        logdir: the run directory.
+        spec: A3C's spec.
+        run: the run.
     """
 
-    def __init__(self, config: Config, logdir: str) -> None:
-        super().__init__(config, logdir)
+    def __init__(self, config: Config, spec: AlgorithmSpec, run: Run) -> None:
+        super().__init__(config, spec, run)
         self.learner: A3CLearner | None = None
 
-    def train(self, run: Any) -> None:
+    def train(self, run: Run) -> None:
         """Start the actors and apply their gradients until the run ends."""
         config, n = self.config, self.envs_per_actor
         seed = config.train.seed + self.offset
@@ -139,24 +141,21 @@ class A3CSession(_ActorCriticSession):
             self.learner.close()
 
 
-class GA3CSession(_ActorCriticSession):
+class GA3CTrainer(_ActorCriticTrainer):
     """GA3C's `sync` and `async` modes: a `CentralSampler` chooses every action here.
 
     Args:
         config: the run's config.
-        logdir: the run directory.
+        spec: GA3C's spec.
+        run: the run.
     """
 
-    def __init__(self, config: Config, logdir: str) -> None:
-        super().__init__(config, logdir)
+    def __init__(self, config: Config, spec: AlgorithmSpec, run: Run) -> None:
+        super().__init__(config, spec, run)
         self.closers: list[Callable[[], None]] = []
 
-    def train(self, run: Any) -> None:
+    def train(self, run: Run) -> None:
         """Collect with the central predictor and learn, in rounds (sync) or from a queue."""
-        from parl_algos.train._algorithms import get_spec
-        from parl_algos.train._runner import SamplerCollector, _run_args
-        from parl_algos.training import train_on_policy
-
         config = self.config
         kwargs = dict(
             num_workers=config.train.actors,
@@ -175,16 +174,52 @@ class GA3CSession(_ActorCriticSession):
             self.closers.append(learner.close)
             self._updates(run, learner.step, "lag")
             return
-        from parl.samplers import CentralSampler
-
         sampler = CentralSampler(self.env_fn, self.agent, **kwargs)
         self.closers.append(sampler.close)
         collector = SamplerCollector(sampler, offset=self.offset)
-        args = _run_args(config, get_spec(config.algorithm), config.train.logdir or "")
-        train_on_policy(run, collector, self.agent, args)
+        train_on_policy(run, collector, self.agent, self.args)
 
     def close(self) -> None:
         """Stop the predictor (or the sampler) and its workers."""
         for close in self.closers:
             close()
         self.closers = []
+
+
+def _a3c_trainer(config: Config, spec: AlgorithmSpec, run: Run, prepared: Any) -> Trainer:
+    """A3C's actors in `async` mode; in `single` mode the on-policy family's loop (A2C's)."""
+    if config.train.mode == "async":
+        return A3CTrainer(config, spec, run)
+    return OnPolicyTrainer(config, spec, run)
+
+
+def _ga3c_trainer(config: Config, spec: AlgorithmSpec, run: Run, prepared: Any) -> Trainer:
+    """GA3C's predictor in `sync` and `async` modes; in `single` mode the on-policy loop."""
+    if config.train.mode in ("sync", "async"):
+        return GA3CTrainer(config, spec, run)
+    return OnPolicyTrainer(config, spec, run)
+
+
+ACTOR_SPECS = (
+    AlgorithmSpec(
+        name="A3C",
+        family="on_policy",
+        env=VectorEnvSection,
+        agent=A3CSection,
+        stats=A2CStats,
+        build=build_actor_critic,
+        trainer=_a3c_trainer,
+        modes=("single", "async"),
+    ),
+    AlgorithmSpec(
+        name="GA3C",
+        family="on_policy",
+        env=VectorEnvSection,
+        agent=GA3CSection,
+        stats=A2CStats,
+        build=build_actor_critic,
+        trainer=_ga3c_trainer,
+        modes=("single", "sync", "async"),
+    ),
+)
+"""The specs of A3C and GA3C."""

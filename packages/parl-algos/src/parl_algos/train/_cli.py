@@ -31,11 +31,13 @@ from parl_algos.train._config import (
     Config,
     ConfigError,
     apply_override,
-    check_config,
-    load_config,
     needed_extra,
     shipped_configs,
 )
+from parl_algos.train._registry import get_spec, load_config
+from parl_algos.train._run import INTERRUPTED_EXIT_CODE, default_logdir, latest_checkpoint
+from parl_algos.train._skeleton import run
+from parl_algos.train._spec import check_config
 from parl_remote import ClusterError, NotConnectedError, RemoteActorDiedError, RemoteError
 
 __all__ = [
@@ -121,8 +123,6 @@ def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[tuple[str, str
 
 def _list_configs() -> None:
     """Print every shipped config, its modes and the extra it needs (none are imported)."""
-    from parl_algos.train._algorithms import get_spec
-
     lines = []
     for name in shipped_configs():
         config = load_config(name, check=False)
@@ -172,7 +172,7 @@ def resolve(argv: Sequence[str]) -> tuple[Config, bool] | None:
         config.train.progress = False
     if ns.capture_video:
         config.train.capture_video = True
-    check_config(config)
+    check_config(config, get_spec(config.algorithm))
     if config.train.capture_video:
         _check_video(config.env.id)
     return config, ns.resume is not None
@@ -205,8 +205,6 @@ def _first_line(exc: BaseException) -> str:
 
 def _failure(exc: Exception, logdir: str) -> str:
     """The one line that tells what ended a run and what to do about it."""
-    from parl_algos.train._runner import latest_checkpoint
-
     if isinstance(exc, ConfigError):
         return _first_line(exc)
     if isinstance(exc, NotConnectedError | ClusterError):
@@ -242,14 +240,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if resolved is None:
         return 0
     config, resume = resolved
-
-    from parl_algos.train._runner import INTERRUPTED_EXIT_CODE, default_logdir, run_single
-
     if config.train.logdir is None:
         config.train.logdir = default_logdir(config)
     logdir = config.train.logdir
     try:
-        result = run_single(config, logdir, resume=resume)
+        result = run(config, get_spec(config.algorithm), logdir, resume=resume)
     except Exception as exc:
         _log_traceback(exc, logdir)
         if debug:

@@ -3,10 +3,11 @@
 A config names its algorithm at the top (`algorithm = "PPO"`) and has three sections: `[env]`
 (the environment), `[agent]` (the algorithm's hyperparameters, by their constructor names) and
 `[train]` (budget, seed, mode, schedules). Each section is a dataclass of the algorithm's spec
-(`parl_algos.train._algorithms`): its fields are the only keys allowed and their annotations
-the types. A file may leave keys out (they take the dataclass default); `None` is written as
-an absent key. An override `--section.key value` is parsed to the type of the key it replaces
-(`int` refuses `1.5`, booleans are `true`/`false`, an optional key also takes `none`).
+(`parl_algos.train._spec`, which reads a file against its spec): its fields are the only keys
+allowed and their annotations the types. A file may leave keys out (they take the dataclass
+default); `None` is written as an absent key. An override `--section.key value` is parsed to
+the type of the key it replaces (`int` refuses `1.5`, booleans are `true`/`false`, an optional
+key also takes `none`).
 
 Shipped configs live in the package (`parl_algos/configs/<algorithm>/<env>.toml`) and are
 named `<algorithm>/<env>`; anything else is a path to a user's file.
@@ -26,17 +27,21 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from parl_algos.training import TARGETS_ON, ScheduleArgs
+from parl_algos.training import ScheduleArgs
 
 __all__ = [
+    "BACKENDS",
+    "MODES",
+    "SECTIONS",
     "Config",
     "ConfigError",
     "TrainSection",
     "apply_override",
-    "check_config",
+    "check_extra",
     "dump_config",
-    "load_config",
     "needed_extra",
+    "read_table",
+    "section_from_table",
     "shipped_configs",
 ]
 
@@ -87,7 +92,7 @@ def needed_extra(config: Config, family: str) -> tuple[str, tuple[str, ...]] | N
     return None
 
 
-def _check_extra(config: Config, family: str) -> None:
+def check_extra(config: Config, family: str) -> None:
     """Raise ConfigError now, naming the install command, if `config` needs a missing extra."""
     needed = needed_extra(config, family)
     if needed is None:
@@ -171,7 +176,7 @@ def shipped_configs() -> list[str]:
     return sorted(names)
 
 
-def _read(name: str) -> tuple[dict[str, Any], str]:
+def read_table(name: str) -> tuple[dict[str, Any], str]:
     """The TOML table of a shipped config name or a file path, and the name to show."""
     if not name.endswith(".toml") and re.fullmatch(r"[\w-]+/[\w-]+", name):
         resource = _configs_root().joinpath(*name.split("/")).with_suffix(".toml")
@@ -191,78 +196,21 @@ def _read(name: str) -> tuple[dict[str, Any], str]:
         raise ConfigError(f"config file {name!r} is not valid TOML: {exc}") from None
 
 
-def load_config(name: str, *, check: bool = True) -> Config:
-    """Read and check the config `name` (a shipped `<algorithm>/<env>` or a TOML file's path).
-
-    `check=False` checks the keys and their types only, not the values against what is
-    installed and what the algorithm allows (`check_config`): what `parl-train --list` reads.
+def section_from_table(section: str, cls: type, values: Any, shown: str) -> Any:
+    """The section `section` (a dataclass `cls`) of the config file `shown`, from its table.
 
     Raises:
-        ConfigError: unknown algorithm, section or key, or a value of the wrong type.
+        ConfigError: `values` is not a table, or has a key `cls` lacks or a value of another type.
     """
-    from parl_algos.train._algorithms import get_spec
-
-    table, shown = _read(name)
-    unknown = sorted(table.keys() - {"algorithm", *SECTIONS})
-    if unknown:
-        raise ConfigError(
-            f"{shown}: unknown top-level key(s) {unknown}; allowed: algorithm, "
-            + ", ".join(f"[{s}]" for s in SECTIONS)
-        )
-    if "algorithm" not in table:
-        raise ConfigError(f'{shown}: the config must name its algorithm, e.g. algorithm = "PPO"')
-    spec = get_spec(table["algorithm"])
-    sections = {}
-    for section, cls in zip(SECTIONS, (spec.env, spec.agent, TrainSection), strict=True):
-        values = table.get(section, {})
-        if not isinstance(values, dict):
-            raise ConfigError(f"{shown}: {section!r} must be a table ([{section}])")
-        kwargs = {}
-        hints = _hints(cls)
-        for key, value in values.items():
-            if key not in hints:
-                raise ConfigError(_unknown_key(section, key, hints))
-            kwargs[key] = _check_value(f"{section}.{key}", value, hints[key])
-        sections[section] = cls(**kwargs)
-    config = Config(algorithm=spec.name, name=shown, **sections)
-    if check:
-        check_config(config)
-    return config
-
-
-def check_config(config: Config) -> None:
-    """Check what the types alone cannot: the mode is one the algorithm supports, and so on."""
-    from parl_algos.train._algorithms import get_spec
-
-    spec = get_spec(config.algorithm)
-    train = config.train
-    if train.mode not in spec.modes:
-        raise ConfigError(
-            f"train.mode={train.mode!r} is not supported by {spec.name}; "
-            f"allowed: {', '.join(spec.modes)}"
-        )
-    if train.backend not in BACKENDS:
-        raise ConfigError(f"train.backend={train.backend!r} is not one of {', '.join(BACKENDS)}")
-    for key in ("total_steps", "actors", "log_every", "checkpoint_every", "eval_episodes"):
-        if getattr(train, key) < 1:
-            raise ConfigError(f"train.{key}={getattr(train, key)} must be at least 1")
-    if train.eval_every < 0:
-        raise ConfigError(f"train.eval_every={train.eval_every} must be 0 (never) or more")
-    if train.weights_every < 0:
-        raise ConfigError(f"train.weights_every={train.weights_every} must be 0 or more")
-    if train.weights_every and spec.family != "off_policy":
-        raise ConfigError(
-            f"train.weights_every={train.weights_every}: only the replay-based algorithms "
-            f"(DQN's family, DDPG, TD3, SAC) send weights less often; {spec.name}'s actors get "
-            "them before every batch (0)"
-        )
-    if train.target_on not in TARGETS_ON:
-        raise ConfigError(f"train.target_on={train.target_on!r}; allowed: {', '.join(TARGETS_ON)}")
-    if train.target_on == "eval" and train.target_return is not None and not train.eval_every:
-        raise ConfigError("train.target_on='eval' needs evaluations: train.eval_every must be > 0")
-    _check_extra(config, spec.family)
-    if spec.check is not None:
-        spec.check(config)
+    if not isinstance(values, dict):
+        raise ConfigError(f"{shown}: {section!r} must be a table ([{section}])")
+    kwargs = {}
+    hints = _hints(cls)
+    for key, value in values.items():
+        if key not in hints:
+            raise ConfigError(_unknown_key(section, key, hints))
+        kwargs[key] = _check_value(f"{section}.{key}", value, hints[key])
+    return cls(**kwargs)
 
 
 def apply_override(config: Config, dotted: str, text: str) -> None:

@@ -22,10 +22,8 @@ and learns; evaluations stay in the learner's process. The actions and seeds are
 
 from __future__ import annotations
 
-import functools
-import importlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,29 +37,23 @@ from parl_algos.multiagent import EpisodeMemory, MultiAgentReplayMemory, Stacked
 from parl_algos.qmix import QMIX, QMixer, QMIXStats, RNNAgent, VDNMixer
 from parl_algos.rollout import Episode
 from parl_algos.train._config import Config, ConfigError
-from parl_algos.train._marl_actors import EnvGroups
+from parl_algos.train._envs import connect
+from parl_algos.train._marl_actors import EnvGroups, MultiAgentEnvSection, make_mpe_env
+from parl_algos.train._run import Run
+from parl_algos.train._spec import AlgorithmSpec, Learner, Trainer
 
 __all__ = [
     "MADDPGSection",
     "MAPPOSection",
     "MULTI_AGENT_SPECS",
     "MultiAgentEnvSection",
+    "MultiAgentState",
+    "MultiAgentTrainer",
     "QMIXSection",
     "StackedAgent",
     "check_multi_agent",
     "make_mpe_env",
-    "run_multi_agent",
 ]
-
-
-@dataclass
-class MultiAgentEnvSection:
-    """`[env]` of the multi-agent algorithms: an MPE environment of `mpe2`."""
-
-    id: str = "simple_spread_v3"
-    """The `mpe2` environment module (`simple_spread_v3`, `simple_adversary_v3`, ...)."""
-    max_cycles: int = 25
-    """Steps per episode."""
 
 
 @dataclass
@@ -139,17 +131,6 @@ class QMIXSection:
 
 _MIXERS = ("qmix", "vdn", "none")
 """QMIX's `agent.mixer` values."""
-
-
-def make_mpe_env(
-    env: MultiAgentEnvSection, cls: type[StackedAgentsEnv] = StackedAgentsEnv
-) -> StackedAgentsEnv:
-    """The `mpe2` environment `env.id` as a `cls` (`StackedAgentsEnv`; team reward: the mean)."""
-    from pettingzoo.utils.conversions import aec_to_parallel
-
-    module = importlib.import_module(f"mpe2.{env.id}")
-    # The raw environment, without PettingZoo's checking wrappers: twice as fast a step.
-    return cls(aec_to_parallel(module.raw_env(max_cycles=env.max_cycles)))
 
 
 def check_multi_agent(config: Config) -> None:
@@ -239,8 +220,45 @@ def _eval_env(config: Config, agent: StackedAgent) -> _EvalEnv:
 # -- builders ------------------------------------------------------------------------------------
 
 
-def _build(config: Config, remote: Any) -> tuple[Any, Any, dict[str, Any]]:
-    """The agent, the evaluation environment and the loop's objects.
+@dataclass
+class MultiAgentState:
+    """What a multi-agent run's loop keeps from one step to the next.
+
+    Checkpoints keep it all but the environments and MADDPG's episodes under way (PettingZoo's
+    environments do not survive pickling: a resumed run makes them anew and starts new
+    episodes; MAPPO and QMIX start one at every iteration anyway).
+    """
+
+    rng: np.random.Generator
+    """The generator of the episodes' seeds."""
+    n_actions: list[int]
+    """Each agent's number of actions."""
+    envs: EnvGroups
+    """The environments, here or on actors."""
+    memory: MultiAgentReplayMemory | EpisodeMemory | None = None
+    """MADDPG's transitions, QMIX's episodes."""
+    dims: tuple[int, int, int] | None = None
+    """MAPPO: agents, the largest observation, the state."""
+    obs: np.ndarray | None = None
+    """MADDPG: every environment's observations."""
+    ret: np.ndarray | None = None
+    """MADDPG: every environment's episode return so far."""
+    length: np.ndarray | None = None
+    """MADDPG: every environment's episode length so far."""
+    stats: Any = None
+    """The latest update's stats."""
+    episodes: int = 0
+    """QMIX: episodes stored."""
+    unsaved: tuple[str, ...] = field(default=("envs", "obs", "ret", "length"), repr=False)
+    """What checkpoints leave out (see above)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The fields a checkpoint keeps."""
+        return {k: v for k, v in vars(self).items() if k not in (*self.unsaved, "unsaved")}
+
+
+def _build(config: Config, remote: bool) -> tuple[StackedAgent, _EvalEnv, MultiAgentState]:
+    """The agent, the evaluation environment and the loop's state.
 
     `remote`: the environments on `train.actors` actors of the connected cluster.
     """
@@ -251,7 +269,9 @@ def _build(config: Config, remote: Any) -> tuple[Any, Any, dict[str, Any]]:
     env.close()
     n_actions = [int(s.n) for s in arrays.action_spaces]
     hidden = (a.hidden_size, a.hidden_size)
-    objects: dict[str, Any] = {"rng": np.random.default_rng(seed), "n_actions": n_actions}
+    rng = np.random.default_rng(seed)
+    memory: MultiAgentReplayMemory | EpisodeMemory | None = None
+    dims = None
     if config.algorithm == "MADDPG":
         model = MultiAgentActorCriticMLP(
             arrays.obs_dims, n_actions, hidden, centralized=a.centralized
@@ -260,7 +280,7 @@ def _build(config: Config, remote: Any) -> tuple[Any, Any, dict[str, Any]]:
             model, actor_lr=a.lr, critic_lr=a.lr, gamma=a.gamma, tau=a.tau, seed=seed
         )
         capacity = min(a.buffer_size, config.train.total_steps)
-        objects["memory"] = MultiAgentReplayMemory(capacity, arrays.obs_dims, n_actions, seed=seed)
+        memory = MultiAgentReplayMemory(capacity, arrays.obs_dims, n_actions, seed=seed)
     elif config.algorithm == "MAPPO":
         model = MultiAgentPPOMLP(
             arrays.max_obs_dim,
@@ -282,7 +302,7 @@ def _build(config: Config, remote: Any) -> tuple[Any, Any, dict[str, Any]]:
             separate_optimizers=a.separate_optimizers,
             seed=seed,
         )
-        objects["dims"] = (arrays.n_agents, arrays.max_obs_dim, arrays.state_dim)
+        dims = (arrays.n_agents, arrays.max_obs_dim, arrays.state_dim)
     else:
         n = arrays.n_agents
         model = RNNAgent(arrays.max_obs_dim + n, n_actions[0], a.hidden_size)
@@ -292,7 +312,7 @@ def _build(config: Config, remote: Any) -> tuple[Any, Any, dict[str, Any]]:
             "none": lambda: None,
         }[a.mixer]()
         alg = QMIX(model, mixer, n_agents=n, lr=a.lr, gamma=a.gamma, seed=seed)
-        objects["memory"] = EpisodeMemory(
+        memory = EpisodeMemory(
             a.buffer_size,
             config.env.max_cycles,
             n,
@@ -301,23 +321,22 @@ def _build(config: Config, remote: Any) -> tuple[Any, Any, dict[str, Any]]:
             n_actions[0],
             seed=seed,
         )
-    objects["env"] = EnvGroups(
-        config.env, a.num_envs, actors=config.train.actors if remote else None
-    )
+    envs = EnvGroups(config.env, a.num_envs, actors=config.train.actors if remote else None)
     agent = StackedAgent(alg, arrays.obs_dims)
-    return agent, _eval_env(config, agent), objects
+    state = MultiAgentState(rng, n_actions, envs, memory=memory, dims=dims)
+    return agent, _eval_env(config, agent), state
 
 
 # -- loops ---------------------------------------------------------------------------------------
 
 
-def _seeds(objects: dict[str, Any], n: int) -> list[int]:
+def _seeds(state: MultiAgentState, n: int) -> list[int]:
     """The next `n` episode seeds of the run."""
-    return [int(objects["rng"].integers(2**31)) for _ in range(n)]
+    return [int(state.rng.integers(2**31)) for _ in range(n)]
 
 
 def _maddpg_loop(
-    config: Config, run: Any, agent: StackedAgent, objects: dict[str, Any], total: int
+    config: Config, run: Run, agent: StackedAgent, state: MultiAgentState, total: int
 ) -> None:
     """Rounds of one step of every environment (`E` joint transitions), then the updates due.
 
@@ -326,16 +345,19 @@ def _maddpg_loop(
     a multiple of `train_freq` past `learning_starts`. An environment whose episode ended is
     reset with the run's next seed.
     """
-    a, envs, memory, rng = config.agent, objects["env"], objects["memory"], objects["rng"]
-    eye = [np.eye(n, dtype=np.float32) for n in objects["n_actions"]]
+    a, envs, memory, rng = config.agent, state.envs, state.memory, state.rng
+    assert isinstance(memory, MultiAgentReplayMemory)
+    eye = [np.eye(n, dtype=np.float32) for n in state.n_actions]
     dims, E = agent.obs_dims, len(envs)
-    if "obs" not in objects:
-        obs, _ = envs.reset(_seeds(objects, E))
-        objects.update(obs=obs, ret=np.zeros(E), length=np.zeros(E, np.int64), stats=None)
+    if state.obs is None:  # a new run, or a resumed one: new episodes
+        state.obs, _ = envs.reset(_seeds(state, E))
+        state.ret, state.length, state.stats = np.zeros(E), np.zeros(E, np.int64), None
+    ret, length = state.ret, state.length
+    assert ret is not None and length is not None
     run.start()
     try:
         while run.env_steps < total and not run.done:
-            obs, first = objects["obs"], run.env_steps + 1
+            obs, first = state.obs, run.env_steps + 1
             steps = range(first, first + E)
             action = np.zeros((E, len(dims)), np.int64)
             if steps[-1] > a.learning_starts:
@@ -354,30 +376,30 @@ def _maddpg_loop(
                     [next_obs[e, i, :d] for i, d in enumerate(dims)],
                     np.full(len(dims), float(terminated[e]), np.float32),
                 )
-                objects["ret"][e] += float(np.mean(rewards[e]))  # the team's reward
-                objects["length"][e] += 1
+                ret[e] += float(np.mean(rewards[e]))  # the team's reward
+                length[e] += 1
                 if done[e]:
-                    ret, length = float(objects["ret"][e]), int(objects["length"][e])
-                    episodes.append(Episode(steps[e], ret, length))
+                    episodes.append(Episode(steps[e], float(ret[e]), int(length[e])))
                     ended.append(e)
-                    objects["ret"][e], objects["length"][e] = 0.0, 0
+                    ret[e], length[e] = 0.0, 0
             if ended:
-                next_obs[ended] = envs.reset(_seeds(objects, len(ended)), ended)[0]
-            objects["obs"] = next_obs
+                next_obs[ended] = envs.reset(_seeds(state, len(ended)), ended)[0]
+            state.obs = next_obs
             for step in steps:
                 if step > a.learning_starts and step % a.train_freq == 0:
-                    objects["stats"] = agent.alg.learn(*memory.sample(a.batch_size))
-            run.record(steps[-1], episodes, objects["stats"])
+                    state.stats = agent.alg.learn(*memory.sample(a.batch_size))
+            run.record(steps[-1], episodes, state.stats)
             run.maybe_evaluate(agent.predict)
     finally:
         envs.close()
 
 
 def _mappo_loop(
-    config: Config, run: Any, agent: StackedAgent, objects: dict[str, Any], total: int
+    config: Config, run: Run, agent: StackedAgent, loop: MultiAgentState, total: int
 ) -> None:
-    a, envs, alg = config.agent, objects["env"], agent.alg
-    (N, D, S), T, E = objects["dims"], config.env.max_cycles, len(envs)
+    a, envs, alg = config.agent, loop.envs, agent.alg
+    assert isinstance(alg, MAPPO) and loop.dims is not None
+    (N, D, S), T, E = loop.dims, config.env.max_cycles, len(envs)
     run.start()
     try:
         while run.env_steps < total and not run.done:
@@ -387,7 +409,7 @@ def _mappo_loop(
             reward = np.zeros((T, E, N), np.float32)
             terminated = np.zeros((T, E, N), np.float32)
             done = np.zeros((T, E, N), np.float32)
-            seeds = [int(objects["rng"].integers(2**31)) for _ in range(E)]
+            seeds = _seeds(loop, E)
             obs[0], state[0] = envs.reset(seeds)
             for t in range(T):
                 action[t] = alg.sample(
@@ -443,7 +465,7 @@ def _mappo_update(
 
 
 def _qmix_loop(
-    config: Config, run: Any, agent: StackedAgent, objects: dict[str, Any], total: int
+    config: Config, run: Run, agent: StackedAgent, loop: MultiAgentState, total: int
 ) -> None:
     """Rounds of one whole episode in every environment, the agents acting in one batch.
 
@@ -451,14 +473,13 @@ def _qmix_loop(
     episodes had been played one after the other in one environment. The episodes of a round
     must end together (MPE's all last `env.max_cycles` steps).
     """
-    a, envs, memory, alg = config.agent, objects["env"], objects["memory"], agent.alg
+    a, envs, memory, alg = config.agent, loop.envs, loop.memory, agent.alg
+    assert isinstance(memory, EpisodeMemory)
     E = len(envs)
-    objects.setdefault("episodes", 0)
-    objects.setdefault("stats", None)
     run.start()
     try:
         while run.env_steps < total and not run.done:
-            obs, state = envs.reset(_seeds(objects, E))
+            obs, state = envs.reset(_seeds(loop, E))
             hidden, ret, t, done = alg.init_hidden(E), np.zeros(E), 0, np.zeros(E, bool)
             steps: list[tuple[np.ndarray, ...]] = []
             while not done.all():
@@ -479,13 +500,13 @@ def _qmix_loop(
                     o, s, u, r, term, o2, s2 = (x[e] for x in step)
                     memory.append(o, s, u, float(r), bool(term), o2, s2)
                 memory.end_episode()
-                objects["episodes"] += 1
+                loop.episodes += 1
                 if len(memory) >= a.batch_size:
-                    objects["stats"] = alg.learn(*memory.sample(a.batch_size))
-                if objects["episodes"] % a.target_update_interval == 0:
+                    loop.stats = alg.learn(*memory.sample(a.batch_size))
+                if loop.episodes % a.target_update_interval == 0:
                     alg.sync_target()
             end = run.env_steps + t * E
-            run.record(end, [Episode(end, float(r), t) for r in ret], objects["stats"])
+            run.record(end, [Episode(end, float(r), t) for r in ret], loop.stats)
             run.maybe_evaluate(agent.predict)
     finally:
         envs.close()
@@ -495,53 +516,71 @@ _LOOPS = {"MADDPG": _maddpg_loop, "MAPPO": _mappo_loop, "QMIX": _qmix_loop}
 
 
 def _connect(config: Config, logdir: str) -> bool:
-    """`OwnLoop.prepare`: in `sync` mode, connect to the run's cluster; whether it did."""
+    """`AlgorithmSpec.prepare`: in `sync` mode, connect to the run's cluster; whether it did."""
     if config.train.mode != "sync":
         return False
-    from parl_algos.train._sessions import connect
-
     connect(config)
     return True
 
 
-def run_multi_agent(config: Config, logdir: str, *, resume: bool = False) -> Any:
-    """Train a multi-agent config in this process (see the module's docstring)."""
-    from parl_algos.train._own_loop import OwnLoop, run_own_loop
+class MultiAgentTrainer(Trainer):
+    """The loop of a multi-agent config (see the module's docstring).
 
-    loop = functools.partial(_LOOPS[config.algorithm], config)
-    # PettingZoo's environments do not survive pickling: a resumed run makes them anew and
-    # starts a new episode (MAPPO and QMIX start one at every iteration anyway).
-    skip = ("env", "obs", "ret", "length")
-    own = OwnLoop(_connect, _build, loop, skip=skip)
-    return run_own_loop(config, logdir, own, resume=resume)
+    Args:
+        config: the run's config.
+        remote: the environments on actors of the connected cluster (`sync` mode).
+    """
+
+    def __init__(self, config: Config, remote: bool) -> None:
+        self.config = config
+        self.agent, self.eval_env, self.loop = _build(config, remote)
+        self.title = f"{config.algorithm} on {config.env.id}"
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loop's state but the environments and the episodes under way."""
+        return self.loop.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any], env_steps: int) -> None:
+        """Go on with the checkpoint's memory, generator and counters (new episodes)."""
+        for name, value in state.items():
+            setattr(self.loop, name, value)
+
+    def train(self, run: Run) -> None:
+        """Play and learn until the budget is spent (the loop closes the environments)."""
+        loop = _LOOPS[self.config.algorithm]
+        loop(self.config, run, self.agent, self.loop, self.config.train.total_steps)
 
 
-def _build_learner(config: Config, obs_space: Any, act_space: Any) -> Any:
+def _trainer(config: Config, spec: AlgorithmSpec, run: Run, remote: bool) -> Trainer:
+    """`AlgorithmSpec.trainer` of the multi-agent algorithms (`prepare` connected them)."""
+    return MultiAgentTrainer(config, remote)
+
+
+def _build_learner(config: Config, obs_space: Any, act_space: Any) -> Learner:
     """`AlgorithmSpec.build`: the agent (its environment decides the spaces)."""
-    from parl_algos.train._algorithms import Learner
-
-    agent, eval_env, objects = _build(config, False)
+    agent, eval_env, loop = _build(config, False)
     eval_env.close()
-    objects["env"].close()
+    loop.envs.close()
     return Learner(agent)
 
 
-MULTI_AGENT_SPECS: list[dict[str, Any]] = [
-    dict(
+MULTI_AGENT_SPECS = tuple(
+    AlgorithmSpec(
         name=name,
         family="multi_agent",
         env=MultiAgentEnvSection,
         agent=section,
         stats=stats,
         build=_build_learner,
-        modes=modes,
+        trainer=_trainer,
+        modes=("single", "sync"),
         check=check_multi_agent,
-        run=run_multi_agent,
+        prepare=_connect,
     )
-    for name, section, stats, modes in (
-        ("MADDPG", MADDPGSection, MADDPGStats, ("single", "sync")),
-        ("MAPPO", MAPPOSection, MAPPOStats, ("single", "sync")),
-        ("QMIX", QMIXSection, QMIXStats, ("single", "sync")),
+    for name, section, stats in (
+        ("MADDPG", MADDPGSection, MADDPGStats),
+        ("MAPPO", MAPPOSection, MAPPOStats),
+        ("QMIX", QMIXSection, QMIXStats),
     )
-]
-"""The fields of the multi-agent algorithms' `AlgorithmSpec`s (registered in `SPECS`)."""
+)
+"""The specs of MADDPG, MAPPO and QMIX."""

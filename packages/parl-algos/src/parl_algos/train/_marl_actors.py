@@ -1,29 +1,62 @@
 """The environments of a multi-agent run, in this process or on actors of the cluster (`sync`).
 
-`EnvGroup` steps some MPE environments of one `MultiAgentEnvSection` together and returns their
-arrays stacked (observations, global states, each agent's reward, the ends of the episodes);
-`RemoteEnvGroup` is it as an actor of the cluster whose calls return futures. `EnvGroups`
-spreads a run's environments over groups, one in this process (`single` mode) or one on each
-of `actors` actors (`sync`), and steps them all at once: each actor steps its share of the
-environments while the others step theirs, and the learner, which picks every agent's action
-in one batch, waits for all of them. PettingZoo's parallel environments hold their agents in
-dicts; a group hands back plain arrays, so that only arrays cross the network.
+`MultiAgentEnvSection` is the `[env]` of the multi-agent configs, an MPE environment of `mpe2`,
+which `make_mpe_env` makes as a `StackedAgentsEnv`. `EnvGroup` steps some MPE environments of
+one `MultiAgentEnvSection` together and returns their arrays stacked (observations, global
+states, each agent's reward, the ends of the episodes); `RemoteEnvGroup` is it as an actor of
+the cluster whose calls return futures. `EnvGroups` spreads a run's environments over groups,
+one in this process (`single` mode) or one on each of `actors` actors (`sync`), and steps them
+all at once: each actor steps its share of the environments while the others step theirs, and
+the learner, which picks every agent's action in one batch, waits for all of them. PettingZoo's
+parallel environments hold their agents in dicts; a group hands back plain arrays, so that only
+arrays cross the network.
 """
 
 from __future__ import annotations
 
+import importlib
 import itertools
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 import parl
+from parl_algos.multiagent import StackedAgentsEnv
 
-__all__ = ["ENV_CALL_TIMEOUT", "EnvGroup", "EnvGroups", "RemoteEnvGroup"]
+__all__ = [
+    "ENV_CALL_TIMEOUT",
+    "EnvGroup",
+    "EnvGroups",
+    "MultiAgentEnvSection",
+    "RemoteEnvGroup",
+    "make_mpe_env",
+]
 
 ENV_CALL_TIMEOUT = 300.0
 """Seconds a `reset` or `step` of a remote group may take before the run gives up on it."""
+
+
+@dataclass
+class MultiAgentEnvSection:
+    """`[env]` of the multi-agent algorithms: an MPE environment of `mpe2`."""
+
+    id: str = "simple_spread_v3"
+    """The `mpe2` environment module (`simple_spread_v3`, `simple_adversary_v3`, ...)."""
+    max_cycles: int = 25
+    """Steps per episode."""
+
+
+def make_mpe_env(
+    env: MultiAgentEnvSection, cls: type[StackedAgentsEnv] = StackedAgentsEnv
+) -> StackedAgentsEnv:
+    """The `mpe2` environment `env.id` as a `cls` (`StackedAgentsEnv`; team reward: the mean)."""
+    from pettingzoo.utils.conversions import aec_to_parallel
+
+    module = importlib.import_module(f"mpe2.{env.id}")
+    # The raw environment, without PettingZoo's checking wrappers: twice as fast a step.
+    return cls(aec_to_parallel(module.raw_env(max_cycles=env.max_cycles)))
 
 
 class EnvGroup:
@@ -35,8 +68,6 @@ class EnvGroup:
     """
 
     def __init__(self, env: Any, num_envs: int) -> None:
-        from parl_algos.train._marl import make_mpe_env
-
         if num_envs < 1:
             raise ValueError(f"EnvGroup: {num_envs=} must be at least 1")
         torch.set_num_threads(1)  # one slot, one core

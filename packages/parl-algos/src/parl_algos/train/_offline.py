@@ -30,6 +30,8 @@ from parl_algos.iql import IQL, IQLStats
 from parl_algos.nets import ContinuousActorCriticMLP, ValueMLP
 from parl_algos.rollout import make_rescaled_env
 from parl_algos.train._config import Config, ConfigError
+from parl_algos.train._run import Run
+from parl_algos.train._spec import AlgorithmSpec, Learner, Trainer
 from parl_algos.training import OffPolicyArgs, TrainingRun, evaluate, train_off_policy
 
 __all__ = [
@@ -39,13 +41,14 @@ __all__ = [
     "IQLSection",
     "OFFLINE_SPECS",
     "OfflineEnvSection",
+    "OfflineRun",
     "OfflineSection",
+    "OfflineTrainer",
     "build_offline",
     "check_offline",
     "load_offline_dataset",
     "make_sac_dataset",
     "noisy_policy",
-    "run_offline",
     "scale_rewards",
 ]
 
@@ -325,99 +328,114 @@ def build_offline(config: Config, obs_dim: int, act_dim: int) -> parl.Algorithm:
     )
 
 
-def _build(config: Config, dataset: OfflineDataset) -> tuple[Any, Any, dict[str, Any]]:
-    """The agent, the evaluation environment and the loop's objects of an offline run."""
-    torch.manual_seed(config.train.seed)
-    eval_env = make_rescaled_env(config.env.id)
-    obs_dim, act_dim = eval_env.observation_space.shape[0], eval_env.action_space.shape[0]
-    if dataset.obs.shape[1:] != (obs_dim,) or dataset.action.shape[1:] != (act_dim,):
-        raise ConfigError(
-            f"env.dataset holds observations {dataset.obs.shape[1:]} and actions "
-            f"{dataset.action.shape[1:]}; env.id={config.env.id!r} has ({obs_dim},) and "
-            f"({act_dim},)"
-        )
-    agent = ContinuousAgent(build_offline(config, obs_dim, act_dim))
-    dataset = scale_rewards(dataset, getattr(config.agent, "reward_scale", 1.0))
-    # The generator that draws the minibatches: saved with each checkpoint, so that a
-    # resumed run draws the batches the uninterrupted one would have.
-    rng = np.random.default_rng(config.train.seed)
-    objects = {"rng": rng, "dataset": dataset}
-    return agent, eval_env, objects
+class OfflineRun(Run):
+    """An offline run: no training episodes, so progress.csv shows the evaluations.
+
+    Its `mean_return` is the latest evaluation's; a step's row is written after that step's
+    evaluation; each evaluation is seeded by its index, so that a resumed run evaluates on the
+    episodes the uninterrupted one would have.
+    """
+
+    _latest: Any = None
+
+    def mean_return(self) -> float | None:
+        """The latest evaluation's mean return."""
+        return self.eval_curve[-1][1] if self.eval_curve else None
+
+    def eval_seed(self) -> int | None:
+        """The seed of the next evaluation: its index's."""
+        return self.seed + 10_000 + len(self.eval_curve)
+
+    def record(self, env_steps: int, episodes: Any = (), stats: Any = None) -> None:
+        """`TrainingRun.record`; the row waits for the step's evaluation."""
+        TrainingRun.record(self, env_steps, episodes, stats)
+        self._latest = stats
+
+    def maybe_evaluate(self, policy: Callable[[np.ndarray], Any]) -> float | None:
+        """The evaluation when due, then the step's row and checkpoint when due."""
+        result = TrainingRun.maybe_evaluate(self, policy)
+        Run.record(self, self.env_steps, (), self._latest)  # the row, when due
+        Run.maybe_evaluate(self, policy)  # the checkpoint, when due
+        return result
 
 
-def _loop(run: Any, agent: Any, objects: dict[str, Any], total_steps: int) -> None:
-    """`total_steps` gradient steps on minibatches of the dataset, evaluating on schedule."""
-    dataset, rng = objects["dataset"], objects["rng"]
-    run.start()
-    for step in range(run.env_steps + 1, total_steps + 1):
-        batch = dataset.sample_batch(run.batch_size, rng)
-        stats = agent.alg.learn(*(to_tensor(x, agent.device) for x in batch[:5]))
-        run.record(step, (), stats)  # steps here are gradient steps
-        run.maybe_evaluate(agent.predict)
-        if run.done:
-            break
+class OfflineTrainer(Trainer):
+    """Gradient steps on minibatches of the dataset, evaluating on schedule.
+
+    Args:
+        config: the run's config.
+        dataset: the dataset (`AlgorithmSpec.prepare`: `load_offline_dataset`).
+    """
+
+    def __init__(self, config: Config, dataset: OfflineDataset) -> None:
+        torch.manual_seed(config.train.seed)
+        self.eval_env = make_rescaled_env(config.env.id)
+        obs_dim = self.eval_env.observation_space.shape[0]
+        act_dim = self.eval_env.action_space.shape[0]
+        if dataset.obs.shape[1:] != (obs_dim,) or dataset.action.shape[1:] != (act_dim,):
+            raise ConfigError(
+                f"env.dataset holds observations {dataset.obs.shape[1:]} and actions "
+                f"{dataset.action.shape[1:]}; env.id={config.env.id!r} has ({obs_dim},) and "
+                f"({act_dim},)"
+            )
+        self.agent = ContinuousAgent(build_offline(config, obs_dim, act_dim))
+        self.dataset = scale_rewards(dataset, getattr(config.agent, "reward_scale", 1.0))
+        self.batch_size = config.agent.batch_size
+        self.total_steps = config.train.total_steps
+        # The generator that draws the minibatches: saved with each checkpoint, so that a
+        # resumed run draws the batches the uninterrupted one would have.
+        self.rng = np.random.default_rng(config.train.seed)
+        self.title = f"{config.algorithm} on {config.env.id}"
+
+    def state_dict(self) -> dict[str, Any]:
+        """The minibatches' generator (the dataset is made again from its file)."""
+        return {"rng": self.rng}
+
+    def load_state_dict(self, state: dict[str, Any], env_steps: int) -> None:
+        """Draw the minibatches the uninterrupted run would have."""
+        self.rng = state["rng"]
+
+    def train(self, run: Run) -> None:
+        """Gradient steps until `total_steps` of them (or the run is done)."""
+        agent = self.agent
+        run.start()
+        for step in range(run.env_steps + 1, self.total_steps + 1):
+            batch = self.dataset.sample_batch(self.batch_size, self.rng)
+            stats = agent.alg.learn(*(to_tensor(x, agent.device) for x in batch[:5]))
+            run.record(step, (), stats)  # steps here are gradient steps
+            run.maybe_evaluate(agent.predict)
+            if run.done:
+                break
 
 
-def run_offline(config: Config, logdir: str, *, resume: bool = False) -> Any:
-    """Train an offline config in this process (see the module's docstring)."""
-    from parl_algos.train._own_loop import OwnLoop, run_own_loop
-    from parl_algos.train._runner import _Run
-
-    class _OfflineRun(_Run):
-        """An offline run: no training episodes, so progress.csv shows the evaluations.
-
-        Its `mean_return` is the latest evaluation's; a step's row is written after that
-        step's evaluation; each evaluation is seeded by its index, so that a resumed run
-        evaluates on the episodes the uninterrupted one would have.
-        """
-
-        batch_size = config.agent.batch_size
-        _latest: Any = None
-
-        def mean_return(self) -> float | None:
-            return self.eval_curve[-1][1] if self.eval_curve else None
-
-        def eval_seed(self) -> int | None:
-            return self.seed + 10_000 + len(self.eval_curve)
-
-        def record(self, env_steps: int, episodes: Any = (), stats: Any = None) -> None:
-            TrainingRun.record(self, env_steps, episodes, stats)  # the row waits (see above)
-            self._latest = stats
-
-        def maybe_evaluate(self, policy: Callable[[np.ndarray], Any]) -> float | None:
-            result = TrainingRun.maybe_evaluate(self, policy)
-            _Run.record(self, self.env_steps, (), self._latest)  # the row, when due
-            _Run.maybe_evaluate(self, policy)  # the checkpoint, when due
-            return result
-
-    own = OwnLoop(load_offline_dataset, _build, _loop, _OfflineRun, skip=("dataset",))
-    return run_own_loop(config, logdir, own, resume=resume)
+def _trainer(config: Config, spec: AlgorithmSpec, run: Run, dataset: OfflineDataset) -> Trainer:
+    """`AlgorithmSpec.trainer` of the offline algorithms (`prepare` made the dataset)."""
+    return OfflineTrainer(config, dataset)
 
 
-def _build_learner(config: Config, obs_space: Any, act_space: Any) -> Any:
+def _build_learner(config: Config, obs_space: Any, act_space: Any) -> Learner:
     """`AlgorithmSpec.build`: the agent alone (an offline run has no replay memory)."""
-    from parl_algos.train._algorithms import Learner
-
     obs_dim, act_dim = obs_space.shape[0], act_space.shape[0]
     return Learner(ContinuousAgent(build_offline(config, obs_dim, act_dim)))
 
 
-OFFLINE_SPECS: list[dict[str, Any]] = [
-    dict(
+OFFLINE_SPECS = tuple(
+    AlgorithmSpec(
         name=name,
         family="offline",
         env=OfflineEnvSection,
         agent=section,
         stats=stats,
         build=_build_learner,
-        modes=("single",),
+        trainer=_trainer,
         check=check_offline,
-        run=run_offline,
+        prepare=load_offline_dataset,
+        run_cls=OfflineRun,
     )
     for name, section, stats in (
         ("BC", BCSection, BCStats),
         ("CQL", CQLSection, CQLStats),
         ("IQL", IQLSection, IQLStats),
     )
-]
-"""The fields of the offline algorithms' `AlgorithmSpec`s (registered in `SPECS`)."""
+)
+"""The specs of BC, CQL and IQL."""

@@ -1,4 +1,4 @@
-"""R2D2 in `parl-train`: its `[env]` and `[agent]` sections, its builder and its session.
+"""R2D2 in `parl-train`: its `[env]` and `[agent]` sections, its builder and its Trainer.
 
 R2D2 learns from sequences that its actors fold their steps into, each with the recurrent
 state the actor had (`parl_algos.r2d2`). In every mode the learner stores the sequences of
@@ -44,14 +44,17 @@ from parl_algos.r2d2 import (
 from parl_algos.rollout import Episode, MaskVelocity
 from parl_algos.sequence_replay import SequenceReplayMemory
 from parl_algos.train._config import Config, ConfigError
+from parl_algos.train._envs import connect, make_eval_env
 from parl_algos.train._evaluator import Evaluator
-from parl_algos.train._sessions import Session
+from parl_algos.train._run import Run
+from parl_algos.train._spec import AlgorithmSpec, Learner, Trainer, discrete_actions
 from parl_algos.training import evaluate
 
 __all__ = [
     "R2D2EnvSection",
     "R2D2Section",
-    "R2D2Session",
+    "R2D2_SPEC",
+    "R2D2Trainer",
     "RecurrentEvaluator",
     "RemoteRecurrentEvaluator",
     "WRAPPERS",
@@ -102,12 +105,10 @@ def check_r2d2(config: Config) -> None:
         raise ConfigError(f"agent.burn_in={a.burn_in} must be 0 or more")
 
 
-def build_r2d2(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Any:
+def build_r2d2(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:
     """The learner's `R2D2Agent` and its `SequenceReplayMemory`, as a `Learner`."""
-    from parl_algos.train._algorithms import Learner, _discrete
-
     a, train = config.agent, config.train
-    obs_dim, n_actions = obs_space.shape[0], _discrete(config, act_space)
+    obs_dim, n_actions = obs_space.shape[0], discrete_actions(config, act_space)
     if a.memory:
         model: parl.Model = RecurrentQNetwork(obs_dim, n_actions, a.hidden_size, a.lstm_size)
     else:
@@ -159,21 +160,19 @@ class _Counters:
     stats: R2D2Stats | None = None
 
 
-class R2D2Session(Session):
+class R2D2Trainer(Trainer):
     """R2D2's loop in every mode (see the module's docstring).
 
     Args:
         config: the run's config.
-        logdir: the run directory (videos of evaluations go there).
+        run: the run (videos of evaluations go in its directory).
     """
 
-    def __init__(self, config: Config, logdir: str) -> None:
-        from parl_algos.train._runner import make_eval_env
-
+    def __init__(self, config: Config, run: Run) -> None:
         self.config = config
         self.env_fn = functools.partial(make_wrapped_env, config.env.id, config.env.wrapper)
         if config.train.capture_video:
-            env = make_eval_env(config, logdir)
+            env = make_eval_env(config, run.logdir)
             env = env if config.env.wrapper is None else WRAPPERS[config.env.wrapper](env)
         else:
             env = self.env_fn()
@@ -188,29 +187,27 @@ class R2D2Session(Session):
         self.actors: list[Any] = []
         self.pending: list[Any] = []
         self.local_actor: R2D2Actor | None = None
-
-    def policy(self) -> Callable[[Any], Any]:
-        """The greedy policy, carrying its state (the evaluation env resets it)."""
-        return self._policy
+        if config.train.mode != "single":
+            connect(config)
 
     def evaluator(self) -> Any:
         """A `RemoteRecurrentEvaluator` with a copy of the agent."""
         return RemoteRecurrentEvaluator(self.env_fn, self.agent)
 
-    def objects(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """The memory, the counters and (single mode) the local actor and its environments."""
-        objects: dict[str, Any] = {"memory": self.memory, "counters": self.counters}
+        state: dict[str, Any] = {"memory": self.memory, "counters": self.counters}
         if self.local_actor is not None:
-            objects["actor"] = self.local_actor
-        return objects
+            state["actor"] = self.local_actor
+        return state
 
-    def restore(self, objects: dict[str, Any], env_steps: int) -> None:
+    def load_state_dict(self, state: dict[str, Any], env_steps: int) -> None:
         """Take the checkpoint's memory, counters and local actor (with the learner's agent)."""
-        self.memory = objects["memory"]
-        self.counters = objects["counters"]
+        self.memory = state["memory"]
+        self.counters = state["counters"]
         self.counters.env_steps = env_steps
-        if "actor" in objects and self.config.train.mode == "single":
-            self.local_actor = objects["actor"]
+        if "actor" in state and self.config.train.mode == "single":
+            self.local_actor = state["actor"]
             self.local_actor.agent = self.agent
 
     def _start_actors(self) -> None:
@@ -247,7 +244,7 @@ class R2D2Session(Session):
         self.pending[i] = self.actors[i].collect(steps)
         return [out]
 
-    def train(self, run: Any) -> None:
+    def train(self, run: Run) -> None:
         """Collect, store, learn and send weights until the budget is spent or the run is done."""
         a, total = self.config.agent, self.config.train.total_steps
         self._start_actors()
@@ -289,3 +286,22 @@ class R2D2Session(Session):
         self.pending, self.actors = [], []
         if self.local_actor is not None:
             self.local_actor.close()
+
+
+def _r2d2_trainer(config: Config, spec: AlgorithmSpec, run: Run, prepared: Any) -> Trainer:
+    """`AlgorithmSpec.trainer` of R2D2."""
+    return R2D2Trainer(config, run)
+
+
+R2D2_SPEC = AlgorithmSpec(
+    name="R2D2",
+    family="recurrent",
+    env=R2D2EnvSection,
+    agent=R2D2Section,
+    stats=R2D2Stats,
+    build=build_r2d2,
+    trainer=_r2d2_trainer,
+    modes=("single", "sync", "async"),
+    check=check_r2d2,
+)
+"""The spec of R2D2."""

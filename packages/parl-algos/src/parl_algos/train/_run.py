@@ -1,0 +1,251 @@
+"""A run of `parl-train` as its training loop sees it: `Run`, progress.csv and `RunResult`.
+
+`Run` is a `TrainingRun` (TensorBoard, `log.log`, the curves, the target, the progress bar)
+that also writes a row of `progress.csv` past every multiple of `log_every`, asks for a
+checkpoint past every multiple of `checkpoint_every`, sends evaluations to an evaluator actor
+when the run has one, and turns `done` on Ctrl-C. Trainers call `run.record` then
+`run.maybe_evaluate` after every step of their loop; the run skeleton (`_skeleton`) makes the
+run and says what a checkpoint writes.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+import re
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from parl_algos.rollout import Episode
+from parl_algos.train._config import Config
+from parl_algos.training import TrainingRun
+
+__all__ = [
+    "INTERRUPTED_EXIT_CODE",
+    "ProgressLog",
+    "Run",
+    "RunResult",
+    "default_logdir",
+    "env_name",
+    "latest_checkpoint",
+]
+
+INTERRUPTED_EXIT_CODE = 130
+"""What `parl-train` exits with after Ctrl-C (128 + SIGINT, as a shell reports it)."""
+
+_EVALUATION_TIMEOUT = 600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """How a run ended."""
+
+    logdir: str
+    """The run directory."""
+    env_steps: int
+    """Env steps taken, over every session of the run."""
+    interrupted: bool
+    """True when Ctrl-C stopped it (a checkpoint was written; `--resume` continues it)."""
+    summary: dict[str, Any]
+    """`TrainingRun.finish`'s `RunResult`, as a dict."""
+
+
+def env_name(env_id: str) -> str:
+    """The short, lower-case name of an environment id: `CartPole-v1` -> `cartpole`."""
+    return re.sub(r"-v\d+$", "", env_id).replace("/", "_").lower()
+
+
+def default_logdir(config: Config, root: str = "train_log") -> str:
+    """`train_log/<algorithm>-<env>/<timestamp>`, lower-case, made unique with a suffix."""
+    base = os.path.join(
+        root,
+        f"{config.algorithm.lower()}-{env_name(config.env.id)}",
+        time.strftime("%Y-%m-%d_%H-%M-%S"),
+    )
+    path, n = base, 1
+    while os.path.exists(path):
+        n += 1
+        path = f"{base}-{n}"
+    return path
+
+
+class ProgressLog:
+    """`progress.csv`: `env_step`, `seconds`, `mean_return`, then the algorithm's stats.
+
+    Args:
+        path: the CSV file.
+        columns: the algorithm's stats columns (see `stat_columns`).
+        resume_step: when continuing a run, the env step of its checkpoint: later rows are
+            dropped (they are written again); None starts a new file with its header.
+    """
+
+    def __init__(self, path: str, columns: list[str], *, resume_step: int | None = None) -> None:
+        self.path = path
+        self.columns = columns
+        header = ["env_step", "seconds", "mean_return", *columns]
+        if resume_step is None or not os.path.exists(path):
+            with open(path, "w", newline="", encoding="utf-8") as f:
+                csv.writer(f).writerow(header)
+        else:
+            with open(path, newline="", encoding="utf-8") as f:
+                rows = list(csv.reader(f))
+            kept = [row for row in rows[1:] if row and int(row[0]) <= resume_step]
+            with open(path, "w", newline="", encoding="utf-8") as f:
+                csv.writer(f).writerows([header, *kept])
+
+    def write(self, env_step: int, seconds: float, mean_return: float | None, stats: Any) -> None:
+        """Append one row (`mean_return` None: empty; `stats` None: empty stats columns)."""
+        row = [env_step, f"{seconds:.2f}", "" if mean_return is None else repr(mean_return)]
+        for name in self.columns:
+            value = None if stats is None else getattr(stats, name, None)
+            row.append("" if value is None else repr(float(value)))
+        with open(self.path, "a", newline="", encoding="utf-8") as f:
+            csv.writer(f).writerow(row)
+
+
+def latest_checkpoint(logdir: str) -> str | None:
+    """The newest complete checkpoint directory of a run (None when there is none)."""
+    root = os.path.join(logdir, "checkpoints")
+    if not os.path.isdir(root):
+        return None
+    steps = sorted(
+        int(m.group(1)) for name in os.listdir(root) if (m := re.fullmatch(r"step-(\d+)", name))
+    )
+    return os.path.join(root, f"step-{steps[-1]:010d}") if steps else None
+
+
+class Run(TrainingRun):
+    """A `TrainingRun` that also writes progress.csv, checkpoints on schedule, and stops on Ctrl-C.
+
+    The training loops call `record` then `maybe_evaluate` after every step; rows are written
+    in `record` when a multiple of `log_every` is crossed, checkpoints in `maybe_evaluate` (after
+    the step's evaluation) when a multiple of `checkpoint_every` is. `done` turns true on Ctrl-C,
+    which ends either loop after the current step.
+    """
+
+    def __init__(
+        self,
+        title: str,
+        args: Any,
+        *,
+        progress_log: ProgressLog,
+        checkpoint_every: int,
+        save_checkpoint: Callable[[], None],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(title, args, **kwargs)
+        self.interrupted = False
+        self.progress_log = progress_log
+        self.checkpoint_every = checkpoint_every
+        self.save_checkpoint = save_checkpoint
+        self.last_checkpoint = -1
+        self.last_row = -1
+        self._next_row = 0
+        self._next_checkpoint = checkpoint_every
+        self._stats: Any = None
+        self._seconds_before = 0.0
+        self.evaluator: Any = None
+        """An `Evaluator` actor (sync, async): evaluations run there, not between steps."""
+        self.weights: Callable[[], Any] | None = None
+        """With an evaluator: the agent's latest weights."""
+        self._pending: tuple[int, Any] | None = None
+
+    @property
+    def done(self) -> bool:
+        """True once the target is reached (and stopping there is asked), or on Ctrl-C."""
+        return super().done or self.interrupted
+
+    def start(self) -> None:
+        """Start the clock, going on from the seconds of the sessions before a resume."""
+        super().start()
+        self._start -= self._seconds_before
+        if self._bar is not None and self.env_steps:
+            self._bar.n = self._bar.last_print_n = self._bar.initial = self.env_steps
+            self._bar.refresh()
+
+    def clear_progress(self) -> None:
+        """Take the progress bar off the terminal (the run failed: its error line follows)."""
+        if self._bar is not None:
+            self._bar.leave = False
+            self._bar.close()
+
+    def seconds(self) -> float:
+        """Wall seconds of training so far, over every session of the run."""
+        return time.perf_counter() - self._start
+
+    def record(self, env_steps: int, episodes: Iterable[Episode] = (), stats: Any = None) -> None:
+        """`TrainingRun.record`, then a row of progress.csv past each multiple of `log_every`."""
+        super().record(env_steps, episodes, stats)
+        if stats is not None:
+            self._stats = stats
+        if env_steps >= self._next_row:
+            self._next_row = (env_steps // self.log_every + 1) * self.log_every
+            self.write_row()
+
+    def write_row(self) -> None:
+        """Write the current row of progress.csv."""
+        self.last_row = self.env_steps
+        self.progress_log.write(self.env_steps, self.seconds(), self.mean_return(), self._stats)
+
+    def maybe_evaluate(self, policy: Callable[[np.ndarray], Any]) -> float | None:
+        """`TrainingRun.maybe_evaluate` (or its evaluator's), then a checkpoint when due.
+
+        With an evaluator, an evaluation due is sent to it with the latest weights and this
+        returns at once; its result is recorded (at the env step of its weights) by the first
+        call after it came back, and the next evaluation waits for it.
+        """
+        if self.evaluator is None:
+            result = super().maybe_evaluate(policy)
+        else:
+            result = self.collect_evaluation(wait=False)
+            if self.eval_every and self.env_steps >= self._next_eval and self._pending is None:
+                self._next_eval = self.env_steps + self.eval_every
+                future = self.evaluator.evaluate(
+                    self.weights(), self.eval_episodes, self.eval_seed()
+                )
+                self._pending = (self.env_steps, future)
+        if self.env_steps >= self._next_checkpoint:
+            self._next_checkpoint = (
+                self.env_steps // self.checkpoint_every + 1
+            ) * self.checkpoint_every
+            self.checkpoint()
+        return result
+
+    def collect_evaluation(self, *, wait: bool) -> float | None:
+        """Record the evaluator's result if it is back (`wait`: wait for it); return it."""
+        if self._pending is None or not (wait or self._pending[1].done()):
+            return None
+        (env_step, future), self._pending = self._pending, None
+        mean = float(future.get(timeout=_EVALUATION_TIMEOUT))
+        self.record_evaluation(env_step, mean)
+        return mean
+
+    def checkpoint(self) -> None:
+        """Write a checkpoint of the current step (once per step)."""
+        if self.last_checkpoint != self.env_steps:
+            self.save_checkpoint()
+            self.last_checkpoint = self.env_steps
+
+    def state_dict(self) -> dict[str, Any]:
+        """`TrainingRun.state_dict` plus the schedules of rows and checkpoints."""
+        return {
+            **super().state_dict(),
+            "next_row": self._next_row,
+            "last_row": self.last_row,
+            "next_checkpoint": self._next_checkpoint,
+            "stats": self._stats,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from `state_dict`'s result."""
+        super().load_state_dict(state)
+        self._next_row = state["next_row"]
+        self.last_row = state["last_row"]
+        self._next_checkpoint = state["next_checkpoint"]
+        self._stats = state["stats"]
+        self._seconds_before = state["seconds"]
+        self.last_checkpoint = self.env_steps
