@@ -117,6 +117,8 @@ def test_an_unreachable_cluster_is_one_line_and_the_traceback_is_in_the_log(tmp_
     assert result.returncode == 1
     line = _one_line(result)
     assert f"cannot reach the cluster: no PARL master answers at {address}" in line
+    assert "leave out --address for a local cluster" in line
+    assert "parl.connect()" not in line  # advice for a script, not for parl-train's user
     assert f"the traceback is in {run / 'log.log'}" in line
     assert "--resume" not in line  # no checkpoint yet
     assert "Traceback (most recent call last)" in (run / "log.log").read_text()

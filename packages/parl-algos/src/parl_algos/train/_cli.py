@@ -207,7 +207,14 @@ def _failure(exc: Exception, logdir: str) -> str:
     """The one line that tells what ended a run and what to do about it."""
     if isinstance(exc, ConfigError):
         return _first_line(exc)
-    if isinstance(exc, NotConnectedError | ClusterError):
+    if isinstance(exc, NotConnectedError):
+        # parl-remote's advice speaks to a script (parl.connect); a parl-train user has flags
+        cause = _first_line(exc).split("; ")[0]
+        what = (
+            f"cannot reach the cluster: {cause}; start one with `xparl start`, "
+            "or leave out --address for a local cluster"
+        )
+    elif isinstance(exc, ClusterError):
         what = f"cannot reach the cluster: {_first_line(exc)}"
     elif isinstance(exc, RemoteActorDiedError):
         what = f"an actor died: {_first_line(exc)}"
