@@ -207,6 +207,24 @@ def test_imported_since_leaves_out_shipped_and_made_up_modules(tmp_path, monkeyp
         sys.modules.pop("shipped_mod", None)
 
 
+def test_drop_shadowed_skips_a_module_a_failing_import_removed_meanwhile(tmp_path, monkeypatch):
+    """The preloading thread imports while `drop_shadowed` runs: one of the names it saw may be
+    gone by the time it looks (an import that failed takes its module out of sys.modules)."""
+    import parl_remote.actor._preload as preload
+
+    for name in ("gone_pkg", "gone_pkg.a", "gone_pkg.b"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+
+    def origin(module):
+        sys.modules.pop("gone_pkg.b", None)  # meanwhile: a failed import took it out
+        return "/elsewhere/" + module.__name__
+
+    monkeypatch.setattr(preload, "_origin", origin)
+    dropped = drop_shadowed(["gone_pkg/__init__.py"], str(tmp_path))
+    assert sorted(dropped) == ["gone_pkg", "gone_pkg.a"]
+    assert not any(name.startswith("gone_pkg") for name in sys.modules)
+
+
 def test_the_preloader_imports_in_the_background_skips_failures_and_stops(tmp_path, monkeypatch):
     (tmp_path / "pre_ok.py").write_text("X = 1\n")
     (tmp_path / "pre_bad.py").write_text("raise RuntimeError('no')\n")

@@ -154,10 +154,14 @@ def drop_shadowed(paths: Iterable[str], shipped_dir: str) -> list[str]:
     shipped = os.path.join(os.path.realpath(shipped_dir), "")
     dropped = []
     for top in {p.split("/")[0].removesuffix(".py") for p in paths if p.endswith(".py")}:
-        for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
-            origin = _origin(sys.modules[name]) or ""
+        # A copy taken at once (in C, under the GIL): the preloading thread may be importing.
+        for name in [n for n in tuple(sys.modules) if n == top or n.startswith(top + ".")]:
+            module = sys.modules.get(name)  # a failed import meanwhile removes its module
+            if module is None:
+                continue
+            origin = _origin(module) or ""
             if not os.path.realpath(origin).startswith(shipped):
-                del sys.modules[name]
+                sys.modules.pop(name, None)
                 dropped.append(name)
     return dropped
 
