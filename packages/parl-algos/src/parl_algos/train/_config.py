@@ -31,10 +31,10 @@ from parl_algos.training import ScheduleArgs
 
 __all__ = [
     "BACKENDS",
-    "MODES",
-    "SECTIONS",
     "Config",
     "ConfigError",
+    "MODES",
+    "SECTIONS",
     "TrainSection",
     "apply_override",
     "check_extra",

@@ -53,8 +53,8 @@ from parl_algos.training import evaluate
 __all__ = [
     "R2D2EnvSection",
     "R2D2Section",
-    "R2D2_SPEC",
     "R2D2Trainer",
+    "R2D2_SPEC",
     "RecurrentEvaluator",
     "RemoteRecurrentEvaluator",
     "WRAPPERS",
