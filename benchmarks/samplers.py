@@ -857,8 +857,8 @@ def main() -> None:
     print("| task | agent | " + " | ".join(f"{label} / ParallelSampler" for label in labels) + " |")
     print("|---|---|" + "---:|" * len(labels))
     for name, agent_name, columns in ratios:
-        cells = [f"{statistics.median(values):.2f}x ({spread(values)})" for values in columns]
-        print(f"| {name} | {agent_name} | " + " | ".join(cells) + " |")
+        medians = [f"{statistics.median(values):.2f}x ({spread(values)})" for values in columns]
+        print(f"| {name} | {agent_name} | " + " | ".join(medians) + " |")
     print()
     print()
     print(f"ParallelSampler / SyncVectorEnv by turns, random actions, median of {args.repeat}:")
