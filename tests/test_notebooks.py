@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
-
-import pytest
 
 from tests.conftest import REPO_ROOT
 
@@ -18,8 +17,11 @@ def _outputs(cell) -> str:
 
 
 def test_remote_actors_notebook_runs_a_class_defined_in_a_cell(tmp_path):
-    nbformat = pytest.importorskip("nbformat", reason="the test extra of parl-core: make setup")
-    nbclient = pytest.importorskip("nbclient", reason="the test extra of parl-core: make setup")
+    for name in ("nbformat", "nbclient", "ipykernel"):  # parl-core's test extra
+        assert importlib.util.find_spec(name), f"run the set-up (make setup): {name} is missing"
+    import nbclient
+    import nbformat
+
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(
         notebook,
