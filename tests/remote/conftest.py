@@ -344,3 +344,107 @@ class CuttableProxy:
                     s.close()
         for thread in self._threads:
             thread.join(2)
+
+
+@dataclass
+class TappedConnection:
+    """What each side of one relayed connection sent."""
+
+    up: bytearray = field(default_factory=bytearray)
+    """From the connecting side to the target."""
+    down: bytearray = field(default_factory=bytearray)
+    """From the target back."""
+
+
+class WireTap:
+    """A loopback TCP relay on an asyncio loop of its own that records both directions of
+    every connection through it (`conns`), as a tap on the wire would see them."""
+
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        import asyncio
+        import threading
+
+        self.target = (target_host, target_port)
+        self.conns: list[TappedConnection] = []
+        self._writers: list[asyncio.StreamWriter] = []
+        self._loop = asyncio.new_event_loop()
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(started,), daemon=True)
+        self._thread.start()
+        assert started.wait(10), "the tap did not start"
+
+    def _run(self, started) -> None:
+        import asyncio
+
+        async def listen() -> None:
+            self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+            self.port = self._server.sockets[0].getsockname()[1]
+            started.set()
+
+        self._loop.run_until_complete(listen())
+        self._loop.run_forever()
+
+    async def _relay(self, reader, writer) -> None:
+        import asyncio
+
+        conn = TappedConnection()
+        self.conns.append(conn)
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self._writers += [writer, up_writer]
+
+        async def pump(src, dst, seen: bytearray) -> None:
+            with contextlib.suppress(OSError):
+                while data := await src.read(65536):
+                    seen += data
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pump(reader, up_writer, conn.up), pump(up_reader, writer, conn.down))
+
+    async def _shutdown(self) -> None:
+        import asyncio
+
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        relays = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in relays:
+            task.cancel()
+        await asyncio.gather(*relays, return_exceptions=True)
+        await asyncio.sleep(0.01)  # the transports' close callbacks run
+
+    def close(self) -> None:
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def __enter__(self) -> WireTap:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def tls_records(data: bytes | bytearray) -> list[int]:
+    """The content types of the TLS records that `data` is made of, whole; fails on anything
+    else (a byte of plaintext, a record cut short)."""
+    types, pos = [], 0
+    while pos < len(data):
+        head = data[pos : pos + 5]
+        assert len(head) == 5, f"{len(data) - pos} bytes after the last whole record"
+        kind, major, minor, length = head[0], head[1], head[2], int.from_bytes(head[3:5], "big")
+        assert kind in (20, 21, 22, 23) and (major, minor) in ((3, 1), (3, 3)), (
+            f"not a TLS record at byte {pos}: {bytes(data[pos : pos + 16])!r}"
+        )
+        assert pos + 5 + length <= len(data), f"a record cut short at byte {pos}"
+        types.append(kind)
+        pos += 5 + length
+    return types

@@ -82,6 +82,36 @@ def test_a_server_without_the_token_is_caught_by_the_client():
         _pump(server, client, [impostor_welcome])
 
 
+ALERT = bytes((0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x0A))  # what a TLS server sends
+SERVER_HELLO = bytes((0x16, 0x03, 0x03, 0x00, 0x7A, 0x02))  # and what it answers a ClientHello
+
+
+@pytest.mark.parametrize("answer", [ALERT, SERVER_HELLO], ids=["alert", "server-hello"])
+@pytest.mark.parametrize("step", [len(ALERT), 1], ids=["whole", "byte-by-byte"])
+def test_a_plaintext_client_reads_a_tls_answer_as_tls_required(answer, step):
+    client = Connection("client", is_server=False, token=TOKEN)
+    with pytest.raises(AuthenticationError, match="answered in TLS: .* requires TLS"):
+        for i in range(0, len(answer), step):
+            client.receive_data(answer[i : i + step])
+    with pytest.raises(AuthenticationError):  # and the connection is finished
+        client.next_event()
+
+
+def test_a_challenge_is_never_taken_for_tls():
+    """Challenges of every length a handshake allows still open one, those whose first two
+    bytes are a TLS record's among them (the check refuses only what no challenge begins
+    with)."""
+    lengths = set()
+    for n in range(0, 960):
+        server = Connection("master", is_server=True, token=TOKEN, store=object(), host="h" * n)
+        (frame,) = server.initiate()
+        lengths.add(frame[:2])
+        client = Connection("client", is_server=False, token=TOKEN)
+        assert _pump(server, client, [frame]) == []
+        assert client.data_to_send()  # its Hello
+    assert ALERT[:2] in lengths and SERVER_HELLO[:2] in lengths
+
+
 def test_nothing_but_the_handshake_before_authentication():
     server, _ = _pair()
     server.initiate()

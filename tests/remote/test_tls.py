@@ -1,8 +1,9 @@
 """Encrypted clusters: every connection TLS 1.3, plaintext refused, certificates checked.
 
 Real processes on 127.0.0.1: a master and a worker started with `PARL_TLS=1` (what
-`xparl start --tls` sets), the test process as their client, and a recording relay in between
-to read what crosses the wire.
+`xparl start --tls` sets), the test process as their client, and recording relays in between
+to read what crosses the wire: a TLS client's first bytes are its ClientHello, and a TLS
+master sends a plaintext peer TLS records only.
 """
 
 from __future__ import annotations
@@ -19,10 +20,19 @@ import pytest
 
 import parl_remote
 from parl_remote._exceptions import AuthenticationError, ClusterError
+from parl_remote.security import _tls_context, _tls_join
+from parl_remote.security._tls import ALERT
 from parl_remote.security._tls_certs import make_ca
 from parl_remote.wire._transport import SyncConnection, serve_async
 from parl_remote.wire.protocol import messages as m
-from tests.remote.conftest import CuttableProxy, client_env, make_cluster, wait_until
+from tests.remote.conftest import (
+    CuttableProxy,
+    WireTap,
+    client_env,
+    make_cluster,
+    tls_records,
+    wait_until,
+)
 from tests.remote.test_cluster import xparl
 
 pytestmark = pytest.mark.xparl_only  # xparl's TLS
@@ -74,12 +84,13 @@ def _plain_env(**env):
                 os.environ[k] = v
 
 
-def _open(cluster, **env) -> SyncConnection:
-    host, port = cluster.address.split(":")
+def _open(cluster, port: int | None = None, **env) -> SyncConnection:
+    """A client's connection to the master (or to `port` on this host), with `env`."""
+    host, master_port = cluster.address.split(":")
     token = cluster.env["PARL_CLUSTER_TOKEN"].encode()
     with _plain_env(**env):
         return SyncConnection.open(
-            host, int(port), token=token, role="client", expect="master", timeout=10
+            host, port or int(master_port), token=token, role="client", expect="master", timeout=10
         )
 
 
@@ -214,7 +225,7 @@ def test_bad_bytes_close_only_their_connection(tls_cluster):
         # Plaintext garbage: refused before any TLS.
         with socket.create_connection((host, int(port)), timeout=10) as raw:
             raw.sendall(b"GET / HTTP/1.0\r\n\r\n")
-            assert b"requires TLS" in _read_all(raw)
+            assert _read_all(raw) == ALERT
         # A malformed frame inside TLS: that connection closes.
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
@@ -237,6 +248,45 @@ def _read_all(sock) -> bytes:
         while chunk := sock.recv(65536):
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+def test_a_tls_client_speaks_tls_from_its_first_byte(tls_cluster):
+    """The CA fetched from the master and the client's link: each connection through the tap
+    opens with the client's ClientHello, and each way carries TLS records only."""
+    with WireTap(tls_cluster.port) as tap, client_env(tls_cluster, PARL_TLS=1):
+        _tls_context.forget()
+        parl_remote.connect(f"127.0.0.1:{tap.port}")
+        assert QuokkaPayloadMarker7c1f().add("x") == 1
+        assert _tls_context.trusted() == _tls_join.fetch_ca(
+            "127.0.0.1", tap.port, tls_cluster.env["PARL_CLUSTER_TOKEN"].encode()
+        )
+    assert len(tap.conns) == 3  # the CA for connect, the client's link, the CA again here
+    for conn in tap.conns:
+        assert conn.up[:1] == b"\x16" and conn.up[5:6] == b"\x01", bytes(conn.up[:16])
+        assert tls_records(conn.up) and tls_records(conn.down)
+
+
+@pytest.mark.parametrize(
+    "opening",
+    [b"", b"GET / HTTP/1.0\r\n\r\n", _tls_join._HEAD.pack(_tls_join.MAGIC, b"C", 0)],
+    ids=["silent", "garbage", "a-plaintext-join-request"],
+)
+def test_a_plaintext_peer_gets_tls_records_only(tls_cluster, opening):
+    """A plaintext client waits for the master's challenge; other peers open with bytes of
+    their own. The master answers each with a TLS alert and closes: no plaintext frame."""
+    with WireTap(tls_cluster.port) as tap:
+        if opening:
+            with socket.create_connection(("127.0.0.1", tap.port), timeout=10) as raw:
+                raw.sendall(opening)
+                _read_all(raw)
+        else:
+            with pytest.raises(AuthenticationError, match="answered in TLS: .*requires TLS"):
+                _open(tls_cluster, port=tap.port)
+            wait_until(lambda: tap.conns and tap.conns[0].down, what="the master's answer")
+    (conn,) = tap.conns
+    assert bytes(conn.up) == opening
+    assert bytes(conn.down) == ALERT
+    assert tls_records(conn.down) == [21]  # one record: an alert
 
 
 def test_the_wire_carries_no_plaintext(tls_cluster):

@@ -3,7 +3,8 @@
 A client or worker whose `PARL_HOME` is empty (as on another machine: the cluster CA lives in
 the master's) fetches the CA from the master, checks its tag with the token, and verifies every
 server of the cluster against it; a worker there gets a certificate the CA signed. A wrong
-token, a forged CA and oversized requests are refused. Real processes on 127.0.0.1.
+token, a forged CA and oversized requests are refused. Every exchange runs inside TLS (a
+ClientHello asking for the join by ALPN). Real processes on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import threading
 import pytest
 
 from parl_remote._exceptions import AuthenticationError, ClusterError
-from parl_remote.security import _tls_join
-from parl_remote.security._tls_certs import make_ca
+from parl_remote.security import _tls_context, _tls_join
+from parl_remote.security._tls_certs import make_ca, make_cluster_files
 from tests.remote.conftest import make_cluster, run_client_script, wait_until
 
 CLIENT = """
@@ -56,6 +57,33 @@ def _token(cluster) -> bytes:
 def _master_ca(cluster) -> bytes:
     with open(os.path.join(cluster.env["PARL_HOME"], "tls", "ca.pem"), "rb") as f:
         return f.read()
+
+
+def _join_socket(host: str, port: int) -> ssl.SSLSocket:
+    """A connection that asks the server for a join exchange, as `_tls_join` opens one."""
+    return _tls_context.join_context().wrap_socket(socket.create_connection((host, port), 10))
+
+
+def _serve_answers(tmp_path, answers: list[bytes]) -> tuple[int, threading.Thread]:
+    """A TLS server that takes join requests and sends `answers`, one a connection."""
+    make_cluster_files(tmp_path / "server", ["127.0.0.1"])
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tmp_path / "server" / "cert.pem", tmp_path / "server" / "key.pem")
+    ctx.set_alpn_protocols([_tls_context.JOIN_ALPN])
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+
+    def serve() -> None:
+        with listener:
+            for reply in answers:
+                conn, _ = listener.accept()
+                with ctx.wrap_socket(conn, server_side=True) as tls:
+                    tls.recv(64)
+                    tls.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread
 
 
 def test_a_worker_and_a_client_on_other_machines_join_with_only_the_token(
@@ -132,28 +160,17 @@ def test_a_forged_ca_is_refused(tmp_path):
         + forged.replace(b"A", b"B", 1)
         + _tls_join._tag(token, b"ca", forged),
     ]
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        for reply in answers:
-            conn, _ = listener.accept()
-            with conn:
-                conn.recv(64)
-                conn.sendall(reply)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    port, thread = _serve_answers(tmp_path, answers)
     for _ in answers:
         with pytest.raises(AuthenticationError, match="nothing was trusted"):
-            _tls_join.fetch_ca("127.0.0.1", listener.getsockname()[1], token)
+            _tls_join.fetch_ca("127.0.0.1", port, token)
     thread.join(10)
-    listener.close()
 
 
-def test_join_requests_and_answers_are_bounded(tls_cluster):
+def test_join_requests_and_answers_are_bounded(tls_cluster, tmp_path):
     host, port = _host_port(tls_cluster)
     huge = _tls_join._HEAD.pack(_tls_join.MAGIC, b"S", 1 << 30)
-    with socket.create_connection((host, port), timeout=10) as sock:
+    with _join_socket(host, port) as sock:
         sock.sendall(huge)  # declares 1 GB: refused at once, nothing more is read
         answer = b""
         while chunk := sock.recv(4096):
@@ -161,20 +178,11 @@ def test_join_requests_and_answers_are_bounded(tls_cluster):
     assert answer.startswith(_tls_join.MAGIC + b"-")
     assert b"at most" in answer
     # A server that declares an answer over the limit is not read either.
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        conn, _ = listener.accept()
-        with conn:
-            conn.recv(64)
-            conn.sendall(_tls_join._HEAD.pack(_tls_join.MAGIC, b"+", _tls_join.MAX_ANSWER + 1))
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    over = _tls_join._HEAD.pack(_tls_join.MAGIC, b"+", _tls_join.MAX_ANSWER + 1)
+    port, thread = _serve_answers(tmp_path, [over])
     with pytest.raises(ClusterError, match="does not answer as the master"):
-        _tls_join.fetch_ca("127.0.0.1", listener.getsockname()[1], b"t")
+        _tls_join.fetch_ca("127.0.0.1", port, b"t")
     thread.join(10)
-    listener.close()
 
 
 def test_a_plaintext_cluster_is_named_as_such(tmp_path):

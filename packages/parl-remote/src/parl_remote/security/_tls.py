@@ -18,8 +18,10 @@ relay in the middle -- cannot complete it. A blocking client leaves its TLS reco
 module's socket (`_tls_context.client_socket`). Servers and asyncio clients handle them here
 with `ssl.MemoryBIO` (`TLSSocket`, `TLSProtocol`), so that a connection authenticated on one
 thread can move to an event loop with its TLS session, and so that a plaintext peer is
-recognised: it gets a plaintext `Refused` saying the cluster requires TLS, and the server logs
-it.
+recognised: a server never speaks plaintext to it, it sends a TLS alert record and closes
+(the plaintext client reads that record as the answer of a TLS cluster and says so), and logs
+it. A master also answers join requests (`_tls_join`) inside TLS, on connections whose
+ClientHello asks for them by ALPN.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from parl_remote._exceptions import ClusterError
 from parl_remote.security import _tls_join
 from parl_remote.security._tls_certs import ensure_cluster_files, tls_dir
 from parl_remote.security._tls_context import (
+    JOIN_ALPN,
     NativeTLSSocket,
     bind,
     client_context,
@@ -46,11 +49,11 @@ from parl_remote.security._tls_context import (
 )
 
 __all__ = [
+    "ALERT",
     "NativeTLSSocket",
     "PLAINTEXT_WAIT_S",
     "TLSProtocol",
     "TLSSocket",
-    "TLS_REQUIRED",
     "adopt",
     "bind",
     "client_context",
@@ -67,11 +70,9 @@ PLAINTEXT_WAIT_S = 2.0
 """A peer silent this long after connecting is a plaintext client waiting to be challenged."""
 _READ = 256 << 10
 _SLICE = 256 << 10  # plaintext encrypted per write: one huge write is many times slower
-TLS_REQUIRED = (
-    "this PARL cluster requires TLS: connect with parl.connect(address, tls=True) or "
-    "PARL_TLS=1 (xparl: --tls)"
-)
-"""Why a TLS server refuses a plaintext peer."""
+ALERT = bytes((0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x0A))
+"""What a TLS server sends a plaintext peer before it closes: a TLS record, a fatal alert
+(`unexpected_message`, RFC 8446 section 6)."""
 
 
 class TLSSocket:
@@ -80,14 +81,11 @@ class TLSSocket:
     Args:
         sock: the connected socket (None under a `TLSProtocol`, which moves the bytes).
         server_side: whether this end accepted the connection.
-        refusal: what a server sends a plaintext peer before it closes (the protocol's frame
-            of a refusal saying `TLS_REQUIRED`).
     """
 
-    def __init__(self, sock: socket.socket | None, server_side: bool, refusal: bytes = b"") -> None:
+    def __init__(self, sock: socket.socket | None, server_side: bool) -> None:
         self.raw: Any = sock
         self.server_side = server_side
-        self.refusal = refusal
         self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
         if server_side:
             ctx, self.cert_der = server_context()
@@ -114,6 +112,8 @@ class TLSSocket:
                 self._flush()
             raise handshake_error(exc, where) from None
         if self.server_side:
+            if self.obj.selected_alpn_protocol() == JOIN_ALPN:
+                raise ClusterError(f"a join request to a server that is no master ({where})")
             return self.cert_der
         der = self.obj.getpeercert(binary_form=True)
         if not der:  # pragma: no cover - TLS 1.3 servers always present one
@@ -130,8 +130,8 @@ class TLSSocket:
         self.raw.settimeout(timeout)
         if first is None or (first and first[0] != _HANDSHAKE_RECORD):
             with contextlib.suppress(OSError):
-                self.raw.sendall(self.refusal)
-            raise ClusterError(f"refused a plaintext peer ({where}): {TLS_REQUIRED}")
+                self.raw.sendall(ALERT)
+            raise ClusterError(f"refused a plaintext peer ({where}): this cluster speaks TLS only")
         if not first:
             raise ConnectionError("the peer closed before the TLS handshake")
         self.incoming.write(first)
@@ -279,25 +279,19 @@ class TLSProtocol(asyncio.Protocol):
         app: the protocol that reads and writes plaintext.
         server_side: for a fresh connection: whether this end accepted it.
         tls: an established `TLSSocket` to continue (its handshake is done).
-        refusal: as `TLSSocket`'s, for a server.
     """
 
     def __init__(
-        self,
-        app: Any,
-        *,
-        server_side: bool = False,
-        tls: TLSSocket | None = None,
-        refusal: bytes = b"",
+        self, app: Any, *, server_side: bool = False, tls: TLSSocket | None = None
     ) -> None:
         self.app = app
-        self.tls = tls if tls is not None else TLSSocket(None, server_side, refusal)
+        self.tls = tls if tls is not None else TLSSocket(None, server_side)
         self.raw: asyncio.Transport | None = None
         self.secure = tls is not None
         self._timers: list[asyncio.TimerHandle] = []
         self._first = True
         self._error: Exception | None = None
-        self._join: bytearray | None = None  # a join request arriving (`_tls_join`)
+        self._join: bytearray | None = None  # a join request arriving inside TLS (`_tls_join`)
         self.peer = "?"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -323,36 +317,44 @@ class TLSProtocol(asyncio.Protocol):
     def _refuse_plaintext(self) -> None:
         logger.warning("refused a plaintext peer at %s: the cluster requires TLS", self.peer)
         if self.raw is not None and not self.raw.is_closing():
-            self.raw.write(self.tls.refusal)
+            self.raw.write(ALERT)
             self.raw.close()
 
     def data_received(self, data: bytes) -> None:
-        if self._join is not None:
-            self._joining(data)
-            return
         if self._first and self.tls.server_side and not self.secure:
             self._first = False
             self._timers.pop().cancel()  # the plaintext wait
             if data[:1] != bytes([_HANDSHAKE_RECORD]):
-                if self.app.proto.role == "master" and _tls_join.is_request(data):
-                    self._join = bytearray()
-                    self._joining(data)
-                else:
-                    self._refuse_plaintext()
+                self._refuse_plaintext()
                 return
         self.tls.incoming.write(data)
+        if self._join is not None:
+            self._joining()
+            return
         if not self.secure:
             self._handshake()
             if not self.secure:
                 return
         self._decrypt()
 
-    def _joining(self, data: bytes) -> None:
-        """A join request to the master (`_tls_join`): answer it once whole, then close."""
-        self._join = cast(bytearray, self._join) + data
-        reply = _tls_join.answer(self._join, self.app.proto._token, self.peer)
+    def _joining(self) -> None:
+        """A join request to the master (`_tls_join`): answer it once whole, then close.
+
+        The application never starts on such a connection; its connect timer still runs.
+        """
+        join = cast(bytearray, self._join)
+        try:
+            while chunk := self.tls.obj.read(_READ):
+                join += chunk
+        except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+            pass
+        except ssl.SSLError as exc:
+            self._fail(ConnectionError(f"a bad TLS record: {exc}"))
+            return
+        reply = _tls_join.answer(join, self.app.proto._token, self.peer)
         if reply is not None and self.raw is not None:
-            self.raw.write(reply)
+            self.tls.obj.write(reply)
+            self._send_out()
             self.raw.close()
 
     def _handshake(self) -> None:
@@ -366,6 +368,13 @@ class TLSProtocol(asyncio.Protocol):
             self._fail(handshake_error(exc, self.peer))
             return
         self._send_out()
+        if self.tls.server_side and self.tls.obj.selected_alpn_protocol() == JOIN_ALPN:
+            if self.app.proto.role != "master":
+                self._fail(ClusterError("a join request to a server that is no master"))
+                return
+            self._join = bytearray()
+            self._joining()
+            return
         self.secure = True
         for timer in self._timers:
             timer.cancel()

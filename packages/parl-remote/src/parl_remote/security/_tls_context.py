@@ -4,7 +4,9 @@
 own files); `client_context` verifies the chain against `PARL_TLS_CA` or the CA fetched from the
 master (`_tls_join`), and `bind` ties the token handshake to the server's certificate. A
 blocking client (`client_socket`) leaves TLS to the ssl module, in C: no record passes through
-Python. Contexts are made once per setting.
+Python. `join_context` is for the one exchange that precedes trust, the join request: its
+ClientHello asks for `JOIN_ALPN`, which servers accept and only a master answers. Contexts are
+made once per setting.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from parl_remote._exceptions import ClusterError
 from parl_remote.security._tls_certs import ensure_cluster_files
 
 __all__ = [
+    "JOIN_ALPN",
     "NativeTLSSocket",
     "bind",
     "client_context",
@@ -29,6 +32,7 @@ __all__ = [
     "enabled",
     "forget",
     "handshake_error",
+    "join_context",
     "server_context",
     "trust_fetched",
     "trusted",
@@ -39,6 +43,9 @@ def enabled() -> bool:
     """Whether this process speaks TLS (`PARL_TLS`)."""
     return os.environ.get("PARL_TLS", "").lower() in ("1", "true", "yes", "on")
 
+
+JOIN_ALPN = "parl-join"
+"""The ALPN protocol of a join request (`_tls_join`): the master answers it, then closes."""
 
 _contexts: dict[tuple[Any, ...], tuple[ssl.SSLContext, bytes]] = {}
 _trusted: bytes | None = None  # the cluster CA fetched by this process (PEM; `_tls_join`)
@@ -74,6 +81,7 @@ def server_context() -> tuple[ssl.SSLContext, bytes]:
             ctx.load_cert_chain(cert, key)
         except (OSError, ssl.SSLError) as exc:
             raise ClusterError(f"cannot load the TLS certificate {cert}, key {key}: {exc}") from exc
+        ctx.set_alpn_protocols([JOIN_ALPN])  # a client that offers no ALPN (or others) is served
         end = "-----END CERTIFICATE-----"  # the first of a chain is the server's own
         der = ssl.PEM_cert_to_DER_cert(Path(cert).read_text().split(end)[0] + end + "\n")
         _contexts[cache] = (ctx, der)
@@ -99,6 +107,22 @@ def client_context() -> ssl.SSLContext:
         else:
             ctx.verify_mode = ssl.CERT_NONE  # verified by the token binding (`bind`)
         ctx.sslsocket_class = NativeTLSSocket
+        _contexts[cache] = (ctx, b"")
+    return _contexts[cache][0]
+
+
+def join_context() -> ssl.SSLContext:
+    """The context of a join request: TLS 1.3 before any CA is trusted, asking for `JOIN_ALPN`.
+
+    It verifies no certificate: what the master answers is checked with the token instead.
+    """
+    cache = ("join",)
+    if cache not in _contexts:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # the answer carries the token's tag (`_tls_join`)
+        ctx.set_alpn_protocols([JOIN_ALPN])
         _contexts[cache] = (ctx, b"")
     return _contexts[cache][0]
 

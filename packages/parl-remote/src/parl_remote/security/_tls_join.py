@@ -1,8 +1,10 @@
 """Joining a TLS cluster with nothing but its token: the cluster CA, and a worker's certificate.
 
-Before TLS starts on a connection to the master, a client may ask it for one of two things, in a
-small plaintext exchange that the master tells apart from TLS by its first bytes (a TLS client
-opens with 0x16), after which the master closes the connection:
+Before it trusts any certificate, a client may ask the master for one of two things, in a small
+exchange on a TLS connection of its own, whose ClientHello asks for it by ALPN (`JOIN_ALPN`):
+the certificate is not verified there (the CA is what is being fetched), and the master answers
+one request, then closes the connection. Nothing of it is plaintext on the wire: a TLS cluster
+never speaks plaintext, and a client's first bytes are always its ClientHello.
 
 - the cluster CA: the master answers with the CA's certificate (PEM) and a tag, HMAC-SHA256
   under a key derived from the cluster token. The client checks the tag before it trusts the
@@ -31,6 +33,7 @@ import hmac
 import logging
 import os
 import socket
+import ssl
 import struct
 from pathlib import Path
 
@@ -43,7 +46,6 @@ __all__ = [
     "MAX_REQUEST",
     "answer",
     "fetch_ca",
-    "is_request",
     "join_as_worker",
     "request_certificate",
     "trust",
@@ -65,12 +67,6 @@ def _tag(token: bytes, label: bytes, body: bytes) -> bytes:
 
 
 # -- the master's side ---------------------------------------------------------------------------
-def is_request(data: bytes | bytearray) -> bool:
-    """Whether the first bytes of a connection may begin a join request."""
-    head = bytes(data[: len(MAGIC)])
-    return bool(head) and MAGIC.startswith(head)
-
-
 def _error(reason: str) -> bytes:
     body = reason.encode()[:1024]
     return _HEAD.pack(MAGIC, _ERROR, len(body)) + body
@@ -90,7 +86,8 @@ def _served_ca() -> tuple[bytes | None, Path | None]:
 def answer(request: bytes | bytearray, token: bytes, peer: str) -> bytes | None:
     """The master's answer to a join request; None while the request is incomplete."""
     if len(request) < _HEAD.size:
-        return None if is_request(request) else _error("not a join request")
+        head = bytes(request[: len(MAGIC)])
+        return None if MAGIC.startswith(head) else _error("not a join request")
     magic, kind, length = _HEAD.unpack_from(request)
     if magic != MAGIC or kind not in (_CA, _SIGN) or length > MAX_REQUEST:
         return _error(f"a bad join request (at most {MAX_REQUEST} bytes)")
@@ -129,24 +126,32 @@ def answer(request: bytes | bytearray, token: bytes, peer: str) -> bytes | None:
 
 # -- the joining side ----------------------------------------------------------------------------
 def _exchange(host: str, port: int, request: bytes, timeout: float) -> bytes:
-    """Send a join request; return the answer's body and tag (checked for size only)."""
+    """Send a join request inside TLS; return the answer's body and tag (checked for size only)."""
     where = f"{host}:{port}"
-    with socket.create_connection((host, port), timeout=timeout) as sock:
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        try:
+            sock = _tls_context.join_context().wrap_socket(raw)
+        except ssl.SSLError as exc:
+            raise _tls_context.handshake_error(exc, where) from None
+        if sock.selected_alpn_protocol() != _tls_context.JOIN_ALPN:
+            sock.close()
+            raise ClusterError(
+                f"{where} speaks TLS but takes no join request: not the master of a TLS PARL "
+                "cluster (check the address)"
+            )
+    with sock:
         sock.sendall(request)
         head = _read(sock, _HEAD.size, where)
         magic, status, length = _HEAD.unpack(head)
         if magic != MAGIC or status not in (_OK, _ERROR) or length > MAX_ANSWER:
-            raise ClusterError(
-                f"{where} does not answer as the master of a TLS PARL cluster (a plaintext "
-                "cluster, or not its master's address?)"
-            )
+            raise ClusterError(f"{where} does not answer as the master of a TLS PARL cluster")
         if status == _ERROR:
             reason = _read(sock, length, where).decode(errors="replace")
             raise ClusterError(f"the master at {where} refused: {reason}")
         return _read(sock, length + _TAG, where)
 
 
-def _read(sock: socket.socket, n: int, where: str) -> bytes:
+def _read(sock: ssl.SSLSocket, n: int, where: str) -> bytes:
     data = bytearray()
     while len(data) < n:
         chunk = sock.recv(n - len(data))

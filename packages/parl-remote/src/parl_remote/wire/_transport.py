@@ -21,12 +21,7 @@ from parl_remote._config import settings
 from parl_remote._exceptions import AuthenticationError, ClusterError, ProtocolError
 from parl_remote.security import _tls
 from parl_remote.wire import _shm
-from parl_remote.wire.protocol.connection import (
-    AUTHENTICATED,
-    NEED_DATA,
-    Connection,
-    refusal_frame,
-)
+from parl_remote.wire.protocol.connection import AUTHENTICATED, NEED_DATA, Connection
 
 __all__ = [
     "AsyncConnection",
@@ -37,7 +32,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-_TLS_REFUSAL = refusal_frame(_tls.TLS_REQUIRED)  # to a plaintext peer of a TLS server
 _IOV_MAX = 1024
 
 
@@ -128,7 +122,7 @@ class SyncConnection:
             sock.settimeout(timeout)
             conn = cls(sock, proto)
             if _tls.enabled():  # TLS first; the token handshake then proves its certificate
-                conn.sock = _tls.TLSSocket(sock, server_side=True, refusal=_TLS_REFUSAL)
+                conn.sock = _tls.TLSSocket(sock, server_side=True)
                 _tls.bind(proto, conn.sock.handshake(str(sock.getpeername())))
             conn.sock.sendall(b"".join(proto.initiate()))
             while not proto.authenticated:
@@ -494,7 +488,7 @@ async def serve_async(
 
         conn.authenticated.add_done_callback(authenticated)
         if _tls.enabled():
-            return _tls.TLSProtocol(conn, server_side=True, refusal=_TLS_REFUSAL)
+            return _tls.TLSProtocol(conn, server_side=True)
         return conn
 
     if sock is not None:

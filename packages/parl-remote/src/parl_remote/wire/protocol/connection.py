@@ -40,6 +40,7 @@ from parl_remote._exceptions import AuthenticationError, ProtocolError
 from parl_remote.wire import _shm
 from parl_remote.wire.protocol import messages as m
 from parl_remote.wire.protocol.handshake import (
+    _AWAIT_CHALLENGE,
     _HANDSHAKE_SET,
     _OPEN,
     AUTHENTICATED,
@@ -56,7 +57,6 @@ __all__ = [
     "NEED_DATA",
     "RETURN_FLAG",
     "SHM_FLAG",
-    "refusal_frame",
 ]
 
 _HEADER = struct.Struct("<II")
@@ -71,12 +71,6 @@ RETURN_FLAG = 1 << 30
 
 # receive states
 _HEAD, _LENGTHS, _ENVELOPE, _BUFFERS = range(4)
-
-
-def refusal_frame(reason: str) -> bytes:
-    """The frame of a `Refused` sent before any handshake: to a peer refused as it connects."""
-    envelope = m.encoder.encode(m.Refused(reason))
-    return _HEADER.pack(len(envelope), 0) + envelope
 
 
 class Connection(Handshake):
@@ -325,6 +319,8 @@ class Connection(Handshake):
         if self._error is not None:
             raise self._error
         try:
+            if self._hs == _AWAIT_CHALLENGE and self._state == _HEAD:
+                self._check_not_tls(bytes(self._in) + bytes(data[:3]))
             self._receive(memoryview(data))
         except (ProtocolError, AuthenticationError) as exc:
             self._fail(exc)

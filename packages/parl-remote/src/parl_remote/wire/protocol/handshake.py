@@ -6,6 +6,10 @@ and a digest of both under the token), the server's `Welcome` (its own digest ba
 `Refused`. `Handshake` holds that state machine and what it learns (the peer's role, whether
 it shares this host's memory); `connection.Connection` builds the framing on it. Nothing here
 touches sockets or clocks.
+
+A plaintext client of a TLS cluster gets no frame of this protocol: the server answers with a
+TLS record (an alert) and closes. The client knows it by its first bytes, which no challenge
+can begin with, and says that the cluster requires TLS (`TLS_REQUIRED`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ __all__ = [
     "HANDSHAKE_LIMIT",
     "Handshake",
     "NEED_DATA",
+    "TLS_REQUIRED",
 ]
 
 HANDSHAKE_LIMIT = 1024
@@ -33,6 +38,12 @@ _HANDSHAKE_TYPES = (m.Challenge, m.Hello, m.Welcome, m.Refused)
 _HANDSHAKE_SET = frozenset(_HANDSHAKE_TYPES)
 _SHM_ROLES = frozenset(("client", "actor"))
 _FRAME_HEAD = struct.Struct("<II")  # as in connection.py: envelope length, no buffers
+_TLS_CONTENT_TYPES = frozenset(range(0x14, 0x18))  # change_cipher_spec, alert, handshake, data
+TLS_REQUIRED = (
+    "this PARL cluster requires TLS: connect with parl.connect(address, tls=True) or "
+    "PARL_TLS=1 (xparl: --tls)"
+)
+"""What a plaintext client of a TLS cluster is told."""
 
 
 class _Sentinel:
@@ -205,6 +216,15 @@ class Handshake:
         """Remove this end's segments and forget the peer's (on close)."""
         if self.shm is not None:
             self.shm.close()
+
+    def _check_not_tls(self, head: bytes) -> None:
+        """Raise if the server's first bytes are a TLS record: the cluster requires TLS.
+
+        A record opens with its content type and a 3.x version (3.1 to 3.4): read as a frame
+        header, that declares an envelope of over 64 KiB, which no challenge is.
+        """
+        if len(head) >= 3 and head[0] in _TLS_CONTENT_TYPES and head[1] == 3 and 1 <= head[2] <= 4:
+            raise AuthenticationError(f"the server answered in TLS: {TLS_REQUIRED}")
 
     def _check_version(self, version: int) -> None:
         if version != m.PROTOCOL_VERSION:
