@@ -448,3 +448,40 @@ def tls_records(data: bytes | bytearray) -> list[int]:
         types.append(kind)
         pos += 5 + length
     return types
+
+
+def python_without_parl(root) -> str:
+    """A virtual environment under `root` where `import parl` fails: parl-remote and every
+    third-party package of this one, none of the other PARL distributions. Its python's path.
+
+    Made in a second or two: the packages are links to this environment's own, and parl-remote
+    is found as an editable install finds it (a `.pth` line naming its source folder).
+    """
+    import sysconfig
+    import venv
+    from pathlib import Path
+
+    root = Path(root)
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    python = root / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    ours = Path(sysconfig.get_paths()["purelib"])
+    for entry in ours.iterdir():
+        name = entry.name.lower()
+        if name.endswith(".pth") or name.startswith(("parl", "_editable", "__editable")):
+            continue
+        (site / entry.name).symlink_to(entry)
+    remote = Path(parl_remote.__file__).parent
+    if remote.parent == ours:  # installed as files: linked with its metadata
+        for entry in ours.glob("parl_remote*"):
+            (site / entry.name).symlink_to(entry)
+    else:
+        (site / "parl_remote.pth").write_text(f"{remote.parent}\n")
+    return str(python)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -257,3 +258,74 @@ def test_a_second_connect_with_other_arguments_is_an_error(tmp_path):
     assert "ERROR already connected to 127.0.0.1:" in result.stdout
     assert "(a local cluster of 2 slots); call parl.disconnect() first" in result.stdout
     assert "LOGS LEFT False" in result.stdout
+
+
+SOURCE_CHECKOUT = """
+    import os, sys
+    import parl  # from PYTHONPATH: a source checkout, not installed here
+
+    assert "parl.utils" not in sys.modules
+
+    @parl.remote_class
+    class Probe:
+        def files(self):
+            import parl.utils.machine_info  # a module this client never imported
+
+            return parl.__file__, parl.utils.machine_info.__file__, os.getcwd()
+
+    parl.connect(os.environ["ADDRESS"])
+    print(repr(Probe().files()))
+"""
+
+
+def test_parl_from_pythonpath_ships_whole(tmp_path):
+    """A client whose `parl` comes from a source checkout on PYTHONPATH, in an environment
+    where it is not installed, on a worker in such an environment too: the actor imports
+    parl's modules from what was shipped, those the client never imported among them."""
+    import ast
+    import shutil
+
+    from tests.conftest import REPO_ROOT
+    from tests.remote.conftest import python_without_parl
+
+    python = python_without_parl(tmp_path / "env")
+    checkout = tmp_path / "checkout"
+    shutil.copytree(f"{REPO_ROOT}/packages/parl-core/src", checkout)
+    bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    missing = subprocess.run([python, "-c", "import parl"], env=bare, capture_output=True)
+    assert b"No module named 'parl'" in missing.stderr  # not importable there otherwise
+    cluster = make_cluster(tmp_path, workers=())
+    worker = subprocess.Popen(
+        [
+            python,
+            "-m",
+            "parl_remote.worker._worker",
+            "--address",
+            cluster.address,
+            "--cpu_num",
+            "1",
+        ],
+        env=dict(cluster.env, PYTHONPATH=""),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+    )
+    try:
+        wait_until(lambda: cluster.status()["totals"]["workers"] == 1, what="the worker")
+        env = dict(cluster.env, PYTHONPATH=str(checkout), ADDRESS=cluster.address)
+        done = subprocess.run(
+            [python, "-c", textwrap.dedent(SOURCE_CHECKOUT)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stderr
+        parl_file, machine_info, cwd = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+        assert parl_file == os.path.join(cwd, "parl", "__init__.py")
+        assert machine_info == os.path.join(cwd, "parl", "utils", "machine_info.py")
+    finally:
+        worker.kill()
+        worker.wait(10)
+        cluster.stop()

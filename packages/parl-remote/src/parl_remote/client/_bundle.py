@@ -5,9 +5,12 @@ A class defined in the user's script (`__main__`) travels by value inside its pi
 file that no installed distribution and no standard-library directory provides -- travel by
 reference, so their source files are shipped: each lands at its path relative to the
 `sys.path` entry it was imported from, in the actor's working directory, which is first on the
-actor's `sys.path`. `distributed_files` (globs and folders, recursively, relative to the
-current directory, empty sub-folders included) land at the same relative paths, as they were
-when `parl.connect` returned: they are read then, once.
+actor's `sys.path`. A package ships whole -- every `.py` file of its top-level package, imported
+here or not -- as the shipped copy shadows any other on the actor's side: a module that the
+client never imported (a lazy facade's, such as `parl.samplers` for a `parl` that comes from a
+source checkout on `PYTHONPATH`) must be in it too. `distributed_files` (globs and folders,
+recursively, relative to the current directory, empty sub-folders included) land at the same
+relative paths, as they were when `parl.connect` returned: they are read then, once.
 """
 
 from __future__ import annotations
@@ -93,9 +96,26 @@ def _import_root(path: str, name: str) -> str | None:
     return root
 
 
+def _package_files(top: str, root: str) -> dict[str, str]:
+    """Map archive path -> file for every `.py` file of the package folder `top`."""
+    files = {}
+    for dirpath, dirnames, names in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
+        for fname in names:
+            if fname.endswith(".py"):
+                full = os.path.join(dirpath, fname)
+                files[os.path.relpath(full, root)] = full
+    return files
+
+
 def user_module_files() -> dict[str, str]:
-    """Map archive path -> file for every imported module of the user's own code."""
+    """Map archive path -> file for the user's own code.
+
+    That is each imported module's whole top-level package; a module of no package (or of a
+    namespace package) alone, with the `__init__.py` files above it.
+    """
     files: dict[str, str] = {}
+    packages: dict[str, str] = {}  # a top-level package's folder -> the sys.path entry above it
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
         if not path or not path.endswith(".py") or not os.path.isfile(path):
@@ -105,6 +125,10 @@ def user_module_files() -> dict[str, str]:
         root = _import_root(path, name)
         if root is None:
             continue
+        top = os.path.join(root, name.partition(".")[0])
+        if os.path.isfile(os.path.join(top, "__init__.py")):
+            packages[top] = root
+            continue
         rel = os.path.relpath(os.path.realpath(path), root)
         files[rel] = path
         # Parent packages' __init__.py files make the package importable.
@@ -113,6 +137,8 @@ def user_module_files() -> dict[str, str]:
             init = os.path.join(root, *parts[:i], "__init__.py")
             if os.path.isfile(init):
                 files[os.path.join(*parts[:i], "__init__.py")] = init
+    for top, root in packages.items():
+        files.update(_package_files(top, root))
     return files
 
 
