@@ -26,6 +26,8 @@ What it measures, in one run, with the baseline side by side and the ratio print
    of the speedup on a machine of one's own, printed as such.
 
 Run: `python benchmarks/es_bench.py` (about a minute on 2 cores; `--quick` for a smoke run).
+The three tables go to the result file `es` (`benchmarks/results/es.json`, see `_results.py`;
+`--quick` runs write none).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from types import ModuleType
 
 import numpy as np
 import psutil
+from _results import Row, command_line, record
 
 import parl
 from parl_evo import CMAES, NoiseTable, SeedNoise
@@ -64,7 +67,14 @@ def per_call_us(fn: Callable[[int], object], repeats: int) -> float:
     return statistics.median(times) * 1e6
 
 
-def bench_noise(repeats: int) -> None:
+def _row(task: str, algorithm: str, metric: str, better: str, **figures) -> Row:
+    return Row(
+        task=task, algorithm=algorithm, metric=metric, better=better, command=command_line(),
+        **figures,
+    )  # fmt: skip
+
+
+def bench_noise(repeats: int) -> list[Row]:
     print(f"\n1. noise regeneration, {DIM:,} parameters (median us per vector)")
     size = 10 * DIM
     with tempfile.TemporaryDirectory() as directory:
@@ -93,6 +103,20 @@ def bench_noise(repeats: int) -> None:
     for name, ours, base_name, base in rows:
         print(f"   {name:<24} {ours:9.1f}   {base_name:<26} {base:9.1f}   {ours / base:5.2f}x")
     print(f"   seed regeneration / table copy: {ours_seed / ours_copy:.1f}x slower")
+    task = f"noise for {DIM:,} parameters"
+    return [
+        _row(
+            task,
+            f"parl.evo {name}",
+            "µs a vector (median)",
+            "lower",
+            ours=round(ours, 1),
+            peer=f"plain numpy: {base_name}",
+            peer_value=round(base, 1),
+            seeds=[],
+        )
+        for name, ours, base_name, base in rows
+    ]
 
 
 def rosenbrock(x: np.ndarray) -> float:
@@ -124,7 +148,7 @@ def pycma_evals(seed: int, target: float, budget: int) -> tuple[int, float] | No
     return es.result.evaluations, es.result.fbest
 
 
-def bench_cma(seeds: int) -> None:
+def bench_cma(seeds: int) -> list[Row]:
     target, budget = 1e-8, 40_000
     print(f"\n2. CMA-ES on 10-D Rosenbrock: evaluations to f < {target:g} (x0 = 0, sigma0 = 0.5)")
     ours, theirs = [], []
@@ -146,11 +170,25 @@ def bench_cma(seeds: int) -> None:
           f"({len(ours)}/{seeds} runs reached the target; {ours_s:.1f} s)")  # fmt: skip
     if not theirs:
         print("   pycma: not installed (`pip install cma` to compare)")
-        return
+        return []
     print(f"   pycma         : median {statistics.median(theirs):.0f} evaluations "
           f"({len(theirs)}/{seeds} runs reached the target; {theirs_s:.1f} s)")  # fmt: skip
     ratio = statistics.median(ours) / statistics.median(theirs)
     print(f"   ratio parl.evo / pycma: {ratio:.2f}x (the requirement: at most 1.5x)")
+    import cma
+
+    row = _row(
+        "10-D Rosenbrock, f < 1e-8 from x0 = 0, sigma0 = 0.5",
+        "parl.evo CMAES",
+        f"evaluations to the target (median of the runs that reached it, of {seeds} seeds)",
+        "lower",
+        ours=statistics.median(ours),
+        peer=f"pycma {cma.__version__.split()[0]}",
+        peer_value=statistics.median(theirs),
+        seeds=list(range(1, seeds + 1)),
+        note=f"runs that reached the target: ours {len(ours)}/{seeds}, pycma {len(theirs)}/{seeds}",
+    )
+    return [row]
 
 
 @dataclass(frozen=True)
@@ -254,7 +292,7 @@ def machine_speedup(episodes: int, rounds: int) -> float:
     return min(times[1]) / min(times[2])
 
 
-def bench_remote_throughput(generations: int, rounds: int) -> None:
+def bench_remote_throughput(generations: int, rounds: int) -> list[Row]:
     sys.path.insert(0, os.path.join(REPO_ROOT, "examples", "es"))
     import cartpole  # the example's actor, policy and generation loop: its real workload
 
@@ -312,6 +350,19 @@ def bench_remote_throughput(generations: int, rounds: int) -> None:
     results = [run for results in runs.values() for run in results]
     same = len({(run.env_steps, run.digest) for run in results}) == 1
     print(f"   every run played the same episodes and ended at the same weights: {same}")
+    row = _row(
+        "CartPole-v1, ES generations",
+        "OpenAI-ES on 2 remote actors",
+        f"speed-up of 2 actors over 1 (generations per second, best of {rounds})",
+        "higher",
+        ours=round(speedup, 2),
+        peer="two plain processes playing the same episodes",
+        peer_value=round(floor, 2),
+        seeds=[args.seed],
+        note=f"load average {load_before:.1f} before, {load_after:.1f} after; "
+        f"the same episodes and final weights in every run: {same}",
+    )
+    return [row]
 
 
 def main() -> None:
@@ -319,9 +370,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats and seeds")
     args = parser.parse_args()
     np.random.default_rng(0).standard_normal(10)  # import and warm numpy before timing
-    bench_noise(repeats=20 if args.quick else 200)
-    bench_cma(seeds=2 if args.quick else 10)
-    bench_remote_throughput(generations=3 if args.quick else 20, rounds=1 if args.quick else 3)
+    rows = bench_noise(repeats=20 if args.quick else 200)
+    rows += bench_cma(seeds=2 if args.quick else 10)
+    rows += bench_remote_throughput(
+        generations=3 if args.quick else 20, rounds=1 if args.quick else 3
+    )
+    path = None if args.quick else record("es", rows)
+    if path:
+        print(f"\nresult rows: {path}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ per `learn` and its ratio to `foreach`, with the load average before and after.
 
     nice python benchmarks/optim.py                 # about a minute
     nice python benchmarks/optim.py --rounds 50 --hidden 256
+
+Each variant's median goes to the result file `optim` (`benchmarks/results/optim.json`, see
+`_results.py`) as a row against `foreach`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import statistics
 import time
 
 import torch
+from _results import Row, command_line, record
 
 from parl_algos.nets import ActorCriticMLP
 from parl_algos.ppo import PPO
@@ -83,6 +87,24 @@ def main() -> None:
         median = statistics.median(values)
         print(f"{name:<10}{median:>12.4f}{base / median:>11.2f}x")
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
+    rows = [
+        Row(
+            task=f"PPO.learn, CartPole MLP {args.hidden}x{args.hidden}, batch {args.batch}",
+            algorithm=f"Adam step: {name}",
+            metric="seconds a learn() (median), one torch thread",
+            better="lower",
+            ours=round(statistics.median(seconds[name]), 5),
+            peer=f"torch {torch.__version__.split('+')[0]} Adam(foreach=True)",
+            peer_value=round(base, 5),
+            seeds=[],
+            command=command_line(),
+            note=f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after",
+        )
+        for name in ("flat", "fused")
+    ]
+    path = record("optim", rows, title="Optimizer steps: PPO's flat Adam against torch's Adam")
+    if path:
+        print(f"result rows: {path}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ side alternating), so that both see the same share of a busy machine's load.
     python benchmarks/parl_on_ray.py            # about a minute
     python benchmarks/parl_on_ray.py --quick    # fewer repetitions
 
+The table goes to the result file `parl-on-ray` (`benchmarks/results/parl-on-ray.json`, see
+`_results.py`; `--quick` runs write none).
+
 Ray's own options: a private temp directory, no dashboard, 4 CPUs, and no token file written
 to `~/.ray` (`RAY_AUTH_MODE=disabled` unless set: the Ray is local and lives for the run).
 """
@@ -30,8 +33,17 @@ import time
 
 import numpy as np
 import ray
+from _results import Row, command_line, record
 
 import parl_remote
+
+# The workloads' rows: (task, metric, which way is better) by the table's name.
+_CLAIMS = {
+    "W1": ("add(1, 2), serial", "µs a sync call (median)", "lower"),
+    "W2": ("1000 calls in flight over 2 actors", "calls per second (median of waves)", "higher"),
+    "W3": ("16 MB numpy round trip", "MB/s (median)", "higher"),
+    "W4": ("actor creation until its first answer", "ms (median)", "lower"),
+}
 
 
 class Adder:
@@ -80,6 +92,7 @@ def main() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     # 4 CPUs: W2 keeps two parl and two Ray actors, to time them in turns.
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, _temp_dir=f"{tmp}/ray")
+    load_before = os.getloadavg()[0]
     try:
         parl_remote.connect(backend="ray")
         rows = run(n1, n2, n3, n4)
@@ -91,6 +104,33 @@ def main() -> None:
     for name, parl_value, ray_value, target in rows:
         ratio = parl_value / ray_value
         print(f"{name:<44}{parl_value:>14.1f}{ray_value:>14.1f}{ratio:>7.2f}x  {target}")
+    if not args.quick:
+        load = f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
+        path = record_rows(rows, load)
+        if path:
+            print(f"\nresult rows: {path}")
+
+
+def record_rows(rows: list[tuple[str, float, float, str]], note: str) -> str | None:
+    """The table as result rows of `parl-on-ray`."""
+    results = []
+    for name, parl_value, ray_value, _ in rows:
+        task, metric, better = _CLAIMS[name.split()[0]]
+        results.append(
+            Row(
+                task=task,
+                algorithm="@parl.remote_class actor on Ray",
+                metric=metric,
+                better=better,
+                ours=round(parl_value, 1),
+                peer=f"a plain Ray {ray.__version__} actor",
+                peer_value=round(ray_value, 1),
+                seeds=[],
+                command=command_line(),
+                note=note,
+            )
+        )
+    return record("parl-on-ray", results)
 
 
 def run(n1: int, n2: int, n3: int, n4: int) -> list[tuple[str, float, float, str]]:

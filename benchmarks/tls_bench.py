@@ -7,6 +7,9 @@ large payloads bypass the socket through shared memory, TLS or not).
 
     python benchmarks/tls_bench.py            # about a minute
     python benchmarks/tls_bench.py --quick
+
+The table goes to the result file `tls` (`benchmarks/results/tls.json`, see `_results.py`;
+`--quick` runs write none).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import tempfile
 import time
 
 import numpy as np
+from _results import Row, command_line, record
 
 import parl
 
@@ -81,12 +85,40 @@ def main() -> None:
             results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
     plain, tls = results["plain"], results["tls"]
     print(f"{'':28}{'plaintext':>12}{'TLS 1.3':>12}{'TLS/plain':>11}")
-    for key, label in (
-        ("w1_median_us", "W1 add(1, 2) median (us)"),
-        ("w1_p99_us", "W1 add(1, 2) p99 (us)"),
-        ("w3_16mb_mb_s", "W3 16 MB round trip (MB/s)"),
-    ):
+    rows = []
+    for key, label, task, metric, better in _CLAIMS:
         print(f"{label:28}{plain[key]:12.1f}{tls[key]:12.1f}{tls[key] / plain[key]:10.2f}x")
+        rows.append(
+            Row(
+                task=task,
+                algorithm="remote call on a TLS 1.3 cluster",
+                metric=metric,
+                better=better,
+                ours=round(tls[key], 1),
+                peer="the same call on a plaintext cluster",
+                peer_value=round(plain[key], 1),
+                seeds=[],
+                command=command_line(),
+            )
+        )
+    path = None if args.quick else record("tls", rows, title=_TITLE)
+    if path:
+        print(f"\nresult rows: {path}")
+
+
+_TITLE = "TLS: what encryption costs a remote call"
+# (the measurement's key, its label in the table, the row's task, metric and better)
+_CLAIMS = (
+    ("w1_median_us", "W1 add(1, 2) median (us)", "add(1, 2)", "µs a call (median)", "lower"),
+    ("w1_p99_us", "W1 add(1, 2) p99 (us)", "add(1, 2)", "µs a call (99th percentile)", "lower"),
+    (
+        "w3_16mb_mb_s",
+        "W3 16 MB round trip (MB/s)",
+        "16 MB numpy round trip through the socket",
+        "MB/s",
+        "higher",
+    ),
+)
 
 
 if __name__ == "__main__":
