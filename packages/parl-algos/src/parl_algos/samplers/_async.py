@@ -22,6 +22,7 @@ from typing import Any
 import gymnasium as gym
 
 from parl_algos.samplers._core import Batch, Rollout
+from parl_algos.samplers._group import SamplerWorkerError
 from parl_algos.samplers._parallel import _ClusterSampler
 from parl_remote import RemoteActorDiedError
 
@@ -89,6 +90,14 @@ class AsyncSampler(_ClusterSampler):
         worker_nice: the niceness the workers' processes run at (`lower_priority`), so that
             on a busy machine the caller's learning, which bounds the rate where the workers
             wait for their slots to be read, comes before their collecting; 0 leaves them be.
+        restart: replace a worker that dies (or whose environment raises) by a new actor with
+            the weights of the last `sync_weights()`; the batches the lost worker had under
+            way are dropped (False: a dead worker closes the sampler and raises
+            `parl.RemoteActorDiedError`). See `Restarts`.
+        max_restarts: the most replacements of one worker within 10 minutes; one more
+            failure stops the sampler (`SamplerWorkerError`, from the environment's error).
+        restart_timeout: the longest wait, in seconds, for a free slot for a replacement;
+            past it the sampler goes on with the other workers (and says so in the log).
     """
 
     def __init__(
@@ -102,13 +111,29 @@ class AsyncSampler(_ClusterSampler):
         address: str | None = None,
         slots: int = 2,
         worker_nice: int = 0,
+        *,
+        restart: bool = False,
+        max_restarts: int = 3,
+        restart_timeout: float = 60.0,
     ) -> None:
         if slots < 1:
             raise ValueError(f"AsyncSampler: slots={slots} must be at least 1")
         self._slots = slots
         if worker_nice > 0:
             env_fn = _LowPriority(env_fn, worker_nice)
-        super().__init__(env_fn, agent, num_workers, envs_per_worker, horizon, seed, address)
+        super().__init__(
+            env_fn,
+            agent,
+            num_workers,
+            envs_per_worker,
+            horizon,
+            seed,
+            address,
+            restart=restart,
+            max_restarts=max_restarts,
+            restart_timeout=restart_timeout,
+        )
+        self._generation = [0] * num_workers  # bumped when a worker is replaced
         self._finished: queue.Queue = queue.Queue()
         self._inboxes = [queue.Queue() for _ in range(num_workers)]
         self._stopping = False
@@ -128,7 +153,8 @@ class AsyncSampler(_ClusterSampler):
         return self.envs_per_worker
 
     def _start(self, w: int, slot: int) -> None:
-        self._inboxes[w].put((slot, self._group.workers[w].collect(slot)))
+        future = self._group.workers[w].collect(slot)
+        self._inboxes[w].put((self._generation[w], slot, future))
 
     def _wait(self, w: int) -> None:
         """Resolve worker `w`'s calls in the order they were made (a thread per worker)."""
@@ -137,7 +163,7 @@ class AsyncSampler(_ClusterSampler):
             item = inbox.get()
             if item is _STOP:
                 return
-            slot, future = item
+            generation, slot, future = item
             del item
             try:
                 result: Any = future.get()
@@ -147,18 +173,26 @@ class AsyncSampler(_ClusterSampler):
             if self._stopping:
                 continue
             if slot is not None or isinstance(result, BaseException):
-                self._finished.put((w, slot, result))
+                self._finished.put((w, generation, slot, result))
 
     def collect(self) -> Batch:
         """The next batch any worker finished (blocks until one has)."""
         self._check_open()
-        w, slot, result = self._finished.get()
-        if isinstance(result, BaseException):
+        while True:
+            w, generation, slot, result = self._finished.get()
+            if generation != self._generation[w]:
+                continue  # the call of a worker since replaced: its batch is dropped
+            if not isinstance(result, BaseException):
+                break
             try:
-                self._group.fail(w, result)
-            except RemoteActorDiedError:
+                replaced = self._group.recover(w, result, required=False)
+            except (RemoteActorDiedError, SamplerWorkerError):
                 self.close()
                 raise
+            self._generation[w] += 1
+            if replaced:
+                for again in range(self._slots):
+                    self._start(w, again)
         arrays, extras, final_obs, ended, version = result
         out = Rollout.allocate(self._group.layout)
         self._group.copy_out(w, arrays, slot, out, slice(None))
@@ -177,8 +211,10 @@ class AsyncSampler(_ClusterSampler):
         self._check_open()
         weights = self.agent.get_weights()
         self.weights_version += 1
-        for w, worker in enumerate(self._group.workers):
-            self._inboxes[w].put((None, worker.set_weights(weights, self.weights_version)))
+        self._group.weights = weights, self.weights_version  # what a replacement gets
+        for w in self._group.live:
+            future = self._group.workers[w].set_weights(weights, self.weights_version)
+            self._inboxes[w].put((self._generation[w], None, future))
 
     def close(self) -> None:
         """Stop the workers, free every actor and segment; calling it again does nothing."""

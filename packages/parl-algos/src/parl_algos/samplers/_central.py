@@ -28,11 +28,11 @@ import numpy as np
 
 from parl_algos.samplers._core import Batch, Rollout, act, stack_extras
 from parl_algos.samplers._flags import FlagSignal
-from parl_algos.samplers._group import WorkerGroup
+from parl_algos.samplers._group import WorkerGroup, _machine_fault
 from parl_algos.samplers._parallel import _ClusterSampler
 from parl_algos.samplers._signal import SignalClosed, short_slice
 from parl_algos.samplers._worker import ABORT, ERROR, READY, STEP, _on_cpu
-from parl_remote import RemoteActorDiedError
+from parl_remote import RemoteActorDiedError, RemoteError
 
 __all__ = ["CentralSampler"]
 
@@ -60,6 +60,14 @@ class CentralSampler(_ClusterSampler):
             where this process may use no more CPUs than such workers and one: there, Linux
             puts two workers woken at once on the same CPU while this process waits on the
             other, and they step one after the other.
+        restart: replace a worker that dies (or whose environment raises) by a new actor; the
+            collect goes on with the others, then the new worker collects the lost columns
+            alone: the batch keeps its shape and column order (False: a dead worker closes
+            the sampler and raises `parl.RemoteActorDiedError`). See `Restarts`.
+        max_restarts: the most replacements of one worker within 10 minutes; one more
+            failure stops the sampler (`SamplerWorkerError`, from the environment's error).
+        restart_timeout: the longest wait, in seconds, for a free slot for a replacement;
+            past it the sampler closes and raises `parl.RemoteActorDiedError`.
 
     Attributes:
         worker_cpus: the CPU of each pinned worker, by worker index (empty: none pinned).
@@ -88,10 +96,25 @@ class CentralSampler(_ClusterSampler):
         address: str | None = None,
         alternating: bool = False,
         pin_workers: bool | None = None,
+        *,
+        restart: bool = False,
+        max_restarts: int = 3,
+        restart_timeout: float = 60.0,
     ) -> None:
         if alternating and num_workers < 2:
             raise ValueError(f"alternating=True needs two groups of workers, got {num_workers=}")
-        super().__init__(env_fn, agent, num_workers, envs_per_worker, horizon, seed, address)
+        super().__init__(
+            env_fn,
+            agent,
+            num_workers,
+            envs_per_worker,
+            horizon,
+            seed,
+            address,
+            restart=restart,
+            max_restarts=max_restarts,
+            restart_timeout=restart_timeout,
+        )
         try:
             self._group.connect_signals(self._signal_timeout_s, self._spin_s, self._spin_adaptive)
         except BaseException:
@@ -104,32 +127,47 @@ class CentralSampler(_ClusterSampler):
         self._groups = [workers[:half], workers[half:]] if alternating else [workers]
 
     def collect(self) -> Batch:
-        """`horizon` steps of every worker, actions chosen here; one `Batch`."""
+        """`horizon` steps of every worker, actions chosen here; one `Batch`.
+
+        With `restart=True`, a worker lost during the collect is replaced, and its columns
+        are collected again by the new worker alone once the others' are done.
+        """
         self._check_open()
         out = Rollout.allocate(self._group.batch_layout)
         steps: list[list[dict[str, np.ndarray]]] = []
         final_obs: dict[tuple[int, int], np.ndarray] = {}
         ended: list = []
         run = _Collect(self._group, self.horizon, out, self.worker_cpus)
+        self._run(run, steps, final_obs, ended, self._groups)
+        extras = _extras(steps)
+        while run.lost:  # each lost worker's share again, by its replacement alone
+            w = min(run.lost)
+            cols = self._group.columns(w)
+            final_obs = {key: obs for key, obs in final_obs.items() if not _within(key[1], cols)}
+            ended = [record for record in ended if not _within(record[1], cols)]
+            lost = run.lost - {w}
+            run = _Collect(self._group, self.horizon, out, self.worker_cpus, members=[w])
+            redo: list[list[dict[str, np.ndarray]]] = []
+            self._run(run, redo, final_obs, ended, [[w]])
+            run.lost |= lost
+            for name, value in _extras(redo).items():
+                extras[name][:, cols] = value
+        arrays = out.arrays()
+        return self._make_batch(arrays.pop("obs"), arrays, extras, final_obs, ended)
+
+    def _run(
+        self, run: _Collect, steps: list, final_obs: dict, ended: list, groups: list[list[int]]
+    ) -> None:
+        """The steps of `run` (its workers in `groups`), every worker in step if it fails."""
         try:  # signalled workers wait on this thread's wake-ups: short slices meanwhile
             with (
                 short_slice() if run.signals else contextlib.nullcontext(),
                 _on_cpu(self._caller_cpu()),
             ):
-                self._steps(run, steps, final_obs, ended)
+                self._steps(run, steps, final_obs, ended, groups)
         except BaseException:
             run.abort()
             raise
-        extras = stack_extras(
-            [
-                parts[0]
-                if len(parts) == 1
-                else {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
-                for parts in steps
-            ]
-        )
-        arrays = out.arrays()
-        return self._make_batch(arrays.pop("obs"), arrays, extras, final_obs, ended)
 
     def _caller_cpu(self) -> int | None:
         """The CPU this thread collects on: the last pinned worker's (None: not pinned).
@@ -143,9 +181,11 @@ class CentralSampler(_ClusterSampler):
             return None
         return self.worker_cpus[max(self.worker_cpus)]
 
-    def _steps(self, run: _Collect, steps: list, final_obs: dict, ended: list) -> None:
+    def _steps(
+        self, run: _Collect, steps: list, final_obs: dict, ended: list, groups: list[list[int]]
+    ) -> None:
         """The collect's steps: each group's actions chosen while the other group steps."""
-        group, agent, groups, out = self._group, self.agent, self._groups, run.out
+        group, agent, out = self._group, self.agent, run.out
         _, act_shape, act_dtype = group.batch_layout[1]
         columns = [
             slice(group.columns(members[0]).start, group.columns(members[-1]).stop)
@@ -167,6 +207,22 @@ class CentralSampler(_ClusterSampler):
         run.end(final_obs, ended)
 
 
+def _extras(steps: list[list[dict[str, np.ndarray]]]) -> dict[str, np.ndarray]:
+    """The extras of a collect's steps (a part a group each step), `[horizon, B, ...]` each."""
+    return stack_extras(
+        [
+            parts[0]
+            if len(parts) == 1
+            else {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+            for parts in steps
+        ]
+    )
+
+
+def _within(column: int, cols: slice) -> bool:
+    return cols.start <= column < cols.stop
+
+
 def _worker_cpus(signals: list, pin: bool | None) -> dict[int, int]:
     """A CPU for each signalled worker (one on this host), where `pin` says so (None: scarce)."""
     signalled = [w for w, signal in enumerate(signals) if signal is not None]
@@ -184,24 +240,33 @@ class _Collect:
     Keeps what each signalled worker is owed, so that a collect given up halfway (an error
     here, in the agent, or in another worker) leaves every signal in step for the next one.
     A step of a worker with shared memory copies its observations here (what the agent reads
-    next); its rewards and flags are copied once, at the end.
+    next); its rewards and flags are copied once, at the end. With restarts, a worker that
+    fails is replaced at once and left out of the rest of the collect (`lost`), its columns'
+    observations zeros meanwhile; the sampler collects them again with the new worker.
     """
 
     def __init__(
-        self, group: WorkerGroup, horizon: int, out: Rollout, cpus: dict[int, int]
+        self,
+        group: WorkerGroup,
+        horizon: int,
+        out: Rollout,
+        cpus: dict[int, int],
+        members: list[int] | None = None,
     ) -> None:
         self.group = group
         self.cpus = cpus
         self.horizon = horizon
         self.out = out
-        workers = range(len(group.workers))
+        workers = range(len(group.workers)) if members is None else members
+        self.workers = list(workers)
         self.shared = {w: r for w in workers if (r := group.shared_rollout(w, 0)) is not None}
-        self.cols = [group.columns(w) for w in workers]
-        self.signals = {w: s for w, s in enumerate(group.signals) if s is not None}
+        self.cols = {w: group.columns(w) for w in workers}
+        self.signals = {w: s for w in workers if (s := group.signals[w]) is not None}
         self.drives: dict[int, Any] = {}
         self.pending: dict[int, Any] = {}  # a step call of a called worker
         self.awaiting: set[int] = set()  # signalled workers whose READY is still to come
         self.sent = dict.fromkeys(self.signals, 0)  # STEP bytes sent to each
+        self.lost: set[int] = set()  # workers replaced during the collect (restarts)
 
     def begin(self) -> None:
         """Start every worker's rollout; write the first observations into `out.obs[0]`."""
@@ -209,19 +274,28 @@ class _Collect:
         for w in self.signals:
             self.drives[w] = group.workers[w].drive(0, self.cpus.get(w))
             self.awaiting.add(w)
-        slow = [w for w in range(len(group.workers)) if w not in self.drives]
-        starts = group.gather([group.workers[w].begin(0) for w in slow], slow)
-        for w, start in zip(slow, starts, strict=True):
-            out.obs[0, self.cols[w]] = start if w not in self.shared else self.shared[w].obs[0]
-        for w in self.signals:
-            self._wait_ready(w)
-            out.obs[0, self.cols[w]] = self.shared[w].obs[0]
+        slow = [w for w in self.workers if w not in self.drives]
+        starts = {w: group.workers[w].begin(0) for w in slow}
+        try:
+            for w in slow:
+                start = self._get(w, starts.pop(w))
+                if w not in self.lost:
+                    out.obs[0, self.cols[w]] = (
+                        start if w not in self.shared else self.shared[w].obs[0]
+                    )
+        finally:
+            starts.clear()  # a pending future holds its actor
+        for w in list(self.signals):
+            if self._wait_ready(w):
+                out.obs[0, self.cols[w]] = self.shared[w].obs[0]
 
     def start_step(self, t: int, members: list[int]) -> None:
         """Hand the members their actions of step `t` (written in `out.actions[t]`)."""
         group, actions = self.group, self.out.actions[t]
         posted = []
         for w in members:
+            if w in self.lost:
+                continue
             shared = self.shared.get(w)
             if shared is None:
                 self.pending[w] = group.workers[w].step(t, actions[self.cols[w]])
@@ -245,11 +319,17 @@ class _Collect:
         """Wait for the members' step `t`; write its observations (called: all its rows)."""
         group, out = self.group, self.out
         for w in members:
+            if w in self.lost:
+                continue
             cols = self.cols[w]
             if w in self.drives:
-                self._wait_ready(w)
+                if not self._wait_ready(w):
+                    continue
             else:
-                rows, worker_final, worker_ended = group.result(w, self.pending.pop(w))
+                step = self._get(w, self.pending.pop(w))
+                if w in self.lost:
+                    continue
+                rows, worker_final, worker_ended = step
                 more_final, more_ended = group.records(w, 0, worker_final, worker_ended, cols.start)
                 final_obs.update(more_final)
                 ended += more_ended
@@ -264,43 +344,89 @@ class _Collect:
     def end(self, final_obs: dict, ended: list) -> None:
         """Copy the shared workers' rewards and flags; take the signalled ones' episode records."""
         group, out = self.group, self.out
+        for w in list(self.drives):
+            records = self._get(w, self.drives.pop(w))
+            if w not in self.lost:
+                more_final, more_ended = group.records(w, 0, *records, self.cols[w].start)
+                final_obs.update(more_final)
+                ended += more_ended
         for w, shared in self.shared.items():
+            if w in self.lost:
+                continue
             cols = self.cols[w]
             out.rewards[:, cols] = shared.rewards
             out.terminated[:, cols] = shared.terminated
             out.truncated[:, cols] = shared.truncated
-        for w in list(self.drives):
-            worker_final, worker_ended = group.result(w, self.drives.pop(w))
-            more_final, more_ended = group.records(
-                w, 0, worker_final, worker_ended, self.cols[w].start
-            )
-            final_obs.update(more_final)
-            ended += more_ended
 
-    def _wait_ready(self, w: int) -> None:
-        """Worker `w`'s READY; its error or death raised as `WorkerGroup.result` does."""
+    def _get(self, w: int, future: Any) -> Any:
+        """The result of a call on worker `w`; a failure as `_lose` takes it (None: lost)."""
+        try:
+            return future.get()
+        except RemoteError as exc:
+            error = exc
+        del future  # an error raised from here keeps this frame: not the call, nor its actor
+        try:
+            self._lose(w, error)
+        finally:
+            del error  # the error's traceback holds this frame: no cycle to wait for
+        return None
+
+    def _lose(self, w: int, exc: BaseException) -> None:
+        """Worker `w` failed with `exc`: raise (`WorkerGroup.recover`), or replace it and go on.
+
+        The replacement is left out of this collect; its columns read zeros until the
+        sampler collects them with it.
+        """
+        group = self.group
+        for calls in (self.drives, self.pending):
+            calls.pop(w, None)
+        self.awaiting.discard(w)
+        self.signals.pop(w, None)
+        self.shared.pop(w, None)
+        self.sent.pop(w, None)
+        if not group.policy.restart:
+            if group.signals[w] is not None and _machine_fault(exc):
+                group.close()  # the signal is out of step for good
+            group.fail(w, exc)
+        group.recover(w, exc)
+        self.lost.add(w)
+        self.out.obs[:, self.cols[w]] = 0
+
+    def _wait_ready(self, w: int) -> bool:
+        """Worker `w`'s READY (False: it failed and was replaced); else raise as `_lose` does."""
         group = self.group
         signal = group.signals[w]
         try:
             byte = signal.recv()
         except SignalClosed as exc:
-            self.awaiting.discard(w)
+            closed = str(exc)
+        else:
+            closed = None
+        self.awaiting.discard(w)
+        if closed is not None:
             future = self.drives.pop(w)
-            error: BaseException = RemoteActorDiedError(str(exc))
+            error: BaseException = RemoteActorDiedError(closed)
             try:  # the call says why, once the cluster knows
                 future.get(timeout=30.0)
             except TimeoutError:
                 pass
             except BaseException as call_error:
                 error = call_error
-            group.close()  # the signal is out of step for good
-            group.fail(w, error)  # a death as RemoteActorDiedError naming the worker
-        self.awaiting.discard(w)
+            del future
+            if not group.policy.restart:
+                group.close()  # the signal is out of step for good
+            try:
+                self._lose(w, error)  # a death as RemoteActorDiedError naming the worker
+            finally:
+                del error
+            return False
         if byte == READY:
-            return
-        future = self.drives.pop(w)
-        if byte == ERROR:
-            group.result(w, future)  # raises the worker's error
+            return True
+        if byte == ERROR:  # raises the worker's error, or replaces the worker
+            self._get(w, self.drives.pop(w))
+            if w in self.lost:
+                return False
+        self.drives.pop(w)
         group.close()  # not a byte of ours: the signal cannot be trusted any more
         raise RuntimeError(f"worker {w} sent {byte!r} on its step signal, not a step's end")
 

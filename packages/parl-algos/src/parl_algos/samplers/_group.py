@@ -3,15 +3,25 @@
 `WorkerGroup` creates the workers (all at once), asks each for its spaces and host, gives every
 worker on this host shared-memory segments to write its rollouts into (`_shm`), and gathers the
 results of calls made on all workers. Where every worker is on this host, it can also keep a
-pool of whole-batch segments (`batches`) that all workers write their columns into at once. A
-worker that dies turns into `parl.RemoteActorDiedError` naming it, after the group freed every
-actor and segment.
+pool of whole-batch segments (`batches`) that all workers write their columns into at once.
+
+What a failed worker means is `Restarts`' to say. Without restarts, a worker that dies turns
+into `parl.RemoteActorDiedError` naming it, after the group freed every actor and segment, and
+an error of the worker's own code (its environment's) is raised as it is. With restarts, the
+group replaces the worker by a new actor of the same index: it gets the weights last sent to
+the workers and their version, segments and a step signal of its own, and environments seeded
+from a stream of their own; the caller makes the lost call again on it (`run`).
 """
 
 from __future__ import annotations
 
+import collections
+import logging
+import re
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -28,9 +38,55 @@ from parl_algos.samplers._shm import (
 )
 from parl_algos.samplers._signal import Signal, SignalListener
 from parl_algos.samplers._worker import RemoteEnvWorker
-from parl_remote import ClusterError, RemoteActorDiedError, RemoteError, host_id
+from parl_remote import ClusterError, RemoteActorDiedError, RemoteError, ResourceError, host_id
 
-__all__ = ["WorkerGroup", "connect"]
+__all__ = ["RESTART_SEED_STRIDE", "Restarts", "SamplerWorkerError", "WorkerGroup", "connect"]
+
+logger = logging.getLogger(__name__)
+
+RESTART_SEED_STRIDE = 1_000_003
+"""A replaced worker's column `k` is first reset with `seed + k + RESTART_SEED_STRIDE * r`, where
+`r` is how many times that worker was replaced: a stream apart from every other column's."""
+
+
+class SamplerWorkerError(RuntimeError):
+    """A worker's own code (its environment) kept failing: more than `max_restarts` times.
+
+    Its `__cause__` is the last failure, with the worker's traceback.
+    """
+
+
+@dataclass(frozen=True)
+class Restarts:
+    """What a sampler does with a worker that dies or whose environment raises.
+
+    Args:
+        restart: replace the worker by a new actor (False: a dead worker closes the sampler
+            and raises `parl.RemoteActorDiedError`; an environment's error is raised as it is).
+        max_restarts: the most replacements of one worker within `window_s`; one more failure
+            in that window stops the sampler (`SamplerWorkerError` for an environment that
+            raised, `parl.RemoteActorDiedError` for a worker that died).
+        restart_timeout: the longest wait for a free slot for the new actor (past it, more by
+            at most one placement wait of the cluster, `PARL_RESOURCE_WAIT_S`).
+        window_s: the sliding window of `max_restarts`, in seconds.
+    """
+
+    restart: bool = False
+    max_restarts: int = 3
+    restart_timeout: float = 60.0
+    window_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.restart, bool):
+            raise TypeError(f"restart={self.restart!r} must be True or False")
+        if (
+            not isinstance(self.max_restarts, int)
+            or isinstance(self.max_restarts, bool)
+            or self.max_restarts < 0
+        ):
+            raise ValueError(f"max_restarts={self.max_restarts!r} must be an integer >= 0")
+        if not self.restart_timeout > 0:
+            raise ValueError(f"restart_timeout={self.restart_timeout!r} must be a positive number")
 
 
 def connect(address: str | None, cpu_num: int) -> None:
@@ -44,6 +100,17 @@ def connect(address: str | None, cpu_num: int) -> None:
         parl.connect()
 
 
+def _machine_fault(exc: BaseException) -> bool:
+    """Whether a call's error says its worker is gone (not that the worker's own code raised)."""
+    return isinstance(exc, RemoteError) and type(exc) in (RemoteError, RemoteActorDiedError)
+
+
+def _why(exc: BaseException) -> str:
+    """The reason a dead actor's error gives (`... died: REASON. This call ...`), or the error."""
+    match = re.search(r"died: (.+?)\. This call", str(exc))
+    return match.group(1) if match else str(exc)
+
+
 class WorkerGroup:
     """`num_workers` `EnvWorker` actors of one sampler.
 
@@ -54,6 +121,7 @@ class WorkerGroup:
         num_workers: how many workers.
         address: the cluster (None: the current one, or a local one).
         batch_segments: the most whole-batch segments `batches` makes (0: no pool).
+        restarts: what a failed worker means (default: no replacement).
     """
 
     def __init__(
@@ -69,20 +137,36 @@ class WorkerGroup:
         slots: int,
         address: str | None,
         batch_segments: int = 0,
+        restarts: Restarts | None = None,
     ) -> None:
         self.owner = owner
         self.envs_per_worker = envs_per_worker
+        self.policy = restarts if restarts is not None else Restarts()
         self.workers: list[Any] = []
+        """The worker actors by index; None where one was lost and not replaced."""
         self.segments: list[list[SharedArrays] | None] = [None] * num_workers
         self.signals: list[Signal | FlagSignal | None] = [None] * num_workers
         self.batches: SegmentPool | None = None
         """Segments of `batch_layout` that the workers write their columns into (`EnvWorker.
         collect`'s `batch`): where every worker has shared memory and `batch_segments` > 0."""
+        self.restarts = 0
+        """Workers replaced so far, all together."""
+        self.weights: tuple[Any, int] | None = None
+        """The weights last sent to the workers and their version: a new worker's."""
+        self.where: list[tuple[int, str]] = [(0, "")] * num_workers
+        """Each worker's `(pid, host name)`."""
+        self._replaced = [0] * num_workers  # replacements of each worker, ever: its seed stream
+        self._failures: list[collections.deque[float]] = [
+            collections.deque() for _ in range(num_workers)
+        ]
+        self._signal_args: tuple[Any, ...] | None = None  # connect_signals' arguments
         connect(address, num_workers)
 
-        def create(index: int) -> Any:
-            return RemoteEnvWorker(env_fn, agent, index, envs_per_worker, horizon, seed, slots)
+        def create(index: int, replaced: int = 0) -> Any:
+            stream = None if seed is None else seed + RESTART_SEED_STRIDE * replaced
+            return RemoteEnvWorker(env_fn, agent, index, envs_per_worker, horizon, stream, slots)
 
+        self._create = create
         # The first alone, then the others at once: the first call also builds the code
         # bundle that every actor of this client receives.
         created = [create(0)]
@@ -96,28 +180,31 @@ class WorkerGroup:
                     raise
         self.workers = created
         descriptions = self.gather([worker.describe() for worker in self.workers])
-        self.observation_space, self.action_space, _ = descriptions[0]
+        self.observation_space, self.action_space = descriptions[0][:2]
+        self.where = [(pid, name) for *_, pid, name in descriptions]
         self.layout = rollout_layout(
             horizon, envs_per_worker, self.observation_space, self.action_space
         )
         self.batch_layout = rollout_layout(
             horizon, num_workers * envs_per_worker, self.observation_space, self.action_space
         )
-        self._share_memory([host for _, _, host in descriptions], slots)
+        self._slots = slots
+        self._share_memory({w: host for w, (_, _, host, *_) in enumerate(descriptions)})
         if batch_segments > 0 and all(self.shared):
             self.batches = SegmentPool(self.batch_layout, batch_segments)
 
-    def _share_memory(self, hosts: list[str], slots: int) -> None:
+    def _share_memory(self, hosts: dict[int, str]) -> None:
+        """Offer segments to the workers `hosts` names (by index) that are on this host."""
         here = host_id()
         if not shm_available():
             return
         sweep_dead_owners()  # what samplers killed before their close() left behind
         offered: dict[int, list[SharedArrays]] = {}
         try:
-            for w, host in enumerate(hosts):
+            for w, host in hosts.items():
                 if host == here:
                     offered[w] = [
-                        SharedArrays.create(segment_layout(self.layout)) for _ in range(slots)
+                        SharedArrays.create(segment_layout(self.layout)) for _ in range(self._slots)
                     ]
             calls = {
                 w: self.workers[w].attach([segment.name for segment in segments])
@@ -139,15 +226,19 @@ class WorkerGroup:
         timeout: float,
         spin_s: tuple[float, float] | None = None,
         adaptive: bool = True,
+        members: list[int] | None = None,
     ) -> None:
         """Give every worker with shared memory a step signal; `timeout`: its waits.
 
         With `spin_s` (the sampler's spin, the workers' spin: the longest where `adaptive`)
         and where `flags_available()`, steps are handed over by flags in the segments
         (`_flags`), the socket only watched; else one byte a step on the socket (`_signal`).
-        A worker that cannot connect keeps to step calls.
+        A worker that cannot connect keeps to step calls. `members`: only these workers (a
+        replaced one gets its signal so).
         """
-        members = [w for w, segments in enumerate(self.segments) if segments is not None]
+        self._signal_args = (timeout, spin_s, adaptive)
+        candidates = range(len(self.segments)) if members is None else members
+        members = [w for w in candidates if self.segments[w] is not None]
         if not members:
             return
         flags = spin_s is not None and flags_available()
@@ -174,6 +265,129 @@ class WorkerGroup:
                     self.signals[w] = signal
         finally:
             listener.close()
+
+    @property
+    def live(self) -> list[int]:
+        """The indices of the workers there are (all but those lost and not replaced)."""
+        return [w for w, worker in enumerate(self.workers) if worker is not None]
+
+    def run(self, call: Callable[[Any, int], Any], indices: list[int] | None = None) -> list[Any]:
+        """`call(worker, w)` made on each worker (`indices`; default every live one); results.
+
+        A worker whose call failed is replaced where the restarts allow (`recover`), and the
+        call made again on the new one; else the failure is raised as `fail` raises it.
+        """
+        indices = self.live if indices is None else indices
+        futures = {w: call(self.workers[w], w) for w in indices}
+        results: dict[int, Any] = {}
+        try:
+            for w in indices:
+                while w not in results:
+                    try:
+                        results[w] = futures.pop(w).get()
+                    except RemoteError as exc:
+                        self.recover(w, exc)
+                        futures[w] = call(self.workers[w], w)
+        finally:
+            futures.clear()  # a pending future holds its actor: drop them all, even on error
+        return [results[w] for w in indices]
+
+    def recover(self, w: int, exc: BaseException, required: bool = True) -> bool:
+        """Replace worker `w`, whose call raised `exc`, where the restarts allow; else raise.
+
+        Returns True once a new worker took its place; False where no slot freed within the
+        restart timeout and not `required` (the worker is then lost: `workers[w]` is None).
+        Raises as `fail` does without restarts; `SamplerWorkerError` (from `exc`) or
+        `RemoteActorDiedError` past `max_restarts` in the window; `RemoteActorDiedError` where
+        no slot freed in time and `required`. Every raise but of a plain error closes the group.
+        """
+        policy = self.policy
+        if not policy.restart or not self.workers:
+            self.fail(w, exc)
+        machine = _machine_fault(exc)
+        now = time.monotonic()
+        failures = self._failures[w]
+        while failures and failures[0] < now - policy.window_s:
+            failures.popleft()
+        if len(failures) >= policy.max_restarts:
+            self.close()
+            # The error's message carries the worker's traceback; its frames here would keep
+            # the failed call, and with it the failed worker's actor, alive.
+            exc.with_traceback(None)
+            if not machine:
+                raise SamplerWorkerError(
+                    f"{self.owner}: worker {w}'s environment failed {len(failures) + 1} times "
+                    f"within {policy.window_s:g} s (max_restarts={policy.max_restarts}); the "
+                    f"sampler is closed. The cause below is the last failure: fix the environment"
+                ) from exc
+            raise RemoteActorDiedError(
+                f"{self.owner}: worker {w} died {len(failures) + 1} times within "
+                f"{policy.window_s:g} s (max_restarts={policy.max_restarts}), the last time: "
+                f"{exc}; the sampler is closed"
+            ) from None
+        failures.append(now)
+        pid, name = self.where[w]
+        what = f"died: {_why(exc)}" if machine else f"failed: {type(exc).__name__}: {exc}"
+        self._drop(w)
+        try:
+            replaced = self._replace(w, now + policy.restart_timeout)
+        except BaseException:
+            self.close()
+            raise
+        took = time.monotonic() - now
+        if replaced:
+            logger.warning(
+                "%s: worker %d (pid %d on %s) %s; replaced in %.1f s",
+                self.owner, w, pid, name, what, took,
+            )  # fmt: skip
+            return True
+        if required or not self.live:
+            self.close()
+            raise RemoteActorDiedError(
+                f"{self.owner}: worker {w} (pid {pid} on {name}) {what}, and no free slot for "
+                f"its replacement came within restart_timeout={policy.restart_timeout:g} s; the "
+                "sampler is closed. Free or add CPU slots (xparl connect), or resume the run"
+            ) from None
+        logger.warning(
+            "%s: worker %d (pid %d on %s) %s; no free slot for its replacement within %g s: "
+            "going on with %d of %d workers",
+            self.owner, w, pid, name, what, policy.restart_timeout,
+            len(self.live), len(self.workers),
+        )  # fmt: skip
+        return False
+
+    def _drop(self, w: int) -> None:
+        """Let worker `w`'s actor, signal and segments go (the segments' names unlinked)."""
+        signal, self.signals[w] = self.signals[w], None
+        if signal is not None:
+            signal.close()
+        self.workers[w] = None  # its last handle: the actor and its slot are freed
+        segments, self.segments[w] = self.segments[w], None
+        if segments is not None:
+            _free(segments)
+
+    def _replace(self, w: int, deadline: float) -> bool:
+        """A new worker `w` with the last weights, segments and signal; False: no slot in time."""
+        replaced = self._replaced[w] + 1
+        while True:
+            try:
+                worker = self._create(w, replaced)
+                break
+            except ResourceError:
+                if time.monotonic() >= deadline:
+                    return False
+        self._replaced[w] = replaced
+        self.restarts += 1
+        self.workers[w] = worker
+        if self.weights is not None and worker is not None:
+            weights, version = self.weights
+            self.gather([worker.set_weights(weights, version)], [w])
+        (*_, host, pid, name) = self.gather([worker.describe()], [w])[0]
+        self.where[w] = (pid, name)
+        self._share_memory({w: host})
+        if self._signal_args is not None:
+            self.connect_signals(*self._signal_args, members=[w])
+        return True
 
     @property
     def shared(self) -> list[bool]:
@@ -209,7 +423,7 @@ class WorkerGroup:
 
     def fail(self, w: int, exc: BaseException) -> None:
         """Raise what a call on worker `w` raised; for a dead worker, after closing the group."""
-        if not isinstance(exc, RemoteError) or type(exc) not in (RemoteError, RemoteActorDiedError):
+        if not _machine_fault(exc):
             raise exc  # the worker's own code failed: its error, as it is
         self.close()
         raise RemoteActorDiedError(

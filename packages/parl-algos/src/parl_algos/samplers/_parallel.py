@@ -22,7 +22,7 @@ import numpy as np
 
 from parl_algos.samplers._base import BaseSampler
 from parl_algos.samplers._core import Batch, Rollout
-from parl_algos.samplers._group import WorkerGroup
+from parl_algos.samplers._group import Restarts, WorkerGroup
 
 __all__ = ["ParallelSampler"]
 
@@ -44,7 +44,12 @@ class _ClusterSampler(BaseSampler):
         horizon: int = 32,
         seed: int | None = 0,
         address: str | None = None,
+        *,
+        restart: bool = False,
+        max_restarts: int = 3,
+        restart_timeout: float = 60.0,
     ) -> None:
+        restarts = Restarts(restart, max_restarts, restart_timeout)
         super().__init__(
             env_fn,
             agent,
@@ -66,6 +71,7 @@ class _ClusterSampler(BaseSampler):
             slots=self._slots,
             address=address,
             batch_segments=self._batch_segments,
+            restarts=restarts,
         )
         self.observation_space = self._group.observation_space
         self.action_space = self._group.action_space
@@ -74,6 +80,11 @@ class _ClusterSampler(BaseSampler):
     def shared_memory(self) -> list[bool]:
         """For each worker, whether its rollouts reach this process through shared memory."""
         return self._group.shared
+
+    @property
+    def restarts(self) -> int:
+        """Workers replaced so far (`restart=True`), all together."""
+        return self._group.restarts
 
     def _check_open(self) -> None:
         if not self._closed and not self._group.workers:
@@ -88,7 +99,8 @@ class _ClusterSampler(BaseSampler):
         weights = self.agent.get_weights()
         self.weights_version += 1
         version = self.weights_version
-        self._group.gather([w.set_weights(weights, version) for w in self._group.workers])
+        self._group.weights = weights, version  # what a replacement gets
+        self._group.run(lambda worker, _: worker.set_weights(weights, version))
 
     def close(self) -> None:
         """Free every worker actor and shared-memory segment; calling it again does nothing."""
@@ -118,6 +130,14 @@ class ParallelSampler(_ClusterSampler):
         seed: column `k` is reset with `seed + k` on its first reset (None: unseeded).
         address: the cluster, "HOST:PORT"; None: the current `parl.connect()` cluster, or a
             local one of `num_workers` slots.
+        restart: replace a worker that dies (or whose environment raises) by a new actor,
+            which gets the weights of the last `sync_weights()` and redoes the lost share of
+            the collect: the batch keeps its shape and column order (False: a dead worker
+            closes the sampler and raises `parl.RemoteActorDiedError`). See `Restarts`.
+        max_restarts: the most replacements of one worker within 10 minutes; one more
+            failure stops the sampler (`SamplerWorkerError`, from the environment's error).
+        restart_timeout: the longest wait, in seconds, for a free slot for a replacement;
+            past it the sampler closes and raises `parl.RemoteActorDiedError`.
     """
 
     _batch_segments = 8
@@ -133,21 +153,28 @@ class ParallelSampler(_ClusterSampler):
         """
         self._check_open()
         group = self._group
-        pool = group.batches if self._zero_copy else None
+        pool = group.batches if self._zero_copy and all(group.shared) else None
         segment = pool.acquire() if pool is not None else None
         if pool is None or segment is None:
-            results = group.gather([w.collect(0) for w in group.workers])
+            results = group.run(lambda worker, _: worker.collect(0))
             out = Rollout.allocate(group.batch_layout)
             for w, (arrays, *_) in enumerate(results):
                 group.copy_out(w, arrays, 0, out, group.columns(w))
         else:
             name, width = segment.name, self.batch_size
+
+            def collect(worker: Any, w: int) -> Any:  # a replacement elsewhere: no segments
+                return worker.collect(0, name, width) if group.shared[w] else worker.collect(0)
+
             try:
-                results = group.gather([w.collect(0, name, width) for w in group.workers])
+                results = group.run(collect)
             except BaseException:
                 pool.release(segment)
                 raise
             out = Rollout(pool.lend(segment))
+            for w, (arrays, *_) in enumerate(results):
+                if arrays is not None:
+                    group.copy_out(w, arrays, 0, out, group.columns(w))
         extras: dict[str, list[np.ndarray]] = {}
         final_obs, ended = {}, []
         for w, (_, worker_extras, worker_final, worker_ended, _) in enumerate(results):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -121,9 +122,10 @@ class EnvWorker:
         self.index = index
         self.weights_version = 0
 
-    def describe(self) -> tuple[gym.Space, gym.Space, str]:
-        """`(observation_space, action_space, host id)` of this worker."""
-        return self.columns.observation_space, self.columns.action_space, host_id()
+    def describe(self) -> tuple[gym.Space, gym.Space, str, int, str]:
+        """`(observation_space, action_space, host id, pid, host name)` of this worker."""
+        spaces = self.columns.observation_space, self.columns.action_space
+        return *spaces, host_id(), os.getpid(), socket.gethostname()
 
     def attach(self, names: list[str]) -> bool:
         """Write rollouts into the shared-memory segments `names` (one a slot) from now on.

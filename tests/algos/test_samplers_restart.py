@@ -1,0 +1,211 @@
+"""Samplers with `restart=True` on a real local cluster: workers killed with SIGKILL are replaced.
+
+A worker is killed from outside (`os.kill` of its actor's pid) between collects, and from inside
+(its environment kills its own process) halfway through one. The batches keep their shape and
+column order, the replacement's columns start from their own seed stream, it acts with the
+weights last sent, and `episodes()` reports each finished episode once. An environment that
+keeps raising stops the sampler after `max_restarts` replacements, its error the cause.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import parl
+from parl.samplers import AsyncSampler, Batch, CentralSampler, ParallelSampler, SamplerWorkerError
+from tests.algos.test_samplers import ENV_FN, LinearAgent
+from tests.algos.test_samplers_remote import AtStep, KillAt, no_actors, shm_names, wait_until
+
+SIZES = {"num_workers": 2, "envs_per_worker": 2, "horizon": 6, "seed": 3}
+STRIDE = 1_000_003
+KINDS = [ParallelSampler, CentralSampler, AsyncSampler]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    client = parl.connect(cpu_num=5, log_to_driver=False)
+    try:
+        yield client
+    finally:
+        parl.disconnect()
+
+
+def killing_env(column: int, at: int) -> gym.Env:
+    """CartPole whose column first reset with seed `column` kills its process at step `at`."""
+    return KillAt(ENV_FN(), column, at)
+
+
+def first_obs(seed: int) -> np.ndarray:
+    return ENV_FN().reset(seed=seed)[0]
+
+
+class Lengths:
+    """Every column's steps since its episode began, from the batches; the episodes they end."""
+
+    def __init__(self, width: int) -> None:
+        self.steps = [0] * width
+        self.ended: list[int] = []
+
+    def add(self, batch: Batch, first_column: int = 0, fresh: tuple[int, ...] = ()) -> None:
+        for k in fresh:  # a replacement's column: its episode begins with this batch
+            self.steps[k] = 0
+        for t in range(len(batch.actions)):
+            for j in range(batch.actions.shape[1]):
+                k = first_column + j
+                self.steps[k] += 1
+                if batch.terminated[t, j] or batch.truncated[t, j]:
+                    self.ended.append(self.steps[k])
+                    self.steps[k] = 0
+
+
+def segment_names(sampler, w: int) -> set[str]:
+    return {segment.name for segment in sampler._group.segments[w] or ()}
+
+
+def kill_worker(sampler, w: int) -> int:
+    pid = sampler._group.where[w][0]
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+@pytest.mark.parametrize("kind", [ParallelSampler, CentralSampler])
+def test_a_synchronous_sampler_replaces_a_killed_worker_and_keeps_its_columns(
+    cluster, kind, caplog
+):
+    before = shm_names()
+    wait_until(lambda: no_actors(cluster), what="a cluster without actors")
+    caplog.set_level(logging.WARNING, logger="parl_algos.samplers._group")
+    learner, old = LinearAgent(), LinearAgent().w
+    n, seed = SIZES["envs_per_worker"], SIZES["seed"]
+    # Column 3 (worker 1's second environment, first reset with seed 3 + 3) kills its own
+    # process at its 9th step: halfway through the second collect.
+    env_fn = functools.partial(killing_env, seed + 3, 9)
+    with kind(env_fn, learner, **SIZES, restart=True) as sampler:
+        lengths = Lengths(sampler.batch_size)
+        first = sampler.collect()
+        lengths.add(first)
+        dead = sampler._group.where[1][0]
+        dead_segments = segment_names(sampler, 1)
+        batch = sampler.collect()  # worker 1 dies during it: its share is collected again
+        assert sampler.restarts == 1 and sampler._group.where[1][0] != dead
+        assert batch.obs.shape == first.obs.shape and batch.actions.shape == first.actions.shape
+        np.testing.assert_array_equal(batch.obs[0, :n], first.next_obs[:n])  # worker 0 went on
+        for j in range(n):  # worker 1's columns: fresh environments of their own seed stream
+            np.testing.assert_array_equal(batch.obs[0, n + j], first_obs(seed + n + j + STRIDE))
+        lengths.add(batch, fresh=(n, n + 1))
+        # Killed from outside between collects, after the learner's weights changed.
+        learner.set_weights({"w": -old})
+        sampler.sync_weights()
+        kill_worker(sampler, 1)
+        dead_segments |= segment_names(sampler, 1)
+        batch = sampler.collect()
+        lengths.add(batch, fresh=(n, n + 1))
+        assert sampler.restarts == 2
+        for j in range(n):
+            np.testing.assert_array_equal(batch.obs[0, n + j], first_obs(seed + n + j + 2 * STRIDE))
+        scores = (batch.obs[..., None] * -old).sum(axis=2)  # every column acts on the new weights
+        np.testing.assert_array_equal(batch.actions, scores.argmax(axis=-1))
+        for _ in range(2):
+            lengths.add(sampler.collect())
+        episodes = sampler.episodes()
+        # Each finished episode once, none of the dead worker's half episodes.
+        assert sorted(e.length for e in episodes) == sorted(lengths.ended)
+        assert len(dead_segments) == 2 * sampler._slots
+        assert not dead_segments & shm_names()  # the dead workers' segments are freed
+        assert segment_names(sampler, 1) <= shm_names()
+    lines = [r.getMessage() for r in caplog.records if "replaced in" in r.getMessage()]
+    assert len(lines) == 2 and all(f"{kind.__name__}: worker 1 (pid " in line for line in lines)
+    assert f"(pid {dead} on " in lines[0] and "died: " in lines[0]
+    assert "SIGKILL" in lines[1]
+    assert shm_names() == before
+    wait_until(lambda: no_actors(cluster), what="every slot to be free again")
+
+
+def test_async_replaces_a_killed_worker_and_drops_its_batches(cluster):
+    before = shm_names()
+    wait_until(lambda: no_actors(cluster), what="a cluster without actors")
+    learner, old = LinearAgent(), LinearAgent().w
+    n, seed = SIZES["envs_per_worker"], SIZES["seed"]
+    with AsyncSampler(ENV_FN, learner, **SIZES, restart=True) as sampler:
+        lengths = Lengths(sampler.num_workers * n)
+        seen = {0: 0, 1: 0}
+        while min(seen.values()) < 2:  # bounded: the batches come from either worker
+            assert sum(seen.values()) < 100, seen
+            batch = sampler.collect()
+            lengths.add(batch, batch.worker * n)
+            seen[batch.worker] += 1
+        learner.set_weights({"w": -old})
+        sampler.sync_weights()
+        kill_worker(sampler, 1)
+        replaced = None
+        for _ in range(200):  # until the new worker 1's first batch
+            batch = sampler.collect()
+            fresh = ()
+            if batch.worker == 1 and sampler.restarts == 1 and replaced is None:
+                fresh = (n, n + 1)
+                replaced = batch
+            lengths.add(batch, batch.worker * n, fresh)
+            if replaced is not None:
+                break
+        assert replaced is not None and sampler.restarts == 1
+        assert replaced.obs.shape == (SIZES["horizon"], n, 4)
+        assert replaced.weights_version == 1
+        for j in range(n):
+            np.testing.assert_array_equal(replaced.obs[0, j], first_obs(seed + n + j + STRIDE))
+        scores = (replaced.obs[..., None] * -old).sum(axis=2)
+        np.testing.assert_array_equal(replaced.actions, scores.argmax(axis=-1))
+        assert sorted(e.length for e in sampler.episodes()) == sorted(lengths.ended)
+    assert shm_names() == before
+    wait_until(lambda: no_actors(cluster), what="every slot to be free again")
+
+
+class AlwaysFail(AtStep):
+    """Raises at step `at` of the column first reset with seed `column`, whatever its stream."""
+
+    def reset(self, *, seed=None, options=None):
+        if self.first_seed is None and seed is not None:
+            self.first_seed = seed % STRIDE
+        return gym.Wrapper.reset(self, seed=seed, options=options)
+
+    def hit(self) -> None:
+        raise ValueError(f"column {self.column} failed at step {self.at}")
+
+
+def always_failing_env(column: int, at: int) -> gym.Env:
+    return AlwaysFail(ENV_FN(), column, at)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_environment_that_keeps_raising_stops_after_max_restarts_with_its_error(cluster, kind):
+    before = shm_names()
+    wait_until(lambda: no_actors(cluster), what="a cluster without actors")
+    env_fn = functools.partial(always_failing_env, SIZES["seed"] + 2, 3)  # worker 1's first
+    with kind(env_fn, LinearAgent(), **SIZES, restart=True, max_restarts=2) as sampler:
+        with pytest.raises(
+            SamplerWorkerError, match=r"worker 1's environment failed 3 times"
+        ) as excinfo:
+            for _ in range(20):  # bounded: AsyncSampler's batches of worker 0 come meanwhile
+                sampler.collect()
+        cause = excinfo.value.__cause__
+        assert isinstance(cause, parl.RemoteError) and isinstance(cause, ValueError)
+        assert f"column {SIZES['seed'] + 2} failed at step 3" in str(cause)
+        notes = "\n".join(getattr(cause, "__notes__", []))
+        assert "remote traceback" in notes and "in hit" in notes  # the environment's own
+        assert sampler.restarts == 2
+        with pytest.raises(RuntimeError, match="closed"):
+            sampler.collect()
+    assert shm_names() == before
+    wait_until(lambda: no_actors(cluster), what="every slot to be free again")
+
+
+@pytest.mark.parametrize("bad", [{"max_restarts": -1}, {"restart_timeout": 0}])
+def test_restart_arguments_are_checked(cluster, bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        ParallelSampler(ENV_FN, LinearAgent(), **SIZES, restart=True, **bad)
