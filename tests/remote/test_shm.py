@@ -1,8 +1,10 @@
 """Large arrays through shared memory between a client and an actor of one host (real clusters).
 
 Each process counts the messages it received through a segment (`_shm.received()`): an actor's
-`seen` says whether its argument came that way, `shared` whether a result did. `/dev/shm` is
-listed before and after, filtered by the cluster's prefix, to prove that nothing is left behind.
+`seen` says whether its argument came that way, `shared` whether a result did. Segments are
+memfds: `segments` lists those that the processes of this host hold by their descriptors,
+filtered by the cluster's prefix, to prove that nothing is left behind; and `/dev/shm` is
+listed before and after a whole cluster is killed at once.
 """
 
 from __future__ import annotations
@@ -94,7 +96,19 @@ class FutureArrays(ArrayMethods):
 
 
 def segments(tag: str) -> list[str]:
-    return sorted(n for n in os.listdir(_shm.SHM_DIR) if n.startswith(f"parl-{tag}-"))
+    """The segments of cluster `tag` that a process of this host holds a descriptor of (its
+    owner's, or a mapping's: Python's `mmap` keeps one)."""
+    prefix, found = f"/memfd:parl-{tag}-", set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith(prefix):
+                        found.add(target[len("/memfd:") :].removesuffix(" (deleted)"))
+    return sorted(found)
 
 
 @pytest.fixture(scope="module")
@@ -369,12 +383,13 @@ def _forged_frame(ref: bytes) -> bytes:
 @pytest.mark.parametrize(
     "ref",
     [
-        _shm.encode_ref("../../etc/passwd", [4]),
-        _shm.encode_ref("parl-000000000000-1-1", [4]),
-        b"\x92\xa3abc",  # truncated
-        None,  # a well-formed name of ours, longer than the file
+        _shm.encode_ref("../../etc/passwd", 0, [4]),
+        _shm.encode_ref("parl-000000000000-1-1", 0, [4]),
+        b"\x93\xa3abc",  # truncated
+        "not-a-segment",  # a descriptor of the client's that is no segment
+        "wrong-length",  # a segment of ours, shorter than the reference says
     ],
-    ids=["traversal", "other-cluster", "truncated", "wrong-length"],
+    ids=["traversal", "other-cluster", "truncated", "not-a-segment", "wrong-length"],
 )
 def test_forged_reference_closes_only_that_connection(client, ref):
     from parl_remote.wire._transport import SyncConnection
@@ -382,19 +397,23 @@ def test_forged_reference_closes_only_that_connection(client, ref):
     a = Arrays()
     host, port = _actor_address(a)
     token = os.environ["PARL_CLUSTER_TOKEN"].encode()
-    if ref is None:
-        name = _shm.segment_name(client, os.getpid(), 10**9)
-        path = os.path.join(_shm.SHM_DIR, name)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        os.write(fd, b"1234")
-        os.close(fd)
-        ref = _shm.encode_ref(name, [1 << 20])
+    name = _shm.segment_name(client, os.getpid(), 10**9)
+    opened = None
+    if ref == "not-a-segment":
+        opened = os.open(__file__, os.O_RDONLY)
+        ref = _shm.encode_ref(name, opened, [4])
+    elif ref == "wrong-length":
+        opened = os.memfd_create(name)
+        os.write(opened, b"1234")
+        ref = _shm.encode_ref(name, opened, [1 << 20])
     conn = SyncConnection.open(host, port, token=token, role="client", expect="actor")
     assert conn.proto.shm is not None  # same host: references are taken
     conn.sock.sendall(_forged_frame(ref))
     conn.sock.settimeout(10)
     assert conn.sock.recv(1) == b""  # the actor closed this connection
     conn.close()
+    if opened is not None:
+        os.close(opened)
     x = np.ones(1 << 18)
     assert a.seen(x) == (True, float(x.sum()))  # and serves the others
 
@@ -409,7 +428,7 @@ def test_unauthenticated_peer_gets_nowhere(client):
     host, port = _actor_address(a)
     with socket.create_connection((host, port), timeout=10) as s:
         s.settimeout(10)
-        s.sendall(_forged_frame(_shm.encode_ref("parl-x-1-1", [4])))
+        s.sendall(_forged_frame(_shm.encode_ref("parl-x-1-1", 3, [4])))
         with contextlib.suppress(ConnectionResetError):
             while s.recv(4096):  # the challenge, then the end
                 pass
@@ -419,16 +438,12 @@ def test_unauthenticated_peer_gets_nowhere(client):
 # -- the protocol alone (no cluster) -------------------------------------------------------------
 @pytest.fixture
 def new_store():
-    """`new_store(cap)`: a store of a fresh cluster; its segments are swept even if a test fails."""
-    stores = []
+    """`new_store(cap)`: a store of a fresh cluster (its segments are this process's memfds)."""
 
     def make(cap: int = 1 << 30) -> _shm.SegmentStore:
-        stores.append(_shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, cap))
-        return stores[-1]
+        return _shm.SegmentStore(_shm.cluster_tag(os.urandom(8)), MIN, cap)
 
-    yield make
-    for store in stores:
-        _shm.sweep(store.tag)
+    return make
 
 
 def _pair(client_host: str, actor_host: str, store) -> tuple:
@@ -484,7 +499,14 @@ def pickle_buffer(x):
 
 @pytest.mark.parametrize(
     "ref",
-    [b"", b"\xc1", _shm.encode_ref("parl-abc-1-1/../../x", [1]), _shm.encode_ref("x", [1])],
+    [
+        b"",
+        b"\xc1",
+        _shm.encode_ref("parl-abc-1-1/../../x", 3, [1]),
+        _shm.encode_ref("x", 3, [1]),
+        _shm.encode_ref("parl-abc-1-1", -1, [1]),
+        _shm.encode_ref("parl-abc-1-1", 1 << 40, [1]),
+    ],
 )
 def test_hostile_references_are_protocol_errors(ref):
     from parl_remote._exceptions import ProtocolError
@@ -497,29 +519,16 @@ def test_reference_limits():
     from parl_remote._exceptions import ProtocolError
 
     pattern = _shm.name_pattern("abc")
-    assert _shm.decode_ref(_shm.encode_ref("parl-abc-1-2", [5, 7]), pattern, 100, 4) == (
+    assert _shm.decode_ref(_shm.encode_ref("parl-abc-1-2", 9, [5, 7]), pattern, 100, 4) == (
         "parl-abc-1-2",
+        9,
         [5, 7],
     )
     for lengths in ([-1], [], [1] * 5, [101]):
         with pytest.raises(ProtocolError):
-            _shm.decode_ref(_shm.encode_ref("parl-abc-1-2", lengths), pattern, 100, 4)
+            _shm.decode_ref(_shm.encode_ref("parl-abc-1-2", 9, lengths), pattern, 100, 4)
     assert _shm.layout([1, 64, 65]) == ([0, 64, 128], 256)
     assert not _shm.wants_segment([MIN], 0) and _shm.wants_segment([MIN - 1, 1], MIN)
-
-
-def test_sweep_removes_only_the_named_process_or_cluster():
-    tag, other = _shm.cluster_tag(os.urandom(8)), _shm.cluster_tag(os.urandom(8))
-    names = [_shm.segment_name(tag, 11, 1), _shm.segment_name(tag, 12, 1)]
-    names.append(_shm.segment_name(other, 11, 1))
-    for name in names:
-        os.close(os.open(os.path.join(_shm.SHM_DIR, name), os.O_CREAT | os.O_EXCL, 0o600))
-    try:
-        assert _shm.sweep(tag, 11) == 1 and segments(tag) == [names[1]]
-        assert _shm.sweep(tag) == 1 and segments(tag) == [] and segments(other) == [names[2]]
-    finally:
-        _shm.sweep(other)
-    assert segments(other) == []
 
 
 def _dead_pid() -> int:
@@ -534,37 +543,69 @@ def _dead_pid() -> int:
     return int(child.stdout)
 
 
-def _touch(name: str) -> str:
-    path = os.path.join(_shm.SHM_DIR, name)
-    os.close(os.open(path, os.O_CREAT | os.O_EXCL, 0o600))
-    return path
+KILL_ALL = """
+    import os, sys, time, numpy as np, parl
+
+    parl.connect(os.environ["ADDRESS"])
+
+    @parl.remote_class
+    class Echo:
+        def echo(self, x):
+            return x
+
+        def hold(self, x):
+            self.x = x  # held: its segment stays lent to this actor
+            return x.nbytes
+
+    actors = [Echo(), Echo()]
+    kept = [a.echo(np.full(1 << 18, i)) for i, a in enumerate(actors)]  # the client's, mapped
+    assert [a.hold(np.ones(1 << 19)) for a in actors] == [1 << 22] * 2
+    futures = [a.echo(np.ones(1 << 20)) for a in actors]  # and one each on its way
+    print("ready", flush=True)
+    time.sleep(60)
+"""
 
 
-def test_the_dead_owner_sweep_removes_only_segments_whose_process_is_gone():
-    tag, dead = _shm.cluster_tag(os.urandom(8)), _dead_pid()
-    gone = [_shm.segment_name(tag, dead, 1), _shm.segment_name(tag, dead, 2)]
-    kept = [_shm.segment_name(tag, os.getpid(), 1), _shm.segment_name(tag, 0, 1)]
-    kept.append(f"parl-{tag}-{dead}-x")  # not a segment's name
-    for name in gone + kept:
-        _touch(name)
+def test_a_cluster_killed_whole_leaves_nothing_in_dev_shm(tmp_path):
+    """Master, worker, actors and client killed with SIGKILL at once, mid-traffic: `/dev/shm`
+    is as it was, and no segment of the cluster is left in any process of this host."""
+    before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    cluster = make_cluster(tmp_path, workers=(2,))
+    tag = _shm.cluster_tag(cluster.env["PARL_CLUSTER_TOKEN"].encode())
+    client = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(KILL_ALL)],
+        env=dict(cluster.env, ADDRESS=cluster.address),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
-        assert _shm.sweep_dead_owners() >= 2
-        assert segments(tag) == sorted(kept)
+        assert client.stdout.readline() == "ready\n"
+        assert segments(tag)  # the traffic did go through segments (the check can fail)
+        pids = [*cluster.processes(), client.pid]
+        assert len(pids) >= 5  # master, worker, two actors, client
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        client.wait(10)
+        wait_until(lambda: not any(_alive(p) for p in pids), what="every process gone")
+        assert not segments(tag)
+        after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+        assert {n for n in after - before if tag in n} == set()
     finally:
-        for name in kept:
-            _shm.unlink(os.path.join(_shm.SHM_DIR, name))
-
-
-def test_a_starting_cluster_removes_what_a_cluster_killed_whole_left(tmp_path):
-    """Every process of a cluster killed at once: nothing swept its segments but the next start."""
-    tag, dead = _shm.cluster_tag(os.urandom(8)), _dead_pid()
-    path = _touch(_shm.segment_name(tag, dead, 7))
-    try:
-        cluster = make_cluster(tmp_path, workers=(1,))
+        client.kill()
+        client.wait(10)
+        client.stdout.close()
         cluster.stop()
-        assert not os.path.exists(path)
-    finally:
-        _shm.unlink(path)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_a_starting_worker_removes_the_directory_of_a_worker_killed_before(tmp_path):
@@ -659,7 +700,7 @@ def test_staged_buffers_leave_without_another_copy(new_store):
     assert len(segments(store.tag)) == 1  # the staged segment is the one sent
     _, buffers = actor.next_event()
     np.testing.assert_array_equal(np.frombuffer(buffers[0]), np.arange(1 << 16))
-    del buffers
+    del buffers, staged  # a segment lives while a process maps it
     actor.release_segments()
     client.release_segments()
     assert not segments(store.tag)
@@ -733,10 +774,12 @@ def test_a_segment_its_owner_removes_is_unmapped_by_the_peer(new_store):
 
     for nbytes in sizes:  # each needs a larger segment than the last: six, then two removed
         round_trip(nbytes)
-    assert len(segments(store.tag)) == 4  # four kept free; the last removed is still mapped
-    assert set(segments(store.tag)) < set(actor.shm._maps)
+    owned = {segment.name for segment in client.shm._free}
+    assert len(owned) == 4  # four kept free, two removed: alive while the actor maps them
+    assert set(segments(store.tag)) == set(actor.shm._maps) > owned
     round_trip(1 << 20)  # the client tells the actor which it removed...
-    assert set(actor.shm._maps) == set(segments(store.tag))  # ...and the actor unmaps them
+    owned = {segment.name for segment in client.shm._free}
+    assert set(actor.shm._maps) == set(segments(store.tag)) == owned  # ...and they are gone
     actor.release_segments()
     client.release_segments()
 
@@ -776,6 +819,7 @@ def test_a_staged_message_that_is_never_sent_frees_its_segment(new_store):
     views = client.shm.stage([pickle_buffer(np.ones(1 << 16, dtype=np.uint8))])
     client.shm.unstage(views)  # its message went on another connection
     assert not client.shm._lent and len(segments(store.tag)) == 1
+    del views  # a segment lives while a process maps it
     actor.release_segments()
     client.release_segments()
     assert not segments(store.tag) and store.held == 0

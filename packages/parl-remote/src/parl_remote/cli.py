@@ -36,7 +36,6 @@ from parl_remote.actor._preload import preload_names
 from parl_remote.engines.xparl import _cluster
 from parl_remote.engines.xparl._drivers import request
 from parl_remote.security import _tls
-from parl_remote.wire import _shm
 from parl_remote.wire._transport import SyncConnection
 from parl_remote.wire.protocol import messages as m
 
@@ -416,9 +415,6 @@ def _cmd_stop(args: argparse.Namespace) -> int:
     for path in [state_file, *worker_files]:
         if os.path.exists(path):
             os.unlink(path)
-    token = load_token()
-    if token is not None:  # shared-memory segments its processes left on this machine
-        _shm.sweep(_shm.cluster_tag(token))
     print(f"PARL cluster on port {port} stopped ({stopped} local processes ended by PID)")
     return 0
 

@@ -77,10 +77,14 @@ def _installed_roots() -> tuple[str, ...]:
     return tuple(sorted(roots))
 
 
+_NEVER_SHIPPED = frozenset(("__main__", "parl_remote"))
+"""The script travels by value; the runtime is the actor's own (a copy would split its state)."""
+
+
 @functools.lru_cache(maxsize=8192)
 def _is_user_module(name: str, path: str) -> bool:
     top = name.partition(".")[0]
-    if top in _installed_top_levels() or top in sys.stdlib_module_names or top == "__main__":
+    if top in _installed_top_levels() or top in sys.stdlib_module_names or top in _NEVER_SHIPPED:
         return False
     real = os.path.realpath(path)
     return not any(real.startswith(d + os.sep) for d in (*_system_dirs(), *_installed_roots()))

@@ -21,7 +21,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 import uuid
@@ -36,7 +35,6 @@ from parl_remote.actor._preload import learn, preload_names
 from parl_remote.master._apps import serve_master_app
 from parl_remote.master._placement import Placement, Send
 from parl_remote.master._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
-from parl_remote.wire import _shm
 from parl_remote.wire._transport import AsyncConnection, serve_async
 from parl_remote.wire.protocol import messages as m
 
@@ -87,7 +85,6 @@ class Master:
         self._done = loop.create_future()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop, f"received {signal.Signals(sig).name}")
-        _shm.sweep_dead_owners()
         self._server = await serve_async(
             self.host,
             self.port,
@@ -248,9 +245,6 @@ class Master:
             client.conn.context = None
             client.conn.close()
         self.placement.client_gone(client)
-        if self.token is not None and client.hostname == socket.gethostname():
-            # Segments it wrote but was killed before sending (pids are per host).
-            _shm.sweep(_shm.cluster_tag(self.token), client.pid)
         for actor_id in list(client.actors):
             actor = self.registry.actors.get(actor_id)
             if actor is not None:

@@ -3,15 +3,18 @@
 When both ends of an authenticated data connection (a client and an actor) run on the same
 host, a message whose out-of-band buffers (numpy arrays, torch CPU tensors) total at least
 `PARL_SHM_MIN_BYTES` does not send them through the socket: the sender writes them once into a
-segment it owns, a file under `/dev/shm` of mode 0600 named `parl-<cluster>-<pid>-<n>` (the
+segment it owns, an anonymous file (`memfd_create`) named `parl-<cluster>-<pid>-<n>` (the
 cluster is a digest of its token, the pid the owner's), and the frame carries only a reference
-(the name and the buffers' lengths). The receiver validates the reference and unpickles the
-arrays straight from its mapping of the segment: no copy on receipt. They are ordinary,
-writable numpy arrays, valid for as long as the user holds them, whatever calls come later:
-the segment is lent to the receiver until nothing of it is left there, and only then handed
-back to its owner, with the receiver's next frame on that connection. Segments are pooled per
-connection and stay mapped on both ends, so that steady traffic writes and reads pages that
-are already there: no file is created, sized, mapped, faulted in or removed per message.
+(the name, the owner's descriptor of the file, and the buffers' lengths). The receiver
+validates the reference, opens the file through the owner's descriptor
+(`/proc/<pid>/fd/<fd>`, which the kernel grants to a process of the same user only), checks
+that it is the memfd of that name, maps it and closes its own descriptor, and unpickles the
+arrays straight from its mapping: no copy on receipt. They are ordinary, writable numpy
+arrays, valid for as long as the user holds them, whatever calls come later: the segment is
+lent to the receiver until nothing of it is left there, and only then handed back to its
+owner, with the receiver's next frame on that connection. Segments are pooled per connection
+and stay mapped on both ends, so that steady traffic writes and reads pages that are already
+there: no file is created, sized, mapped, faulted in or removed per message.
 
 Two parts, as in the rest of the protocol:
 
@@ -22,20 +25,18 @@ Two parts, as in the rest of the protocol:
   the pool lent to the peer, the peer's segments mapped here), the thin part that touches
   files.
 
-A connection's segments are removed when it closes; those of a process killed before it could
-are removed by the worker when an actor process dies, by the master when a client on its host
-dies, and by `xparl stop` (`sweep`); those of a cluster killed whole, by the next master or
-worker to start on that host (`sweep_dead_owners`). A process whose segments reach
-`PARL_SHM_MAX_BYTES` in all sends through the socket instead: a call never fails for want of
-shared memory.
+A segment has no name in any file system: it lives while its owner holds its descriptor or a
+process maps it, and the kernel frees it when the last of them lets go, however they end. A
+connection's segments go when it closes; a process killed, or a cluster killed whole (every
+process at once, with SIGKILL), leaves nothing behind in `/dev/shm` or anywhere else, and
+nothing is there to sweep. A process whose segments reach `PARL_SHM_MAX_BYTES` in all sends
+through the socket instead: a call never fails for want of shared memory.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
-import logging
 import os
 import re
 import socket
@@ -44,14 +45,11 @@ import threading
 import msgspec
 
 from parl_remote._exceptions import ProtocolError
-from parl_remote._util import pid_runs
-
-logger = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_REF",
-    "SHM_DIR",
     "SegmentStore",
+    "available",
     "cluster_tag",
     "decode_ref",
     "decode_returns",
@@ -66,17 +64,14 @@ __all__ = [
     "segment_name",
     "size_class",
     "store",
-    "sweep",
-    "sweep_dead_owners",
-    "unlink",
     "wants_segment",
 ]
 
-SHM_DIR = "/dev/shm"
 _ALIGN = 64
 MAX_REF = 4096
 _MIN_SEGMENT = 64 << 10
-_ref_decoder = msgspec.msgpack.Decoder(tuple[str, list[int]])
+_MAX_FD = 1 << 31
+_ref_decoder = msgspec.msgpack.Decoder(tuple[str, int, list[int]])
 _ref_encoder = msgspec.msgpack.Encoder()
 _returns_decoder = msgspec.msgpack.Decoder(list[str])
 
@@ -152,30 +147,32 @@ def name_pattern(tag: str) -> re.Pattern[str]:
     return re.compile(rf"parl-{re.escape(tag)}-[0-9]{{1,10}}-[0-9]{{1,20}}")
 
 
-def encode_ref(name: str, lengths: list[int]) -> bytes:
-    """The reference a frame carries instead of its buffers."""
-    return _ref_encoder.encode((name, lengths))
+def encode_ref(name: str, fd: int, lengths: list[int]) -> bytes:
+    """The reference a frame carries instead of its buffers: the segment, its owner's fd."""
+    return _ref_encoder.encode((name, fd, lengths))
 
 
 def decode_ref(
     data: bytes | memoryview, pattern: re.Pattern[str], max_total: int, max_buffers: int
-) -> tuple[str, list[int]]:
+) -> tuple[str, int, list[int]]:
     """Read and check a reference; anything hostile or truncated raises `ProtocolError`."""
     if len(data) > MAX_REF:
         raise ProtocolError(f"a shared-memory reference of {len(data)} bytes (at most {MAX_REF})")
     try:
-        name, lengths = _ref_decoder.decode(data)
+        name, fd, lengths = _ref_decoder.decode(data)
     except Exception as exc:
         raise ProtocolError(f"an undecodable shared-memory reference: {exc}") from None
     if not pattern.fullmatch(name):
         raise ProtocolError(f"a shared-memory reference to {name[:80]!r}, not a segment of ours")
+    if not 0 <= fd < _MAX_FD:
+        raise ProtocolError(f"a shared-memory reference to descriptor {fd}")
     if not lengths or len(lengths) > max_buffers or min(lengths) < 0:
         raise ProtocolError(f"a shared-memory reference with {len(lengths)} bad buffer lengths")
     if sum(lengths) > max_total:
         raise ProtocolError(
             f"a shared-memory reference of {sum(lengths)} bytes; the limit is {max_total}"
         )
-    return name, lengths
+    return name, fd, lengths
 
 
 def encode_returns(names: list[str]) -> bytes:
@@ -247,61 +244,6 @@ def size_class(size: int) -> int:
     return -(-size // step) * step
 
 
-def unlink(path: str) -> None:
-    """Remove a file, if it is still there."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-
-
-def sweep(tag: str, pid: int | None = None) -> int:
-    """Remove the segments of cluster `tag` (only those of process `pid` if given); how many."""
-    prefix = f"parl-{tag}-" + ("" if pid is None else f"{pid}-")
-    pattern = name_pattern(tag)
-    removed = 0
-    try:
-        names = os.listdir(SHM_DIR)
-    except OSError:
-        return 0
-    for name in names:
-        if name.startswith(prefix) and pattern.fullmatch(name):
-            unlink(os.path.join(SHM_DIR, name))
-            removed += 1
-    return removed
-
-
-_ANY_CLUSTER = re.compile(r"parl-[0-9a-f]{12}-([0-9]{1,10})-[0-9]{1,20}")
-
-
-def sweep_dead_owners() -> int:
-    """Remove this user's segments, of any cluster, whose owning process no longer runs; how many.
-
-    A cluster removes the segments of its own processes that die, but a cluster killed whole
-    (every process at once, with SIGKILL) is left with no process to do it: its segments stay
-    in `/dev/shm`, taking memory, until the host restarts. The master and every worker call
-    this as they start. A segment goes only if its name is a segment's, its file is this
-    user's, and the pid in its name runs no process (another user's process counts as
-    running).
-    """
-    removed = 0
-    try:
-        names = os.listdir(SHM_DIR)
-    except OSError:
-        return 0
-    uid = os.getuid()
-    for name in names:
-        match = _ANY_CLUSTER.fullmatch(name)
-        if match is None or pid_runs(int(match[1])):
-            continue
-        path = os.path.join(SHM_DIR, name)
-        with contextlib.suppress(OSError):
-            if os.lstat(path).st_uid == uid:
-                os.unlink(path)
-                removed += 1
-    if removed:
-        logger.info("removed %d shared-memory segments of processes that are gone", removed)
-    return removed
-
-
 def received() -> int:
     """How many messages this process has received through segments (any cluster)."""
     return sum(s.received for s in _STORE)
@@ -311,9 +253,14 @@ _STORE: list[SegmentStore] = []
 _STORE_LOCK = threading.Lock()
 
 
+def available() -> bool:
+    """Whether this system has what segments need: `memfd_create` and `/proc/<pid>/fd`."""
+    return hasattr(os, "memfd_create") and os.path.isdir(f"/proc/{os.getpid()}/fd")
+
+
 def store(token: bytes | None) -> SegmentStore | None:
     """This process's store for the cluster of `token`, or None when sharing is off."""
-    if token is None or not os.path.isdir(SHM_DIR):
+    if token is None or not available():
         return None
     threshold = min_bytes()
     if threshold == 0:

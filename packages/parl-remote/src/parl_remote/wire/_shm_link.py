@@ -21,14 +21,13 @@ from typing import Any
 from parl_remote._exceptions import ProtocolError
 from parl_remote._util import loaded_module
 from parl_remote.wire._shm import (
-    SHM_DIR,
     SegmentStore,
     decode_ref,
+    encode_ref,
     encode_returns,
     layout,
     segment_name,
     size_class,
-    unlink,
 )
 
 __all__ = ["SharedLink"]
@@ -41,12 +40,12 @@ _FRAME_HEAD = struct.Struct("<II")  # as in protocol.connection
 
 
 class _Segment:
-    """One segment this process owns: its file's name and a shared, writable mapping."""
+    """One segment this process owns: its name, its descriptor and a shared, writable mapping."""
 
-    __slots__ = ("map", "name", "size")
+    __slots__ = ("fd", "map", "name", "size")
 
-    def __init__(self, name: str, size: int, mapping: mmap.mmap) -> None:
-        self.name, self.size, self.map = name, size, mapping
+    def __init__(self, name: str, fd: int, size: int, mapping: mmap.mmap) -> None:
+        self.name, self.fd, self.size, self.map = name, fd, size, mapping
 
 
 class SharedLink:
@@ -76,18 +75,18 @@ class SharedLink:
         self._maps: dict[str, mmap.mmap] = {}  # the peer's, least recently used first
         self.owed: deque[str] = deque()
         """The peer's segments this end is done with, to hand back (finalizers append: no lock)."""
-        self._staged: dict[int, str] = {}  # the id of a staged segment's mapping: its name
+        self._staged: dict[int, tuple[str, int]] = {}  # a staged mapping's id: its name, fd
         self._own = segment_name(store.tag, os.getpid(), 0).rpartition("-")[0] + "-"  # ours
         self.closed = False
 
     # -- sending -----------------------------------------------------------------------------
-    def place(self, raws: list[Any], lengths: list[int]) -> str | None:
-        """Write the buffers into a segment lent to the peer; its name, or None (the socket).
+    def place(self, raws: list[Any], lengths: list[int]) -> bytes | None:
+        """Write the buffers into a segment lent to the peer; its reference, or None (the socket).
 
-        Buffers that `stage` returned are in their segment already: its name, no copy.
+        Buffers that `stage` returned are in their segment already: its reference, no copy.
         """
-        if self._staged and (name := self._staged.pop(id(raws[0].obj), None)) is not None:
-            return name
+        if self._staged and (ref := self._staged.pop(id(raws[0].obj), None)) is not None:
+            return encode_ref(ref[0], ref[1], lengths)
         offsets, size = layout(lengths)
         segment = self._borrow(size)
         if segment is None:
@@ -95,7 +94,7 @@ class SharedLink:
         mapping = segment.map
         for raw, offset, n in zip(raws, offsets, lengths, strict=True):
             mapping[offset : offset + n] = raw
-        return segment.name
+        return encode_ref(segment.name, segment.fd, lengths)
 
     def took(self, buffers: list[Any] | tuple[Any, ...]) -> bool:
         """Whether a message with these buffers, sent on this link, holds no view of them.
@@ -120,7 +119,7 @@ class SharedLink:
         for raw, offset, n in zip(raws, offsets, lengths, strict=True):
             view[offset : offset + n] = raw.cast("B")
         with self._lock:
-            self._staged[id(segment.map)] = segment.name
+            self._staged[id(segment.map)] = (segment.name, segment.fd)
         return [view[o : o + n] for o, n in zip(offsets, lengths, strict=True)]
 
     def unstage(self, views: list[Any]) -> None:
@@ -131,9 +130,9 @@ class SharedLink:
         if not self._staged:
             return
         with self._lock:
-            name = self._staged.pop(id(views[0].obj), None)
-        if name is not None:
-            self.returned([name])
+            staged = self._staged.pop(id(views[0].obj), None)
+        if staged is not None:
+            self.returned([staged[0]])
 
     def _borrow(self, size: int) -> _Segment | None:
         with self._lock:
@@ -155,7 +154,7 @@ class SharedLink:
             if segment is None or self.closed:
                 self.store.unreserve(full)
                 if segment is not None:
-                    unlink(os.path.join(SHM_DIR, segment.name))
+                    os.close(segment.fd)
                 return None
             self._lent[segment.name] = segment
         return segment
@@ -185,7 +184,7 @@ class SharedLink:
 
     def _remove(self, segments: list[_Segment], *, tell: bool = True) -> None:
         for segment in segments:
-            unlink(os.path.join(SHM_DIR, segment.name))
+            os.close(segment.fd)  # the pages go once no mapping holds them either
             self.store.unreserve(segment.size)
             if tell:  # the peer's mapping would keep its pages: it forgets it when told
                 self.owed.append(segment.name)
@@ -198,11 +197,11 @@ class SharedLink:
         back to the peer when the last view (or array made from one) is gone. Views need
         numpy, which unpickling the arrays imports; until it is, the buffers are copied out.
         """
-        name, lengths = decode_ref(ref, self.store.pattern, max_total, max_buffers)
+        name, fd, lengths = decode_ref(ref, self.store.pattern, max_total, max_buffers)
         offsets, size = layout(lengths)
         mapping = self._maps.pop(name, None)
         if mapping is None:
-            mapping = _map(name, size)
+            mapping = _map(name, fd, size)
             if len(self._maps) >= _MAPS_MAX:
                 del self._maps[next(iter(self._maps))]
         self._maps[name] = mapping  # the most recently used last
@@ -250,41 +249,39 @@ class SharedLink:
 
 
 def _create(name: str, size: int) -> _Segment | None:
-    """A new segment of `size` bytes, its pages allocated and mapped; None if /dev/shm is full."""
-    path = os.path.join(SHM_DIR, name)
+    """A new segment of `size` bytes, its pages allocated and mapped; None if memory is short."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
     except OSError:
         return None
     try:
         os.posix_fallocate(fd, 0, size)  # ENOSPC now, rather than SIGBUS when written
         mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE)
     except OSError:
-        unlink(path)
-        return None
-    finally:
         os.close(fd)
-    return _Segment(name, size, mapping)
+        return None
+    return _Segment(name, fd, size, mapping)
 
 
-def _map(name: str, size: int) -> mmap.mmap:
-    """Map the peer's segment `name` after checking it is a file of ours."""
-    path = os.path.join(SHM_DIR, name)
+def _map(name: str, fd: int, size: int) -> mmap.mmap:
+    """Map the peer's segment `name`, through its owner's descriptor `fd`, once it checks."""
+    owner = int(name.rsplit("-", 2)[1])  # the name matched the store's pattern
     try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        mine = os.open(f"/proc/{owner}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
     except OSError as exc:
         raise ProtocolError(f"the shared-memory segment {name} cannot be opened: {exc}") from None
     try:
-        info = os.fstat(fd)
+        # What was opened, checked on this end's own descriptor: the owner's may have changed.
+        if os.readlink(f"/proc/self/fd/{mine}") != f"/memfd:{name} (deleted)":
+            raise ProtocolError(f"descriptor {fd} of process {owner} is not the segment {name}")
+        info = os.fstat(mine)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
             raise ProtocolError(f"the shared-memory segment {name} is not a file of ours")
-        if info.st_mode & 0o077:
-            raise ProtocolError(f"the shared-memory segment {name} is open to other users")
         if info.st_size < max(size, 1):
             raise ProtocolError(
                 f"the shared-memory segment {name} holds {info.st_size} bytes, "
                 f"the reference says {size}"
             )
-        return mmap.mmap(fd, info.st_size, flags=mmap.MAP_SHARED | _POPULATE)
+        return mmap.mmap(mine, info.st_size, flags=mmap.MAP_SHARED | _POPULATE)
     finally:
-        os.close(fd)
+        os.close(mine)

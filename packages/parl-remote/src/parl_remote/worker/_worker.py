@@ -38,7 +38,6 @@ from parl_remote._loop import run
 from parl_remote._util import available_cpus, describe_exit, owner_alive, write_json_atomic
 from parl_remote.actor._preload import learn
 from parl_remote.security import _tls_join
-from parl_remote.wire import _shm
 from parl_remote.wire._link import MasterLink
 from parl_remote.wire._transport import AsyncConnection
 from parl_remote.wire.protocol import messages as m
@@ -109,7 +108,6 @@ class Worker:
         self._warm_changed = asyncio.Condition()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop, f"received {signal.Signals(sig).name}")
-        _shm.sweep_dead_owners()
         _util.sweep_dead_dirs("worker")
         try:
             await self.link.connect()
@@ -418,8 +416,6 @@ class Worker:
             await asyncio.wait_for(asyncio.gather(*host.readers, return_exceptions=True), 0.5)
         self.logs.flush()
         self.hosts.discard(host)
-        if self.token is not None:  # segments it wrote that no receiver mapped
-            _shm.sweep(_shm.cluster_tag(self.token), host.proc.pid)
         os.close(host.death_w)
         if host.ctl is not None:
             host.ctl.close()

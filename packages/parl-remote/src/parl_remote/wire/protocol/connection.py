@@ -131,9 +131,8 @@ class Connection(Handshake):
             raise ProtocolError(self._too_large(total))
         pre = shm.returns(RETURN_FLAG) if shm is not None and shm.owed else b""
         if shm is not None and total - len(envelope) >= shm.threshold:
-            name = shm.place(raws, lengths)
-            if name is not None:
-                ref = _shm.encode_ref(name, lengths)
+            ref = shm.place(raws, lengths)
+            if ref is not None:
                 head = _HEADER.pack(len(envelope), 1 | SHM_FLAG) + _LENGTH.pack(len(ref))
                 return [pre + head + envelope, ref]
             # Over the cap: the socket carries them, copied, as a caller that skipped its own

@@ -88,7 +88,7 @@ __all__ = [
     "encoder",
 ]
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # 3: a shared-memory reference names its owner's descriptor (memfd)
 
 
 class _Msg(msgspec.Struct, frozen=True, tag=True, array_like=True, forbid_unknown_fields=False):
