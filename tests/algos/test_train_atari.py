@@ -194,7 +194,7 @@ def test_learning_rewards_are_clipped_while_reported_returns_are_the_scores(tmp_
         returns = [float(r["mean_return"]) for r in csv.DictReader(f) if r["mean_return"]]
     assert returns and min(returns) >= 100.0 * 50  # the scores of episodes of 50 steps or more
     with open(Path(latest_checkpoint(str(tmp_path / "run"))) / "state.pkl", "rb") as f:
-        memory = pickle.load(f)["objects"]["memory"]
+        memory = pickle.load(f)["trainer"]["memory"]
     assert isinstance(memory, ReplayMemory) and memory.obs.dtype == np.uint8
     assert memory.obs.shape == (500, 4, 84, 84) and memory.size() == 500
     assert set(np.unique(memory.reward).tolist()) == {1.0}
@@ -221,7 +221,7 @@ def test_ape_x_learns_from_uint8_frames_with_two_actors(tmp_path):
     assert int(written[-1]["env_step"]) >= 400 and any(r["loss"] for r in written)
     assert "evaluation mean return" in (logdir / "log.log").read_text()
     with open(Path(latest_checkpoint(str(logdir))) / "state.pkl", "rb") as f:
-        objects = pickle.load(f)["objects"]
+        objects = pickle.load(f)["trainer"]
     memory = objects["memory"]
     assert memory.obs.dtype == np.uint8 and memory.obs.shape == (500, 4, 84, 84)
     assert objects["writer"].written >= 400 and memory.size() >= 400

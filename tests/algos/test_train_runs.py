@@ -351,9 +351,9 @@ def test_sync_and_async_runs_resume_from_their_last_checkpoint(name, mode, sig, 
     with open(Path(latest_checkpoint(str(logdir))) / "state.pkl", "rb") as f:
         state = pickle.load(f)
     assert state["env_steps"] == steps[-1] == state["run"]["env_steps"]
-    if "memory" in state["objects"]:
-        assert len(state["objects"]["memory"]) == state["env_steps"]
-        assert state["objects"]["writer"].written == state["env_steps"]
+    if "memory" in state["trainer"]:
+        assert len(state["trainer"]["memory"]) == state["env_steps"]
+        assert state["trainer"]["writer"].written == state["env_steps"]
 
 
 @pytest.mark.skipif(

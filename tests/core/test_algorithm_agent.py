@@ -159,3 +159,19 @@ def test_restore_rejects_a_checkpoint_of_another_algorithm(tmp_path):
         other.restore(tmp_path / "a.pt")
     with pytest.raises(ValueError, match="whole-agent checkpoint"):
         agent.restore(tmp_path / "a.pt", model=agent.alg.model)
+
+
+def test_state_dict_is_what_save_writes_and_load_state_dict_takes_it(tmp_path):
+    original = _make_agent()
+    _train(original, steps=5, seed=1)
+    state = original.state_dict()
+    assert state["agent"] == {"episodes": 5} and state["algorithm"]["updates"] == 5
+    original.save(tmp_path / "a.pt")
+    saved = torch.load(tmp_path / "a.pt", weights_only=True)
+    assert saved.keys() == state.keys()
+    restored = _make_agent(seed=99)
+    restored.load_state_dict(saved)
+    assert restored.episodes == 5 and restored.alg.updates == 5
+    assert torch.equal(restored.alg.model.fc[0].weight, original.alg.model.fc[0].weight)
+    with pytest.raises(ValueError, match=r"pass what Agent.state_dict\(\) returned"):
+        restored.load_state_dict(original.alg.model.state_dict())

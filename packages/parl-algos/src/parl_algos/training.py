@@ -216,7 +216,8 @@ def save_learning_curve(
     ax.set_xlabel("environment steps")
     ax.set_ylabel("return")
     ax.set_title(title)
-    ax.legend(loc="best", fontsize="small")
+    if train or evals or target is not None:  # a run without an episode has nothing to name
+        ax.legend(loc="best", fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(os.fspath(path), dpi=100)

@@ -84,21 +84,37 @@ class Agent:
         return torch.device("cpu")
 
     # -- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The whole training state: what `save` writes and `load_state_dict` takes.
+
+        Every model, optimizer and scheduler of the algorithm, plus the `_state_attrs` of
+        algorithm and agent. As torch's `state_dict`, the tensors are the live ones: save or
+        copy the result to keep it past the next update.
+        """
+        return {
+            "format": _CHECKPOINT_FORMAT,
+            "algorithm": self.alg.state_dict(),
+            "agent": {name: getattr(self, name) for name in self._state_attrs},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from what `state_dict` returned (or a whole-agent checkpoint held)."""
+        if not isinstance(state, dict) or state.get("format") != _CHECKPOINT_FORMAT:
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: not an agent's state_dict (its format "
+                f"is {_CHECKPOINT_FORMAT!r}); pass what Agent.state_dict() returned"
+            )
+        self.alg.load_state_dict(state["algorithm"])
+        for name, value in state["agent"].items():
+            setattr(self, name, value)
+
     def save(self, save_path: str | os.PathLike[str], model: nn.Module | None = None) -> None:
         """Save a checkpoint to `save_path`, atomically (a crash never leaves half a file).
 
-        With no `model`, the checkpoint holds the whole training state: every model, optimizer
-        and scheduler of the algorithm, plus the `_state_attrs` of algorithm and agent. With a
+        With no `model`, the checkpoint holds the whole training state (`state_dict`). With a
         `model`, only that model's `state_dict()` is saved (PARL's behaviour).
         """
-        if model is not None:
-            payload: dict[str, Any] = model.state_dict()
-        else:
-            payload = {
-                "format": _CHECKPOINT_FORMAT,
-                "algorithm": self.alg.state_dict(),
-                "agent": {name: getattr(self, name) for name in self._state_attrs},
-            }
+        payload = self.state_dict() if model is None else model.state_dict()
         _atomic_torch_save(payload, os.fspath(save_path))
 
     def restore(
@@ -121,9 +137,7 @@ class Agent:
                     f"restore: {os.fspath(save_path)!r} is a whole-agent checkpoint; "
                     "call restore(path) without `model`"
                 )
-            self.alg.load_state_dict(payload["algorithm"])
-            for name, value in payload["agent"].items():
-                setattr(self, name, value)
+            self.load_state_dict(payload)
             return
         target = self.alg.model if model is None else model
         if target is None:

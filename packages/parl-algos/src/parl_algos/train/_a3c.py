@@ -87,8 +87,9 @@ class _ActorCriticTrainer(Trainer):
         return RemoteEvaluator(functools.partial(make_env, self.config.env.id), self.agent)
 
     def load_state_dict(self, state: dict[str, Any], env_steps: int) -> None:
-        """Go on counting env steps from the checkpoint's."""
+        """Go on counting env steps from the checkpoint's (the actors start afresh)."""
         self.offset = env_steps
+        super().load_state_dict(state, env_steps)
 
     def _updates(self, run: Run, step: Callable[[], Any], lag: str) -> None:
         """Record every update `step()` makes until the budget is spent or the run is done."""

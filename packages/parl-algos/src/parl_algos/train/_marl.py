@@ -537,13 +537,14 @@ class MultiAgentTrainer(Trainer):
         self.title = f"{config.algorithm} on {config.env.id}"
 
     def state_dict(self) -> dict[str, Any]:
-        """The loop's state but the environments and the episodes under way."""
-        return self.loop.state_dict()
+        """`Trainer.state_dict` and the loop's but the environments and the episodes under way."""
+        return {**super().state_dict(), **self.loop.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any], env_steps: int) -> None:
         """Go on with the checkpoint's memory, generator and counters (new episodes)."""
-        for name, value in state.items():
-            setattr(self.loop, name, value)
+        for name in self.loop.state_dict():
+            setattr(self.loop, name, state[name])
+        super().load_state_dict(state, env_steps)
 
     def train(self, run: Run) -> None:
         """Play and learn until the budget is spent (the loop closes the environments)."""

@@ -535,8 +535,8 @@ class OffPolicyTrainer(Trainer):
         return RemoteEvaluator(make_env_fn(self.config), self.learner.eval_agent or self.agent)
 
     def state_dict(self) -> dict[str, Any]:
-        """The memory, the environments and the loop's state (`single`), or the writer's."""
-        state: dict[str, Any] = {"eval_env": self.eval_env, "memory": self.memory}
+        """`Trainer.state_dict`, the memory, the environments and the loop's (or writer's)."""
+        state = {**super().state_dict(), "eval_env": self.eval_env, "memory": self.memory}
         if self.learner.eval_agent is not None:  # its generator, for an exact resume
             state["eval_rng"] = self.learner.eval_agent.rng
         if self.writer is not None:
@@ -562,6 +562,7 @@ class OffPolicyTrainer(Trainer):
         else:
             self.env = state.get("env", self.env)
             self.loop = state.get("loop", self.loop)
+        super().load_state_dict(state, env_steps)
 
     def train(self, run: Run) -> None:
         """Fill the replay memory and learn from it, on schedule."""

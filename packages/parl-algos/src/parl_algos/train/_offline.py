@@ -388,12 +388,13 @@ class OfflineTrainer(Trainer):
         self.title = f"{config.algorithm} on {config.env.id}"
 
     def state_dict(self) -> dict[str, Any]:
-        """The minibatches' generator (the dataset is made again from its file)."""
-        return {"rng": self.rng}
+        """`Trainer.state_dict` and the minibatches' generator (the dataset is made anew)."""
+        return {**super().state_dict(), "rng": self.rng}
 
     def load_state_dict(self, state: dict[str, Any], env_steps: int) -> None:
         """Draw the minibatches the uninterrupted run would have."""
         self.rng = state["rng"]
+        super().load_state_dict(state, env_steps)
 
     def train(self, run: Run) -> None:
         """Gradient steps until `total_steps` of them (or the run is done)."""

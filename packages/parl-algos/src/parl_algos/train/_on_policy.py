@@ -208,8 +208,8 @@ class OnPolicyTrainer(Trainer):
         return RemoteEvaluator(make_env_fn(self.config), self.agent)
 
     def state_dict(self) -> dict[str, Any]:
-        """The evaluation environment; in `single` mode the sampler with its environments."""
-        state: dict[str, Any] = {"eval_env": self.eval_env}
+        """`Trainer.state_dict`, the evaluation environment, and the sampler (`single` mode)."""
+        state = {**super().state_dict(), "eval_env": self.eval_env}
         if self.config.train.mode == "single":
             state["collector"] = self.collector
         return state
@@ -223,6 +223,7 @@ class OnPolicyTrainer(Trainer):
             self.collector.sampler.agent = self.agent  # not the pickled copy
         else:  # the workers' environments start afresh
             self.collector.offset = env_steps
+        super().load_state_dict(state, env_steps)
 
     def train(self, run: Run) -> None:
         """Alternate the sampler's batches and the agent's updates."""

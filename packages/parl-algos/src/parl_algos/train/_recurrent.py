@@ -195,8 +195,8 @@ class R2D2Trainer(Trainer):
         return RemoteRecurrentEvaluator(self.env_fn, self.agent)
 
     def state_dict(self) -> dict[str, Any]:
-        """The memory, the counters and (single mode) the local actor and its environments."""
-        state: dict[str, Any] = {"memory": self.memory, "counters": self.counters}
+        """`Trainer.state_dict`, the memory, the counters and (`single`) the local actor."""
+        state = {**super().state_dict(), "memory": self.memory, "counters": self.counters}
         if self.local_actor is not None:
             state["actor"] = self.local_actor
         return state
@@ -209,6 +209,7 @@ class R2D2Trainer(Trainer):
         if "actor" in state and self.config.train.mode == "single":
             self.local_actor = state["actor"]
             self.local_actor.agent = self.agent
+        super().load_state_dict(state, env_steps)
 
     def _start_actors(self) -> None:
         a, train = self.config.agent, self.config.train

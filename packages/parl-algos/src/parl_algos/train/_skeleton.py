@@ -3,10 +3,11 @@
 `run(config, spec, logdir)` makes the run directory and drives the algorithm's `Trainer` (see
 `_spec.Trainer`); it decides, the Trainer does. A run directory holds `config.toml` (the
 resolved config), the TensorBoard events and `log.log`, `progress.csv`, `learning_curve.png`,
-the final `agent.ckpt`, and `checkpoints/step-<env steps>/`: `agent.ckpt` (`Agent.save`: every
-model, the optimizers, the agent's counters) and `state.pkl` (the Trainer's `state_dict`: the
-environments, the replay memory, the episodes under way; the RNG states of python, numpy,
-torch and of the agent's own generators; the run's counters, curves and schedules).
+the final `agent.ckpt`, and `checkpoints/step-<env steps>/`, which the skeleton writes from the
+Trainer's `state_dict` (the one owner of what a checkpoint holds): `agent.ckpt` (its `agent`:
+every model, the optimizers, the agent's counters, as `Agent.save` writes them) and `state.pkl`
+(the rest of it: the environments, the replay memory, the episodes under way, the RNG states;
+and the run's own counters, curves and schedules).
 
 The skeleton's order: the spec's `prepare` (before the run's seeds: a dataset, a cluster),
 the `Run` (seeds, log, progress bar), the Trainer, the newest checkpoint's state when resuming,
@@ -22,13 +23,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
-import random
 import re
 import shutil
 import signal
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
+import cloudpickle
 import torch
 
 from parl.utils import logger
@@ -36,9 +37,10 @@ from parl_algos.train._config import Config, dump_config
 from parl_algos.train._run import ProgressLog, Run, RunResult, latest_checkpoint
 from parl_algos.train._spec import AlgorithmSpec, Trainer, run_args, stat_columns
 
-__all__ = ["run", "save_checkpoint"]
+__all__ = ["make_run", "read_checkpoint", "run", "save_checkpoint"]
 
-_CHECKPOINT_FORMAT = "parl-train/1"
+_CHECKPOINT_FORMAT = "parl-train/2"
+_FORMAT_1 = "parl-train/1"
 _KEEP_CHECKPOINTS = 2
 
 
@@ -60,35 +62,21 @@ def run(config: Config, spec: AlgorithmSpec, logdir: str, *, resume: bool = Fals
     resume_step = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else None
     prepared = None if spec.prepare is None else spec.prepare(config, logdir)
     train = config.train
-    progress_log = ProgressLog(
-        os.path.join(logdir, "progress.csv"), stat_columns(spec.stats), resume_step=resume_step
-    )
     trainer: Trainer | None = None
 
     def save() -> None:
         assert trainer is not None  # no checkpoint is due before the Trainer trains
-        save_checkpoint(logdir, trainer.agent, run, trainer.state_dict())
+        save_checkpoint(logdir, run, trainer.state_dict())
 
-    run = spec.run_cls(
-        f"{spec.name} on {config.env.id}",
-        run_args(config, spec, logdir),
-        total_steps=train.total_steps,
-        log_every=train.log_every,
-        progress=train.progress,
-        progress_log=progress_log,
-        checkpoint_every=train.checkpoint_every,
-        save_checkpoint=save,
-    )
+    run = make_run(config, spec, logdir, save, resume_step=resume_step)
     try:
-        state = None if checkpoint is None else _read_state(checkpoint)
+        state = None if checkpoint is None else read_checkpoint(checkpoint)
         if state is not None:  # first, so that the Trainer sees the env step it resumes at
             run.load_state_dict(state["run"])
         trainer = spec.trainer(config, spec, run, prepared)  # after the run's seeds
         run.title = trainer.title
         if state is not None:
-            trainer.agent.restore(os.path.join(checkpoint, "agent.ckpt"))
-            trainer.load_state_dict(state["objects"], state["env_steps"])
-            _set_rng_state(trainer.agent, state["rng"])
+            trainer.load_state_dict(state["trainer"], state["env_steps"])
             logger.info("resumed %s from %s (env step %d)", logdir, checkpoint, run.env_steps)
         run.eval_env = trainer.eval_env
         if train.mode != "single" and not train.capture_video:  # videos are written here
@@ -113,42 +101,38 @@ def run(config: Config, spec: AlgorithmSpec, logdir: str, *, resume: bool = Fals
     return RunResult(logdir, run.env_steps, run.interrupted, summary)
 
 
-def _generators(obj: Any) -> dict[str, Any]:
-    """The states of the numpy and torch generators in `obj`'s attributes."""
-    states = {}
-    for name, value in vars(obj).items():
-        if isinstance(value, np.random.Generator):
-            states[name] = value.bit_generator.state
-        elif isinstance(value, torch.Generator):
-            states[name] = value.get_state()
-    return states
+def make_run(
+    config: Config,
+    spec: AlgorithmSpec,
+    logdir: str,
+    save_checkpoint: Callable[[], None],
+    *,
+    resume_step: int | None = None,
+) -> Run:
+    """The `Run` of `config` in `logdir`, which seeds every generator (before the Trainer).
 
-
-def _set_generators(obj: Any, states: dict[str, Any]) -> None:
-    for name, state in states.items():
-        value = getattr(obj, name)
-        if isinstance(value, np.random.Generator):
-            value.bit_generator.state = state
-        else:
-            value.set_state(state)
-
-
-def _rng_state(agent: Any) -> dict[str, Any]:
-    return {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-        "agent": _generators(agent),
-        "algorithm": _generators(agent.alg),
-    }
-
-
-def _set_rng_state(agent: Any, state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    _set_generators(agent, state["agent"])
-    _set_generators(agent.alg, state["algorithm"])
+    Args:
+        config: the resolved config.
+        spec: its algorithm's spec.
+        logdir: the run directory.
+        save_checkpoint: called when a checkpoint is due.
+        resume_step: the env step of the checkpoint a resumed run continues from (the rows
+            of progress.csv past it are dropped).
+    """
+    train = config.train
+    progress_log = ProgressLog(
+        os.path.join(logdir, "progress.csv"), stat_columns(spec.stats), resume_step=resume_step
+    )
+    return spec.run_cls(
+        f"{spec.name} on {config.env.id}",
+        run_args(config, spec, logdir),
+        total_steps=train.total_steps,
+        log_every=train.log_every,
+        progress=train.progress,
+        progress_log=progress_log,
+        checkpoint_every=train.checkpoint_every,
+        save_checkpoint=save_checkpoint,
+    )
 
 
 def _out_of_band(buffer: pickle.PickleBuffer) -> bool:
@@ -156,11 +140,15 @@ def _out_of_band(buffer: pickle.PickleBuffer) -> bool:
 
 
 def _picklable(state: dict[str, Any]) -> dict[str, Any]:
-    """`state` but the values that cannot be pickled (left out with a warning)."""
+    """`state` but the values that cannot be pickled (left out with a warning).
+
+    cloudpickle, as the actors' calls: an environment's wrappers may hold closures (gymnasium's
+    `RescaleAction`), which it pickles by value.
+    """
     kept = {}
     for name, value in state.items():
         try:  # numpy arrays' bytes left out of band: a trial of a 3 GB memory is not a copy
-            pickle.dumps(value, protocol=5, buffer_callback=_out_of_band)
+            cloudpickle.dumps(value, protocol=5, buffer_callback=_out_of_band)
         except Exception as exc:  # an environment holding a renderer, a socket, ...
             logger.warning("checkpoint: %s cannot be saved (%s); a resume restarts it", name, exc)
             continue
@@ -168,32 +156,31 @@ def _picklable(state: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def save_checkpoint(logdir: str, agent: Any, run: Run, trainer_state: dict[str, Any]) -> str:
+def save_checkpoint(logdir: str, run: Run, trainer_state: dict[str, Any]) -> str:
     """Write `checkpoints/step-<env steps>/` atomically; keep the newest two; return its path.
 
     Args:
         logdir: the run directory.
-        agent: the agent (saved with `Agent.save`).
-        run: the `TrainingRun` (its counters, curves and schedules).
-        trainer_state: the Trainer's `state_dict` to pickle (environments, memory, the
-            loop's state); what cannot be pickled is left out with a warning (a resume makes
-            it anew).
+        run: the `Run` (its counters, curves and schedules).
+        trainer_state: the Trainer's `state_dict`: its `agent` goes to `agent.ckpt` (a file
+            `Agent.restore` reads), the rest is pickled to `state.pkl` with the run's state;
+            what cannot be pickled is left out with a warning (a resume makes it anew).
     """
     root = os.path.join(logdir, "checkpoints")
     final = os.path.join(root, f"step-{run.env_steps:010d}")
     tmp = os.path.join(root, f".tmp-step-{run.env_steps:010d}")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    agent.save(os.path.join(tmp, "agent.ckpt"))
+    trainer_state = dict(trainer_state)
+    torch.save(trainer_state.pop("agent"), os.path.join(tmp, "agent.ckpt"))
     state = {
         "format": _CHECKPOINT_FORMAT,
         "env_steps": run.env_steps,
         "run": run.state_dict(),
-        "rng": _rng_state(agent),
-        "objects": _picklable(trainer_state),  # format 1's key for the Trainer's state
+        "trainer": _picklable(trainer_state),
     }
     with open(os.path.join(tmp, "state.pkl"), "wb") as f:
-        pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+        cloudpickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     older = sorted(n for n in os.listdir(root) if re.fullmatch(r"step-\d+", n))
@@ -203,12 +190,20 @@ def save_checkpoint(logdir: str, agent: Any, run: Run, trainer_state: dict[str, 
     return final
 
 
-def _read_state(path: str) -> dict[str, Any]:
-    """A checkpoint's `state.pkl`: the run's, the Trainer's and the RNGs' states."""
+def read_checkpoint(path: str) -> dict[str, Any]:
+    """A checkpoint's `env_steps`, the run's state (`run`) and the Trainer's (`trainer`).
+
+    Reads both layouts: this one, and that of the first format, whose `state.pkl` kept the
+    generators' states (`rng`) apart from the Trainer's own parts (`objects`).
+    """
     with open(os.path.join(path, "state.pkl"), "rb") as f:
         state = pickle.load(f)  # the run's own file, written by save_checkpoint
-    if state.get("format") != _CHECKPOINT_FORMAT:
+    if state.get("format") == _FORMAT_1:
+        state["trainer"] = {**state.pop("objects"), "rng_states": state.pop("rng")}
+    elif state.get("format") != _CHECKPOINT_FORMAT:
         raise ValueError(f"{path} is not a parl-train checkpoint (format {state.get('format')!r})")
+    agent = torch.load(os.path.join(path, "agent.ckpt"), weights_only=True)
+    state["trainer"]["agent"] = agent
     return state
 
 

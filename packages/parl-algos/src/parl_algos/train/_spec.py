@@ -16,12 +16,15 @@ the Trainer does the training and owns its state as typed attributes.
 from __future__ import annotations
 
 import dataclasses
+import random
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
+import torch
 
 import parl
 from parl.utils import ReplayMemory
@@ -46,7 +49,9 @@ __all__ = [
     "continuous_actions",
     "discrete_actions",
     "read_config",
+    "rng_states",
     "run_args",
+    "set_rng_states",
     "stat_columns",
 ]
 
@@ -89,6 +94,10 @@ class Trainer:
     `async` modes; calls `train(run)` unless the budget is spent; takes its `state_dict` at
     every checkpoint; and `close`s it, after an error too.
 
+    The Trainer owns the whole state of a checkpoint but the run's own schedule (`Run`): this
+    class gives the agent's (weights, optimizers, counters) and the generators'; a subclass
+    adds what its training keeps (replay memory, environments, samplers, counters).
+
     Attributes:
         agent: the learner's agent (saved with every checkpoint and at the end).
         eval_env: the environment of evaluations in this process (`single` mode, videos).
@@ -104,11 +113,24 @@ class Trainer:
         return None
 
     def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint keeps besides the agent (memory, environments, RNGs, counters)."""
-        return {}
+        """What a checkpoint keeps to continue exactly: `agent`, `rng_states` and a subclass's.
+
+        `agent` is the agent's `state_dict` (every model, the optimizers, the counters);
+        `rng_states` the states of python's, numpy's and torch's generators and of those in
+        the agent's and its algorithm's attributes. A subclass returns these and its own
+        parts beside them. The values are the live objects (as torch's `state_dict`): pickle
+        them to keep them past the next step.
+        """
+        return {"agent": self.agent.state_dict(), "rng_states": rng_states(self.agent)}
 
     def load_state_dict(self, state: dict[str, Any], env_steps: int) -> None:
-        """Continue from a checkpoint's `state_dict`, taken at `env_steps`."""
+        """Continue from a `state_dict`, taken at `env_steps`.
+
+        A subclass takes its own parts, then calls this, last: the generators are set after
+        anything that might draw from them.
+        """
+        self.agent.load_state_dict(state["agent"])
+        set_rng_states(self.agent, state["rng_states"])
 
     def train(self, run: Run) -> None:
         """Train until the run's budget is spent or it is done (target, Ctrl-C)."""
@@ -116,6 +138,46 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the actors and close the environments (called once, also after an error)."""
+
+
+def _generators(obj: Any) -> dict[str, Any]:
+    """The states of the numpy and torch generators in `obj`'s attributes."""
+    states = {}
+    for name, value in vars(obj).items():
+        if isinstance(value, np.random.Generator):
+            states[name] = value.bit_generator.state
+        elif isinstance(value, torch.Generator):
+            states[name] = value.get_state()
+    return states
+
+
+def _set_generators(obj: Any, states: dict[str, Any]) -> None:
+    for name, state in states.items():
+        value = getattr(obj, name)
+        if isinstance(value, np.random.Generator):
+            value.bit_generator.state = state
+        else:
+            value.set_state(state)
+
+
+def rng_states(agent: Any) -> dict[str, Any]:
+    """The states of python's, numpy's and torch's global generators and of `agent`'s own."""
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "agent": _generators(agent),
+        "algorithm": _generators(agent.alg),
+    }
+
+
+def set_rng_states(agent: Any, states: dict[str, Any]) -> None:
+    """Set the generators to what `rng_states` returned."""
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    _set_generators(agent, states["agent"])
+    _set_generators(agent.alg, states["algorithm"])
 
 
 @dataclass(frozen=True)
