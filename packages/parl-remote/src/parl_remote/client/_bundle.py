@@ -10,7 +10,9 @@ here or not -- as the shipped copy shadows any other on the actor's side: a modu
 client never imported (a lazy facade's, such as `parl.samplers` for a `parl` that comes from a
 source checkout on `PYTHONPATH`) must be in it too. `distributed_files` (globs and folders,
 recursively, relative to the current directory, empty sub-folders included) land at the same
-relative paths, as they were when `parl.connect` returned: they are read then, once.
+relative paths, as they were when `parl.connect` returned: they are read then, once. The
+modules' sources are read then too, and again when they change, so that the client's code
+directory may go once it is connected: a file gone ships as it was when last read.
 """
 
 from __future__ import annotations
@@ -199,6 +201,7 @@ class Bundle:
     """The zip of code and files each new actor receives; rebuilt when imports change.
 
     `distributed_files` are read here, once: what actors receive is what the files held then.
+    The user's modules are read here too, and again when their files change.
     """
 
     def __init__(self, distributed_files: Iterable[str] = ()) -> None:
@@ -207,20 +210,39 @@ class Bundle:
         self._data = b""
         self._modules_seen = -1
         self._module_files: dict[str, str] = {}
+        self._sources: dict[str, tuple[float, bytes]] = {}  # path -> its mtime and contents
         self._lock = threading.Lock()  # actors are created from many threads at once
+        self.data()
 
     def data(self) -> bytes:
         """The current zip (cached while the set of user modules and their mtimes is unchanged)."""
         with self._lock:
             if len(sys.modules) != self._modules_seen:  # something was imported: look again
-                self._module_files = user_module_files()
+                # Files seen before stay: one whose directory went ships as it was last read.
+                self._module_files = {**self._module_files, **user_module_files()}
                 self._modules_seen = len(sys.modules)
             files = {rel: path for rel, path in self._module_files.items() if rel not in self.extra}
             key = tuple(sorted((rel, _mtime(path)) for rel, path in files.items()))
             if key != self._key:
-                self._data = _zip(files, self.extra) if files or self.extra else b""
+                sources = {rel: self._source(path) for rel, path in files.items()}
+                contents = {rel: data for rel, data in sources.items() if data is not None}
+                contents.update(self.extra)
+                self._data = _zip(contents) if contents else b""
                 self._key = key
             return self._data
+
+    def _source(self, path: str) -> bytes | None:
+        """The contents of a module's file: read again if it changed, as last read if gone."""
+        mtime, known = _mtime(path), self._sources.get(path)
+        if known is not None and known[0] == mtime:
+            return known[1]
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            return None if known is None else known[1]
+        self._sources[path] = (mtime, data)
+        return data
 
 
 def _mtime(path: str) -> float:
@@ -230,11 +252,9 @@ def _mtime(path: str) -> float:
         return 0.0
 
 
-def _zip(files: dict[str, str], contents: dict[str, bytes]) -> bytes:
+def _zip(contents: dict[str, bytes]) -> bytes:
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
-        for rel, path in sorted(files.items()):
-            z.write(path, rel)
         for rel, data in sorted(contents.items()):
             z.writestr(rel, data)
     return out.getvalue()
