@@ -4,6 +4,7 @@
     parl-train my_config.toml --agent.lr 3e-4 --train.total_steps 50000
     parl-train --resume train_log/ppo-cartpole/2026-11-23_10-00-00
     parl-train --list
+    parl-train ppo/cartpole --sweep space.toml --trials 16 --parallel 2   # see _sweep
 
 Every key of a config can be overridden as `--section.key value` (or `--section.key=value`),
 parsed to the type of the key it replaces; `--mode`, `--actors`, `--address` and `--logdir`
@@ -38,6 +39,7 @@ from parl_algos.train._registry import get_spec, load_config
 from parl_algos.train._run import INTERRUPTED_EXIT_CODE, default_logdir, latest_checkpoint
 from parl_algos.train._skeleton import run
 from parl_algos.train._spec import check_config
+from parl_algos.train._sweep import default_sweep_dir, read_space, sweep
 from parl_remote import ClusterError, NotConnectedError, RemoteActorDiedError, RemoteError
 
 __all__ = [
@@ -80,6 +82,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="record the evaluation episodes (needs parl-algos[video])",
     )
+    sweep = parser.add_argument_group(
+        "sweeps", "search a space of hyperparameters with Optuna (needs parl-algos[sweep])"
+    )
+    sweep.add_argument("--sweep", metavar="SPACE.toml", help="the space to search")
+    sweep.add_argument("--trials", type=int, metavar="N", help="completed and pruned trials")
+    sweep.add_argument("--parallel", type=int, default=1, metavar="K", help="trials at a time")
+    sweep.add_argument("--seeds", type=int, default=1, metavar="S", help="runs a trial")
+    sweep.add_argument("--storage", metavar="URL", help="Optuna's storage (default: DIR/study.db)")
     parser.add_argument(
         "--debug",
         action="store_true",
@@ -247,6 +257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if resolved is None:
         return 0
     config, resume = resolved
+    ns = _parser().parse_args(split_overrides(argv)[0])
+    if ns.sweep is not None or ns.trials is not None:
+        return _sweep(config, ns, resume, debug=debug)
     if config.train.logdir is None:
         config.train.logdir = default_logdir(config)
     logdir = config.train.logdir
@@ -266,6 +279,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return INTERRUPTED_EXIT_CODE
     return 0
+
+
+def _sweep(config: Config, ns: argparse.Namespace, resume: bool, *, debug: bool) -> int:
+    """`parl-train CONFIG --sweep SPACE.toml --trials N ...`: see `_sweep`."""
+    try:
+        if resume or ns.sweep is None or ns.trials is None:
+            raise ConfigError("a sweep needs CONFIG --sweep SPACE.toml --trials N (no --resume)")
+        for flag in ("trials", "parallel", "seeds"):
+            if getattr(ns, flag) < 1:
+                raise ConfigError(f"--{flag}={getattr(ns, flag)} must be at least 1")
+        if config.train.mode != "single" or config.train.backend != "xparl":
+            raise ConfigError(
+                "a sweep runs each trial in single mode as an actor of xparl's cluster; "
+                f"got train.mode={config.train.mode!r}, train.backend={config.train.backend!r}"
+            )
+        space = read_space(ns.sweep, config)
+        sweep_dir = config.train.logdir or default_sweep_dir(config, ns.sweep)
+    except ConfigError as exc:
+        print(f"parl-train: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = sweep(
+            config,
+            get_spec(config.algorithm),
+            space,
+            trials=ns.trials,
+            parallel=ns.parallel,
+            seeds=ns.seeds,
+            sweep_dir=sweep_dir,
+            storage=ns.storage,
+        )
+    except Exception as exc:
+        _log_traceback(exc, sweep_dir)
+        if debug:
+            traceback.print_exception(exc, file=sys.stderr)
+        print(f"parl-train: error: {_failure(exc, sweep_dir)}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else FAILED_EXIT_CODE
+    return INTERRUPTED_EXIT_CODE if result.interrupted else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,258 @@
+"""`parl-train CONFIG --sweep SPACE.toml`: Optuna's study, trials as actors of a real cluster.
+
+Every sweep here is PPO on CartPole with a budget of a few thousand env steps a trial, run by
+the real command (forked from the test process's warm `parl-train`, or the executable itself
+where the test kills it): the trials run as actors of the embedded cluster and their study
+lives in a real SQLite file.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from parl_algos.train import ConfigError, load_config
+from parl_algos.train._sweep import objective_of_rows, read_space
+from tests.algos.train_cli import parl_train
+
+ROOT = Path(__file__).resolve().parents[2]
+PARL_TRAIN = str(Path(sys.executable).with_name("parl-train"))
+TINY = [
+    "--env.num_envs",
+    "4",
+    "--train.eval_every",
+    "0",
+    "--train.log_every",
+    "256",
+    "--no-progress",
+]
+"""Each trial: 4 CartPoles, no evaluations, a row every 256 env steps."""
+
+SPACE = """
+[space]
+"agent.lr" = { log_uniform = [1e-4, 3e-3] }
+"agent.clip_coef" = { uniform = [0.1, 0.3] }
+"agent.update_epochs" = { int = [2, 6] }
+"agent.n_steps" = { choice = [16, 32] }
+[sweep]
+objective = "auc"
+sampler = "random"
+pruner = "none"
+"""
+
+
+def _trials(sweep_dir: Path) -> list[dict[str, str]]:
+    with open(sweep_dir / "trials.csv", newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _steps(run_dir: str | Path) -> list[int]:
+    with open(Path(run_dir) / "progress.csv", newline="", encoding="utf-8") as f:
+        return [int(row["env_step"]) for row in csv.DictReader(f)]
+
+
+def _space(tmp_path: Path, text: str, name: str = "space.toml") -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_a_sweep_writes_its_trials_best_config_plot_and_storage(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    args = ["--sweep", _space(tmp_path, SPACE), "--trials", "4", "--parallel", "2"]
+    proc = parl_train(
+        "ppo/cartpole", *args, "--train.total_steps", "1536", *TINY, "--logdir", str(sweep_dir)
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = _trials(sweep_dir)
+    assert [t["number"] for t in trials] == ["0", "1", "2", "3"]
+    assert {t["state"] for t in trials} == {"COMPLETE"}
+    keys = ["agent.lr", "agent.clip_coef", "agent.update_epochs", "agent.n_steps"]
+    assert list(trials[0]) == ["number", "state", "objective", *keys, "run_dir"]
+    for t in trials:
+        assert 1e-4 <= float(t["agent.lr"]) <= 3e-3 and t["agent.n_steps"] in ("16", "32")
+        config = tomllib.loads((Path(t["run_dir"]) / "config.toml").read_text())
+        assert config["agent"]["lr"] == float(t["agent.lr"])
+        assert _steps(t["run_dir"])[-1] >= 1536  # a complete run directory, budget spent
+        assert (Path(t["run_dir"]) / "agent.ckpt").is_file()
+    best = max(trials, key=lambda t: float(t["objective"]))
+    assert f"best trial {best['number']}" in proc.stdout
+    assert (sweep_dir / "study.db").stat().st_size > 0
+    assert (sweep_dir / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    best_config = tomllib.loads((sweep_dir / "best.toml").read_text())
+    assert best_config["agent"]["lr"] == float(best["agent.lr"])
+    assert best_config["agent"]["n_steps"] == int(best["agent.n_steps"])
+    assert best_config["train"]["total_steps"] == 1536
+    rerun = tmp_path / "best-run"
+    proc = parl_train(str(sweep_dir / "best.toml"), "--logdir", str(rerun), "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _steps(rerun)[-1] >= 1536
+
+
+def test_a_sweep_killed_mid_trial_continues_with_the_same_command(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    argv = [
+        "ppo/cartpole",
+        "--sweep",
+        _space(tmp_path, SPACE),
+        "--trials",
+        "2",
+        "--parallel",
+        "1",
+        "--train.total_steps",
+        "2048",
+        *TINY,
+        "--logdir",
+        str(sweep_dir),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    err = tmp_path / "stderr"
+    with open(err, "wb") as stderr:
+        child = subprocess.Popen(
+            [PARL_TRAIN, *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+            start_new_session=True,  # the sweep and its cluster: one group, stopped by its id
+        )
+    second = sweep_dir / "trial-0001" / "progress.csv"
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and child.poll() is None:
+            if second.exists() and len(_steps(second.parent)) >= 3:
+                break
+            time.sleep(0.05)
+        assert child.poll() is None, err.read_text()[-3000:]
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if _group_alive(child.pid):  # what the killed sweep started, if any outlived it
+            os.killpg(child.pid, signal.SIGKILL)
+    assert _steps(second.parent)[-1] < 2048  # killed mid-trial
+    proc = parl_train(*argv)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 interrupted trial(s) run again" in proc.stdout
+    trials = {t["number"]: t for t in _trials(sweep_dir)}
+    assert [t["state"] for t in trials.values()] == ["COMPLETE", "FAIL", "COMPLETE"]
+    keys = ["agent.lr", "agent.clip_coef", "agent.update_epochs", "agent.n_steps"]
+    assert [trials["2"][k] for k in keys] == [trials["1"][k] for k in keys]  # run again
+    for number in ("0", "2"):
+        assert _steps(trials[number]["run_dir"])[-1] >= 2048
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+PRUNED = """
+[space]
+"agent.lr" = { choice = [3e-3, 1e-9] }
+"agent.clip_coef" = { choice = [0.1, 0.2] }
+[sweep]
+objective = "final"
+sampler = "grid"
+pruner = "median"
+startup_trials = 1
+"""
+
+
+def test_pruned_trials_stop_before_their_budget(tmp_path):
+    """A learning rate of 1e-9 does not learn: the median pruner stops such a trial."""
+    sweep_dir = tmp_path / "sweep"
+    args = ["--sweep", _space(tmp_path, PRUNED), "--trials", "4", "--parallel", "1"]
+    budget = ["--train.total_steps", "3072", "--train.checkpoint_every", "1024"]
+    proc = parl_train("ppo/cartpole", *args, *budget, *TINY, "--logdir", str(sweep_dir))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = _trials(sweep_dir)
+    assert len(trials) == 4
+    pruned = [t for t in trials if t["state"] == "PRUNED"]
+    assert pruned and all(float(t["agent.lr"]) == 1e-9 for t in pruned)
+    for t in pruned:  # stopped at a checkpoint before the budget
+        assert _steps(t["run_dir"])[-1] in (1024, 2048)
+    for t in trials:
+        if t["state"] == "COMPLETE":
+            assert _steps(t["run_dir"])[-1] >= 3072
+
+
+@pytest.mark.parametrize(
+    ("space", "named"),
+    [
+        ('"agent.learning_rate" = { uniform = [0.1, 0.2] }', "agent.learning_rate"),
+        ('"agnt.lr" = { uniform = [0.1, 0.2] }', "agnt.lr"),
+        ('"agent.n_steps" = { uniform = [16.0, 64.0] }', "agent.n_steps"),
+        ('"agent.lr" = { int = [1, 3] }', "agent.lr"),
+        ('"agent.lr" = { choice = ["fast", "slow"] }', "agent.lr"),
+        ('"agent.lr" = { log_uniform = [1e-2, 1e-4] }', "agent.lr"),
+        ('"agent.update_epochs" = { int = [5, 5] }', "agent.update_epochs"),
+        ('"agent.lr" = { log_uniform = [0.0, 1e-2] }', "agent.lr"),
+        ('"agent.lr" = { choice = [] }', "agent.lr"),
+        ('"agent.lr" = { normal = [0.0, 1.0] }', "agent.lr"),
+        ('"train.seed" = { int = [1, 9] }', "train.seed"),
+        ('"agent.lr" = { uniform = [1e-4, 1e-2] }\n[sweep]\nsampler = "grid"', "agent.lr"),
+        ('"agent.lr" = { uniform = [1e-4, 1e-2] }\n[sweep]\npruner = "hyperband"', "pruner"),
+        ('"agent.lr" = { uniform = [1e-4, 1e-2] }\n[sweep]\nobjective = "max"', "objective"),
+        ('"agent.lr" = { uniform = [1e-4, 1e-2] }\n[sweep]\nstartup = 1', "sweep.startup"),
+    ],
+)
+def test_a_bad_space_is_refused_naming_the_key(space, named, tmp_path):
+    path = _space(tmp_path, f"[space]\n{space}\n")
+    with pytest.raises(ConfigError, match=re.escape(named)) as raised:
+        read_space(path, load_config("ppo/cartpole"))
+    assert "\n" not in str(raised.value)
+
+
+def test_a_bad_space_stops_the_command_before_any_trial(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    path = _space(tmp_path, '[space]\n"agent.n_steps" = { int = [64, 16] }\n')
+    proc = parl_train("ppo/cartpole", "--sweep", path, "--trials", "2", "--logdir", str(sweep_dir))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.splitlines() == [
+        f"parl-train: error: {path}: agent.n_steps: the range [64, 16] is empty (LOW < HIGH)"
+    ]
+    assert not sweep_dir.exists()
+
+
+def test_a_sweep_without_optuna_names_the_extra_to_install(tmp_path):
+    code = (
+        "import sys\n"
+        "sys.modules['optuna'] = None  # not installed\n"
+        "from parl_algos.train import main\n"
+        "sys.exit(main())\n"
+    )
+    argv = ["ppo/cartpole", "--sweep", _space(tmp_path, SPACE), "--trials", "2"]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *argv, "--logdir", str(tmp_path / "sweep")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "parl-train: error: --sweep needs optuna: pip install 'parl-algos[sweep]'"
+    ]
+
+
+def test_the_objectives_of_progress_rows():
+    rows = [(256, None), (512, 20.0), (768, 60.0), (1024, 40.0)]
+    assert objective_of_rows(rows, "final", target=None, budget=1024) == 40.0
+    assert objective_of_rows(rows, "auc", target=None, budget=1024) == 40.0
+    assert objective_of_rows(rows, "steps_to_target", target=50.0, budget=1024) == 768.0
+    assert objective_of_rows(rows, "steps_to_target", target=90.0, budget=1024) == 1024.0
+    assert objective_of_rows([(256, None)], "final", target=None, budget=1024) is None
