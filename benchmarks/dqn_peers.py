@@ -80,7 +80,15 @@ from collections.abc import Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import Row, command_line, record
-from learning import REPO, SB3_RUNNER, SB3_VERSION, algorithm_name, ensure_sb3, run_parl_train
+from learning import (
+    REPO,
+    SB3_RUNNER,
+    SB3_VERSION,
+    algorithm_name,
+    curves_on_a_grid,
+    ensure_sb3,
+    run_parl_train,
+)
 
 TIANSHOU_VERSION = "2.0.1"
 TIANSHOU_VENV = os.path.join(REPO, ".benchmarks", f"tianshou-{TIANSHOU_VERSION}")
@@ -151,8 +159,9 @@ def to_threshold(threshold: float, cap: int, seed: int) -> list[str]:
 
 
 def run_to_threshold(config: str, flags: Sequence[str], timeout: float) -> dict:
-    """`run_parl_train`, its `seconds` those to the threshold where it was reached."""
-    run = run_parl_train(config, flags, timeout)
+    """`run_parl_train` (with its curve), its `seconds` those to the threshold where it was
+    reached."""
+    run = run_parl_train(config, flags, timeout, curve=True)
     run["seconds"] = run["reached_seconds"] or run["seconds"]
     return run
 
@@ -225,16 +234,21 @@ def _peer_row(
         if args.only != "peer":
             flags = [*to_threshold(threshold, cap, seed), *ours_flags]
             ours.append(run_to_threshold(name, flags, args.timeout))
-            print(f"{name} parl seed {seed}: {ours[-1]}", flush=True)
+            print(f"{name} parl seed {seed}: {_shown(ours[-1])}", flush=True)
         if args.only != "ours":
             peers.append(run_peer(name, seed, python, args.timeout, runner, threshold, **extra))
-            print(f"{name} {peer} seed {seed}: {peers[-1]}", flush=True)
+            print(f"{name} {peer} seed {seed}: {_shown(peers[-1])}", flush=True)
     if ours and peers:  # a result row, under the peer's full name and version
         _record(name, config.env.id, threshold, cap, ours, peers, peer_name or peer, args)
     return (
         f"| `{name}` ({config.env.id}, ≥ {threshold:g}, cap {cap // 1000}k) "
         f"| {_steps_cell(ours, cap)} | {peer}: {_steps_cell(peers, cap)} |"
     )
+
+
+def _shown(run: dict) -> dict:
+    """A run's figures as printed: without its curve."""
+    return {key: value for key, value in run.items() if key != "curve"}
 
 
 def _record(
@@ -266,6 +280,7 @@ def _record(
         command=command_line(),
         note=f"parl-train {name}: {_steps_cell(ours, cap)}; the peer: {_steps_cell(peers, cap)}; "
         f"load average {load()} at the end.",
+        curves=curves_on_a_grid({"ours": ours, "peer": peers}),
     )
     record("learning", [row])
 

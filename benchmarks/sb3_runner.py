@@ -6,8 +6,9 @@ many processes, `num_envs / processes` each, as PARL's actors do; `stop_at_thres
 runs on to the cap) from argv,
 maps the example's hyperparameters onto the SB3 algorithm of the same name (QR-DQN:
 sb3-contrib's), trains until the mean return of the last 10 training episodes reaches the
-threshold or the cap, and prints `RESULT {json}`. Imports nothing of PARL: only SB3 (and
-sb3-contrib), gymnasium, numpy and torch.
+threshold or the cap, and prints `RESULT {json}` (with `curve`: at each episode's end, the env
+step and the mean return of the last 10 episodes, as `learning.py` reads PARL's runs). Imports
+nothing of PARL: only SB3 (and sb3-contrib), gymnasium, numpy and torch.
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ class StopAtThreshold(BaseCallback):
         self.threshold = threshold
         self.stop = stop
         self.returns: list[float] = []
+        self.curve: list[tuple[int, float]] = []  # (env step, mean of the last 10) an episode
         self.reached_at: int | None = None
         self.reached_seconds: float | None = None
         self.start = time.perf_counter()
@@ -153,6 +155,8 @@ class StopAtThreshold(BaseCallback):
         for info in self.locals["infos"]:
             if "episode" in info:
                 self.returns.append(float(info["episode"]["r"]))
+                mean = round(float(np.mean(self.returns[-10:])), 2)
+                self.curve.append((self.num_timesteps, mean))
                 if (
                     self.reached_at is None
                     and len(self.returns) >= 10
@@ -283,6 +287,7 @@ def main() -> None:
                     float(np.mean(callback.returns[-10:])) if callback.returns else None
                 ),
                 "env_steps": model.num_timesteps,
+                "curve": callback.curve,
             }
         ),
     )

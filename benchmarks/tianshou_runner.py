@@ -173,6 +173,7 @@ def main() -> None:
     decay = max(int(a["exploration_fraction"] * cap) - a["learning_starts"], 1)
     eps_start, eps_end = (0.0, 0.0) if spec.get("noise_only") else (1.0, a["eps_end"])
     returns: list[float] = []
+    curve: list[tuple[int, float]] = []  # (env step, mean of the last 10) at each episode's end
     reached_at, reached_seconds, done_updates = None, None, 0
     start = time.perf_counter()  # like PARL's TrainingRun: after building
     step = 0
@@ -183,6 +184,8 @@ def main() -> None:
             policy.set_eps_training(eps_start + frac * (eps_end - eps_start))
             stats = collector.collect(n_step=1, random=warm)
             returns.extend(float(r) for r in stats.returns)
+            if len(stats.returns):
+                curve.append((step, round(float(np.mean(returns[-10:])), 2)))
             if step > a["learning_starts"] and step % a["train_freq"] == 0:
                 for _ in range(a["gradient_steps"]):
                     if a["prioritized"]:
@@ -201,6 +204,7 @@ def main() -> None:
         "total_seconds": round(total, 2),
         "final_mean_return": float(np.mean(returns[-10:])) if returns else None,
         "env_steps": step,
+        "curve": curve,
     }
     print("RESULT", json.dumps(result))
 

@@ -22,7 +22,7 @@ import parl_algos.train._envs as envs
 import parl_algos.train._off_policy as off_policy
 from parl.utils import PrioritizedReplayMemory, ReplayMemory
 from parl_algos.nets import AtariActorCritic, NatureQNetwork
-from parl_algos.rollout import Trajectory, compute_advantages
+from parl_algos.rollout import FireOnLifeStart, Trajectory, compute_advantages
 from parl_algos.train import (
     SPECS,
     ConfigError,
@@ -57,7 +57,7 @@ def build(name: str, *overrides: tuple[str, str]):
     )
 
 
-@pytest.mark.parametrize("name", ["ppo/pong", "impala/pong"])
+@pytest.mark.parametrize("name", ["ppo/pong", "ppo/breakout", "impala/pong"])
 def test_ppo_and_impala_play_frames_with_the_nature_cnn_and_learn_from_clipped_rewards(name):
     config, env, learner = build(name)
     agent = learner.agent
@@ -226,3 +226,42 @@ def test_ape_x_learns_from_uint8_frames_with_two_actors(tmp_path):
     assert memory.obs.dtype == np.uint8 and memory.obs.shape == (500, 4, 84, 84)
     assert objects["writer"].written >= 400 and memory.size() >= 400
     assert set(np.unique(memory.reward[: memory.size()]).tolist()) <= {-1.0, 0.0, 1.0}
+
+
+def _noop_until_game_over(env: gym.Env, limit: int) -> tuple[int, int, bool]:
+    """NOOP from a reset for at most `limit` steps: (steps taken, lives left, game over)."""
+    env.reset(seed=1)
+    for step in range(1, limit + 1):
+        _, _, terminated, truncated, _ = env.step(0)
+        if terminated or truncated:
+            return step, env.unwrapped.ale.lives(), True
+    return limit, env.unwrapped.ale.lives(), False
+
+
+def test_fire_reset_launches_the_ball_at_each_life_and_the_episode_is_the_whole_game():
+    from parl_algos.rollout import make_atari_env
+
+    idle = make_atari_env("ALE/Breakout-v5")
+    steps, lives, over = _noop_until_game_over(idle, 1500)
+    assert (lives, over) == (5, False)  # nobody presses FIRE: the ball never comes
+    idle.close()
+    env = make_atari_env("ALE/Breakout-v5", fire_reset=True)
+    steps, lives, over = _noop_until_game_over(env, 1500)
+    assert over and lives == 0, (steps, lives)  # each of the 5 balls launched and missed
+    env.close()
+    with pytest.raises(ValueError, match="fire_reset needs a game with a FIRE action"):
+        make_atari_env("ALE/Freeway-v5", fire_reset=True)
+
+
+def test_the_fire_reset_key_reaches_the_game_and_needs_the_atari_key(capsys, tmp_path):
+    config = load_config("ppo/breakout")
+    assert config.env.fire_reset and config.env.atari
+    env = envs.make_env_fn(config)()
+    assert isinstance(env.env, FireOnLifeStart)  # under the frame stack
+    env.close()
+    logdir = tmp_path / "r"
+    assert main(["ppo/cartpole", "--env.fire_reset", "true", "--logdir", str(logdir)]) == 2
+    assert "env.fire_reset = true presses FIRE in an Atari game: it needs env.atari = true" in (
+        capsys.readouterr().err
+    )
+    assert not logdir.exists()

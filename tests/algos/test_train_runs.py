@@ -131,7 +131,7 @@ ON_ACTORS_SLOW |= MUJOCO
 # PPO and IMPALA on Atari frames: in one process in the slow suite (a greedy evaluation
 # episode of Pong is about a thousand CNN steps). On actors their loops are those of
 # ppo/cartpole and impala/cartpole, with frames on the wire in dqn/roadrunner's Ape-X test.
-ATARI_ON_POLICY = {"ppo/pong", "impala/pong"}
+ATARI_ON_POLICY = {"ppo/pong", "ppo/breakout", "impala/pong"}
 SLOW_SINGLE |= ATARI_ON_POLICY
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -26,6 +26,7 @@ __all__ = [
     "AdvantageBatch",
     "Episode",
     "EpisodeCounter",
+    "FireOnLifeStart",
     "MaskVelocity",
     "Trajectory",
     "VectorCollector",
@@ -168,15 +169,16 @@ def make_rescaled_env(env_id: str, **kwargs: Any) -> gym.Env:
     )
 
 
-def make_atari_env(env_id: str, **kwargs: Any) -> gym.Env:
+def make_atari_env(env_id: str, *, fire_reset: bool = False, **kwargs: Any) -> gym.Env:
     """An Atari game of ale-py with the Nature DQN preprocessing: 4 stacked 84x84 grayscale frames.
 
     Mnih et al. 2015 (https://doi.org/10.1038/nature14236) through gymnasium's wrappers:
     `AtariPreprocessing` (up to 30 no-ops at reset, 4 frames per action with the maximum of
     the last two, 84x84 grayscale) and `FrameStackObservation` (the last 4 frames), so that an
     observation is a `(4, 84, 84)` uint8 array. Rewards stay the game's scores: clipping them
-    for learning is the training loop's (`reward_fn=np.sign`). `kwargs` go to `gym.make` (e.g.
-    `render_mode`).
+    for learning is the training loop's (`reward_fn=np.sign`). `fire_reset`: FIRE is pressed
+    for the agent at reset and after each lost life (`FireOnLifeStart`). `kwargs` go to
+    `gym.make` (e.g. `render_mode`).
 
     Raises:
         ImportError: ale-py (the games, ROMs included) is not installed.
@@ -190,7 +192,52 @@ def make_atari_env(env_id: str, **kwargs: Any) -> gym.Env:
     gym.register_envs(ale_py)  # in each process that makes one (a worker's too)
     env = gym.make(env_id, frameskip=1, **kwargs)  # AtariPreprocessing skips the frames
     env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84)
+    if fire_reset:
+        env = FireOnLifeStart(env)
     return gym.wrappers.FrameStackObservation(env, stack_size=4)
+
+
+class FireOnLifeStart(gym.Wrapper):
+    """Presses FIRE for the agent when a life starts: after reset and after each lost life.
+
+    Games such as Breakout wait for FIRE to launch the ball; a greedy policy that has not
+    learned to press it would play out the episode's time limit. The episode stays the whole
+    game (no end at a lost life). The FIRE step's reward joins the step that lost the life (or
+    the reset's none), and its frames are the environment's, not an agent step.
+
+    Raises:
+        ValueError: the game has no FIRE action.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        meanings = env.unwrapped.get_action_meanings()
+        if "FIRE" not in meanings:
+            raise ValueError(
+                f"{env.spec.id if env.spec else env}: fire_reset needs a game with a FIRE "
+                f"action; its actions are {meanings}: leave env.fire_reset out"
+            )
+        self._fire = meanings.index("FIRE")
+        self._lives = 0
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Reset, then FIRE (resetting again should FIRE end the game at once)."""
+        obs, info = self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(self._fire)
+        if terminated or truncated:
+            obs, info = self.env.reset(**kwargs)
+        self._lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """The agent's step; FIRE after it where it lost a life and the game goes on."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = self.env.unwrapped.ale.lives()
+        if lives < self._lives and not (terminated or truncated):
+            obs, fire_reward, terminated, truncated, info = self.env.step(self._fire)
+            reward = float(reward) + float(fire_reward)
+        self._lives = lives
+        return obs, reward, terminated, truncated, info
 
 
 class MaskVelocity(gym.ObservationWrapper):

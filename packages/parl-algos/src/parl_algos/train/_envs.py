@@ -28,7 +28,7 @@ __all__ = [
     "ASYNC_WORKER_NICE",
     "SamplerCollector",
     "async_options",
-    "check_atari_game",
+    "check_atari_env",
     "connect",
     "make_collector",
     "make_env",
@@ -44,15 +44,18 @@ cores leaves the learner a core of its own; under others' load the workers still
 """
 
 
-def make_env(env_id: str, *, atari: bool = False, **kwargs: Any) -> gym.Env:
+def make_env(
+    env_id: str, *, atari: bool = False, fire_reset: bool = False, **kwargs: Any
+) -> gym.Env:
     """One environment; Box actions are rescaled to `[-1, 1]` (the range of a tanh policy).
 
     Actions outside `[-1, 1]` (a Gaussian policy's draws) are clipped to it, and float64
     observations (MuJoCo's) become float32, the models' dtype. `atari`: an Atari game with the
-    Nature DQN's preprocessing (`make_atari_env`: 4 stacked 84x84 uint8 frames).
+    Nature DQN's preprocessing (`make_atari_env`: 4 stacked 84x84 uint8 frames), and with
+    `fire_reset` FIRE pressed for the agent when a life starts.
     """
     if atari:
-        return make_atari_env(env_id, **kwargs)
+        return make_atari_env(env_id, fire_reset=fire_reset, **kwargs)
     env = gym.make(env_id, **kwargs)
     if isinstance(env.action_space, gym.spaces.Box):
         env.close()
@@ -70,7 +73,12 @@ def _float32(obs: np.ndarray) -> np.ndarray:
 
 def make_env_fn(config: Config) -> Callable[[], gym.Env]:
     """A picklable zero-argument maker of the config's environment (`make_env`'s)."""
-    return functools.partial(make_env, config.env.id, atari=getattr(config.env, "atari", False))
+    return functools.partial(
+        make_env,
+        config.env.id,
+        atari=getattr(config.env, "atari", False),
+        fire_reset=getattr(config.env, "fire_reset", False),
+    )
 
 
 def make_eval_env(config: Config, logdir: str) -> gym.Env:
@@ -78,7 +86,8 @@ def make_eval_env(config: Config, logdir: str) -> gym.Env:
     if not config.train.capture_video:
         return make_env_fn(config)()
     if getattr(config.env, "atari", False):  # the game's frames, not the network's
-        env = make_atari_env(config.env.id, render_mode="rgb_array")
+        fire_reset = getattr(config.env, "fire_reset", False)
+        env = make_atari_env(config.env.id, fire_reset=fire_reset, render_mode="rgb_array")
     else:
         env = gym.make(config.env.id, render_mode="rgb_array")
     env = gym.wrappers.RecordVideo(
@@ -96,8 +105,20 @@ def make_eval_env(config: Config, logdir: str) -> gym.Env:
     return env
 
 
-def check_atari_game(env_id: str) -> None:
-    """Raise ConfigError unless `env_id` is a game of ale-py (which must be installed)."""
+def check_atari_env(env: Any) -> None:
+    """Raise ConfigError where the `[env]` section's Atari keys do not fit.
+
+    `atari` needs a game of ale-py (which must be installed); `fire_reset` needs `atari`.
+    """
+    if getattr(env, "fire_reset", False) and not getattr(env, "atari", False):
+        raise ConfigError(
+            "env.fire_reset = true presses FIRE in an Atari game: it needs env.atari = true"
+        )
+    if getattr(env, "atari", False):
+        _check_atari_game(env.id)
+
+
+def _check_atari_game(env_id: str) -> None:
     try:
         import ale_py
     except ImportError:

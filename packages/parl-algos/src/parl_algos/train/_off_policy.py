@@ -32,7 +32,7 @@ from parl_algos.train._apex import QActing, ReplayWriter
 from parl_algos.train._config import Config, ConfigError
 from parl_algos.train._envs import (
     SamplerCollector,
-    check_atari_game,
+    check_atari_env,
     make_collector,
     make_env_fn,
     make_eval_env,
@@ -93,6 +93,10 @@ class QEnvSection(EnvSection):
     84x84 grayscale frames (`parl_algos.rollout.make_atari_env`), the Nature CNN's torso
     under the head, uint8 frames in the replay memory, rewards clipped to their sign for
     learning (the returns reported stay the game's scores)."""
+    fire_reset: bool = False
+    """With `atari`: FIRE pressed for the agent when a life starts, after reset and after each
+    lost life (`parl_algos.rollout.FireOnLifeStart`), for games such as Breakout that wait for
+    it; the episode stays the whole game."""
 
 
 @dataclass
@@ -368,8 +372,7 @@ def check_dqn(config: Config) -> None:
             "agent.noisy_acting = false acts on the noisy layers' means: nothing would explore "
             "past the warm-up; set agent.noisy_epsilon = true as well"
         )
-    if config.env.atari:
-        check_atari_game(config.env.id)
+    check_atari_env(config.env)
 
 
 def _build_continuous(config: Config, obs_space: gym.Space, act_space: gym.Space) -> Learner:

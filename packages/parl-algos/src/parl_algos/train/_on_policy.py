@@ -27,7 +27,7 @@ from parl_algos.impala import IMPALA, IMPALAStats
 from parl_algos.nets import ActorCriticMLP, AtariActorCritic, GaussianActorCriticMLP
 from parl_algos.ppo import PPO, PPOStats
 from parl_algos.train._config import Config
-from parl_algos.train._envs import check_atari_game, make_collector, make_env_fn, make_eval_env
+from parl_algos.train._envs import check_atari_env, make_collector, make_env_fn, make_eval_env
 from parl_algos.train._evaluator import RemoteEvaluator
 from parl_algos.train._run import Run
 from parl_algos.train._spec import (
@@ -65,6 +65,10 @@ class VectorEnvSection:
     (`parl_algos.rollout.make_atari_env`), `parl_algos.nets.AtariActorCritic` for the network
     (`hidden_size` its dense layer's width) and rewards clipped to their sign for learning (the
     returns reported stay the game's scores)."""
+    fire_reset: bool = False
+    """With `atari`: FIRE pressed for the agent when a life starts, after reset and after each
+    lost life (`parl_algos.rollout.FireOnLifeStart`), for games such as Breakout that wait for
+    it; the episode stays the whole game."""
 
 
 @dataclass
@@ -177,8 +181,7 @@ def _build_impala(config: Config, obs_space: gym.Space, act_space: gym.Space) ->
 
 
 def _check_on_policy(config: Config) -> None:
-    if config.env.atari:
-        check_atari_game(config.env.id)
+    check_atari_env(config.env)
 
 
 class OnPolicyTrainer(Trainer):
