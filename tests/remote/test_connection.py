@@ -270,3 +270,30 @@ def test_received_honours_a_limit_below_the_read_size():
     envelope = m.encoder.encode(big)
     with pytest.raises(ProtocolError, match="200|bytes"):
         _read(server, struct.pack("<II", len(envelope), 0) + envelope)
+
+
+def test_a_small_read_area_takes_frames_larger_than_itself():
+    """The master's connections read into `CONTROL_SCRATCH` bytes (`wire/_transport.py`): a
+    frame several times that size arrives whole through reads of at most that size."""
+    from parl_remote.wire._transport import _connection
+    from parl_remote.wire.protocol.connection import CONTROL_SCRATCH
+
+    server = _connection("master", True, TOKEN)
+    assert server.get_buffer().nbytes == CONTROL_SCRATCH < 256 << 10
+    client = Connection("client", is_server=False, token=TOKEN)
+    assert _pump(server, client, server.initiate()) == []
+    assert _pump(client, server) == [AUTHENTICATED]
+    assert _pump(server, client) == [AUTHENTICATED]
+    msg = m.LogLines([("a1", "stdout", "x" * (5 * CONTROL_SCRATCH))])
+    data = b"".join(bytes(b) for b in client.send(msg))
+    events, pos = [], 0
+    while pos < len(data):
+        area = server.get_buffer()
+        n = min(area.nbytes, len(data) - pos)
+        area[:n] = data[pos : pos + n]
+        pos += n
+        event = server.received(n)
+        while event is not NEED_DATA:
+            events.append(event)
+            event = server.next_event()
+    assert events == [(msg, ())]

@@ -21,7 +21,12 @@ from parl_remote._config import settings
 from parl_remote._exceptions import AuthenticationError, ClusterError, ProtocolError
 from parl_remote.security import _tls
 from parl_remote.wire import _shm
-from parl_remote.wire.protocol.connection import AUTHENTICATED, NEED_DATA, Connection
+from parl_remote.wire.protocol.connection import (
+    AUTHENTICATED,
+    CONTROL_SCRATCH,
+    NEED_DATA,
+    Connection,
+)
 
 __all__ = [
     "AsyncConnection",
@@ -40,7 +45,11 @@ class ConnectionClosed(ConnectionError):
 
 
 def _connection(role: str, is_server: bool, token: bytes | None) -> Connection:
-    """A protocol object with this process's shared-memory store (used if the peer is local)."""
+    """A protocol object with this process's shared-memory store (used if the peer is local).
+
+    The master's connections carry small messages only, one per worker and client: a small
+    read area each keeps its memory from growing by the full one's with every worker.
+    """
     store = _shm.store(token)
     return Connection(
         role,
@@ -49,6 +58,7 @@ def _connection(role: str, is_server: bool, token: bytes | None) -> Connection:
         max_message_bytes=settings.max_message_bytes,
         store=store,
         host=_shm.host_id() if store is not None else "",
+        scratch_bytes=CONTROL_SCRATCH if role == "master" else None,
     )
 
 

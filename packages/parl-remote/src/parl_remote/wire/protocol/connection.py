@@ -51,6 +51,7 @@ from parl_remote.wire.protocol.handshake import (
 
 __all__ = [
     "AUTHENTICATED",
+    "CONTROL_SCRATCH",
     "Connection",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "HANDSHAKE_LIMIT",
@@ -65,6 +66,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 8 << 30
 _MAX_BUFFERS = 1 << 16
 _DIRECT_READ_MIN = 64 << 10  # read a payload buffer in place when this much of it remains
 _SCRATCH = 256 << 10
+CONTROL_SCRATCH = 16 << 10
+"""The read area of a connection of small messages only (the master's): `scratch_bytes`."""
 SHM_FLAG = 1 << 31
 RETURN_FLAG = 1 << 30
 
@@ -79,6 +82,8 @@ class Connection(Handshake):
     Args:
         role: this end's role, told to the peer (the other arguments but one: `Handshake`'s).
         max_message_bytes: the largest frame accepted once authenticated, buffers included.
+        scratch_bytes: the read area small frames land in, 256 KiB by default (zeroed, so
+            resident: a server of many connections of small messages gives `CONTROL_SCRATCH`).
     """
 
     def __init__(
@@ -91,6 +96,7 @@ class Connection(Handshake):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         store: Any = None,
         host: str = "",
+        scratch_bytes: int | None = None,
     ) -> None:
         super().__init__(
             role, is_server=is_server, token=token, trusted=trusted, store=store, host=host
@@ -106,7 +112,7 @@ class Connection(Handshake):
         self._buffers: list[Any] = []
         self._cur: Any = None  # a memoryview while a buffer fills
         self._filled = 0
-        self._scratch = memoryview(bytearray(_SCRATCH))
+        self._scratch = memoryview(bytearray(scratch_bytes or _SCRATCH))
         self._direct = False
         self._flagged = self._returning = False
 
