@@ -1,0 +1,394 @@
+"""What one master sustains: a real master against simulated workers and clients.
+
+One real master (`python -m parl_remote.master._master`, with its dashboard) on loopback, and
+simulated peers in a few processes (`--procs`): each an asyncio loop of real connections that
+run the token handshake and speak the real messages. A simulated worker registers its CPU
+slots, reports its load every `PARL_HEARTBEAT_S` (`WorkerHeartbeat`), and answers the actor
+lifecycle as a worker does (`StartActor` -> `ActorStarted`, `StopActor` -> `ActorExited`), with
+no process behind it. A simulated client registers, pings, and creates and frees actors in a
+loop (`CreateActor` -> `ActorAssigned` -> `ReleaseActor`). For each number of workers N (each
+declaring `--cpus` slots) and of clients C, over a steady window of `--seconds`:
+
+- the master's CPU share (its CPU seconds over the wall seconds: cores) and resident memory;
+- heartbeat lag: a sampled worker sends a heartbeat and, right after it on the same
+  connection, a `QueryActor`; the master handles a connection's messages in order, so the
+  reply's round trip bounds the heartbeat's processing lag from above (p50, p99);
+- placement latency (`CreateActor` to `ActorAssigned`) and throughput (actors placed a second);
+- `xparl status` latency (a `StatusRequest` on a new connection, as the CLI sends it) and the
+  dashboard API's (`/api/cluster` and `/api/actors`, p99 over both).
+
+The smallest N is the baseline of the run: the growth per worker is the slope from it to the
+largest, and where one master saturates is where that slope takes its CPU to one core. The
+last line, for the largest N: `scale: workers=N master_cpu=C master_rss_mb=M
+heartbeat_p99_s=H placements_per_s=P dashboard_p99_ms=D`. Result rows (`_results.record`)
+compare the largest N with the smallest.
+
+    nice python benchmarks/scale.py --workers 100,1000 --clients 1,100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import psutil
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _results import Row, command_line, record
+
+from parl_remote.engines.xparl import _cluster
+from parl_remote.wire.protocol import messages as m
+
+_OPEN_AT_ONCE = 64  # handshakes a simulator runs at once
+
+
+def _pct(samples: list[float], q: float) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# -- a simulator process ---------------------------------------------------------------------------
+async def _simulate(args: argparse.Namespace) -> dict:
+    from parl_remote._config import settings
+    from parl_remote.wire._transport import open_async
+
+    host, port = args.address.rsplit(":", 1)
+    token = os.environ["PARL_CLUSTER_TOKEN"].encode()
+    loop = asyncio.get_running_loop()
+    start, end = args.start, args.end  # the window, in time.time()
+    lag: list[float] = []
+    placed: list[float] = []
+    probes: dict[int, float] = {}
+    asked: dict[int, float] = {}
+    failed = [0]
+    rid = iter(range(1, 1 << 62))
+    hostname = f"sim-{os.getpid()}"
+
+    def in_window() -> bool:
+        return start <= time.time() <= end
+
+    def worker_message(conn, msg, buffers) -> None:
+        kind = type(msg)
+        if kind is m.StartActor:
+            conn.send(m.ActorStarted(msg.actor_id, 1, os.getpid()), batch=True)
+        elif kind is m.StopActor:
+            conn.send(m.ActorExited(msg.actor_id, msg.reason, 0), batch=True)
+        elif kind is m.ActorState and msg.request_id in probes:
+            sent = probes.pop(msg.request_id)
+            if in_window():
+                lag.append(time.perf_counter() - sent)
+
+    def client_message(conn, msg, buffers) -> None:
+        kind = type(msg)
+        if kind is m.ActorAssigned:
+            sent = asked.pop(msg.request_id, None)
+            if sent is not None and in_window():
+                placed.append(time.perf_counter() - sent)
+            conn.send(m.ReleaseActor(msg.actor_id))
+            ask(conn)
+        elif kind is m.CreateFailed:
+            asked.pop(msg.request_id, None)
+            failed[0] += 1
+            loop.call_later(0.05, ask, conn)
+
+    def ask(conn) -> None:
+        if conn.closed:
+            return
+        request_id = next(rid)
+        asked[request_id] = time.perf_counter()
+        conn.send(m.CreateActor(request_id, "Simulated", wait_s=10.0))
+
+    gate = asyncio.Semaphore(_OPEN_AT_ONCE)
+
+    async def open_one(role: str, on_message) -> object:
+        async with gate:
+            return await open_async(
+                host, int(port), token=token, role=role, on_message=on_message, timeout=60
+            )
+
+    workers: list = []
+    clients: list = []
+
+    async def open_worker(i: int) -> None:
+        conn = await open_one("worker", worker_message)
+        conn.send(
+            m.RegisterWorker(
+                f"{hostname}-{i}", hostname, "127.0.0.1", os.getpid(), args.cpus, [], [], 8 << 30
+            )
+        )
+        workers.append(conn)  # it heartbeats from now on
+
+    async def open_client(i: int) -> None:
+        conn = await open_one("client", client_message)
+        conn.send(m.RegisterClient(f"{hostname}-c{i}", hostname, os.getpid(), False))
+        clients.append(conn)
+
+    async def beats() -> None:
+        beat = m.WorkerHeartbeat(12.5, 2 << 30, 8 << 30, 0.5)
+        period, steps = settings.heartbeat_s, 20
+        next_probe, asking = 0.0, False
+        while time.time() < end:
+            for k in range(steps):  # every worker once a period, spread over it
+                for conn in workers[k::steps]:
+                    if not conn.closed:
+                        conn.send(beat, batch=True)
+                now = time.perf_counter()  # the loop's clock counts whole milliseconds (uvloop)
+                live = [conn for conn in workers[k::steps] if not conn.closed]
+                if now >= next_probe and live:
+                    conn = random.choice(live)
+                    request_id = next(rid)
+                    probes[request_id] = now
+                    conn.send(beat)
+                    conn.send(m.QueryActor(request_id, "none"))
+                    next_probe = now + 0.02
+                if k % 5 == 0:
+                    for conn in clients:
+                        if not conn.closed:
+                            conn.send(m.Ping(), batch=True)
+                if not asking and time.time() >= args.go:
+                    asking = True
+                    for conn in clients:
+                        ask(conn)
+                await asyncio.sleep(period / steps)
+
+    beating = asyncio.ensure_future(beats())
+    await asyncio.gather(*(open_worker(i) for i in range(args.sim_workers)))
+    await asyncio.gather(*(open_client(i) for i in range(args.sim_clients)))
+    await beating
+    for conn in (*workers, *clients):
+        conn.close()
+    return {"lag": lag, "placed": placed, "failed": failed[0]}
+
+
+def _simulator_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    for name in ("--address", "--out"):
+        parser.add_argument(name, required=True)
+    for name in ("--sim-workers", "--sim-clients", "--cpus"):
+        parser.add_argument(name, type=int, required=True)
+    for name in ("--go", "--start", "--end"):
+        parser.add_argument(name, type=float, required=True)
+    args = parser.parse_args(argv)
+    import uvloop
+
+    result = uvloop.run(_simulate(args))
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+
+
+# -- one measurement -------------------------------------------------------------------------------
+def _status_ms(address: str, token: bytes) -> float:
+    from parl_remote.cli import _request
+
+    t0 = time.perf_counter()
+    _request(address, lambda rid: m.StatusRequest(rid), token=token)
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _get_ms(url: str) -> float:
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=30) as reply:
+        reply.read()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def measure(n: int, c: int, args: argparse.Namespace) -> dict:
+    """One master, `n` simulated workers and `c` clients: the figures of the steady window."""
+    home = tempfile.mkdtemp(prefix="parl-scale-")
+    token = secrets.token_hex(16)
+    env = dict(
+        os.environ,
+        PARL_CLUSTER_TOKEN=token,
+        PARL_HOME=home,
+        PARL_MAX_CONNECTIONS=str(n + c + 1000),
+    )
+    master = _cluster.spawn(
+        "parl_remote.master._master",
+        ["--host", "127.0.0.1", "--port", "0", "--monitor_port", "0"],
+        log=os.path.join(home, "master.log"),
+        env=env,
+    )
+    address = f"127.0.0.1:{master.ready['port']}"
+    dashboard = master.ready["dashboard"].rstrip("/")
+    procs = max(1, min(args.procs, n))
+    now = time.time()
+    connect_s = 10 + n / 150  # handshakes of every simulated peer, with margin
+    go = now + connect_s
+    start = go + args.warmup
+    end = start + args.seconds
+    sims = []
+    try:
+        for i in range(procs):
+            out = os.path.join(home, f"sim-{i}.json")
+            cmd = [sys.executable, os.path.abspath(__file__), "--simulate", "--address", address]
+            cmd += ["--out", out, "--cpus", str(args.cpus)]
+            cmd += ["--sim-workers", str(n // procs + (i < n % procs))]
+            cmd += ["--sim-clients", str(c // procs + (i < c % procs))]
+            cmd += ["--go", str(go), "--start", str(start), "--end", str(end)]
+            sims.append((subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL), out))
+        proc = psutil.Process(master.pid)
+        while time.time() < start:
+            time.sleep(0.05)
+        status = _request_status(address, token.encode())
+        assert status["totals"]["workers"] == n, f"{status['totals']['workers']} of {n} workers"
+        cpu0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
+        status_ms, dash_ms = [], []
+        while time.time() < end - 0.3:
+            status_ms.append(_status_ms(address, token.encode()))
+            for path in ("/api/cluster", "/api/actors"):
+                dash_ms.append(_get_ms(dashboard + path))
+            time.sleep(0.2)
+        cpu1, t1 = sum(proc.cpu_times()[:2]), time.monotonic()
+        rss_mb = proc.memory_info().rss / 1e6
+        results = []
+        for sim, out in sims:
+            sim.wait(60 + connect_s)
+            with open(out) as f:
+                results.append(json.load(f))
+    finally:
+        for sim, _ in sims:
+            if sim.poll() is None:
+                sim.kill()
+                sim.wait(10)
+        master.stop(timeout=10)
+    lag = [x for r in results for x in r["lag"]]
+    placed = [x for r in results for x in r["placed"]]
+    return {
+        "workers": n,
+        "clients": c,
+        "master_cpu": (cpu1 - cpu0) / (t1 - t0),
+        "master_rss_mb": rss_mb,
+        "heartbeat_p50_s": _pct(lag, 0.5),
+        "heartbeat_p99_s": _pct(lag, 0.99),
+        "placement_p50_ms": _pct(placed, 0.5) * 1e3,
+        "placement_p99_ms": _pct(placed, 0.99) * 1e3,
+        "placements_per_s": len(placed) / args.seconds,
+        "status_p99_ms": _pct(status_ms, 0.99),
+        "dashboard_p99_ms": _pct(dash_ms, 0.99),
+        "failed": sum(r["failed"] for r in results),
+    }
+
+
+def _request_status(address: str, token: bytes) -> dict:
+    from parl_remote.cli import _request
+
+    reply = _request(address, lambda rid: m.StatusRequest(rid), token=token)
+    status: dict = reply.status
+    return status
+
+
+# -- the run -------------------------------------------------------------------------------------
+_COLUMNS = (
+    ("workers", "{:>7}"),
+    ("clients", "{:>7}"),
+    ("master_cpu", "{:>10.2f}"),
+    ("master_rss_mb", "{:>13.0f}"),
+    ("heartbeat_p50_s", "{:>15.4f}"),
+    ("heartbeat_p99_s", "{:>15.4f}"),
+    ("placement_p50_ms", "{:>16.1f}"),
+    ("placement_p99_ms", "{:>16.1f}"),
+    ("placements_per_s", "{:>16.0f}"),
+    ("status_p99_ms", "{:>13.1f}"),
+    ("dashboard_p99_ms", "{:>16.1f}"),
+)
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--simulate"]:
+        _simulator_main(sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", default="100,1000", help="numbers of simulated workers")
+    parser.add_argument("--clients", default="1,100", help="numbers of concurrent clients")
+    parser.add_argument("--cpus", type=int, default=10, help="CPU slots each worker declares")
+    parser.add_argument("--procs", type=int, default=2, help="simulator processes")
+    parser.add_argument("--seconds", type=float, default=8.0, help="the steady window")
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--results", default=None, help="where result files go")
+    args = parser.parse_args()
+    ns = [int(x) for x in args.workers.split(",")]
+    cs = [int(x) for x in args.clients.split(",")]
+    load = os.getloadavg()[0]
+    print(" ".join(name.rjust(len(fmt.format(0))) for name, fmt in _COLUMNS), flush=True)
+    rows = []
+    for n in ns:
+        for c in cs:
+            row = measure(n, c, args)
+            rows.append(row)
+            print(" ".join(fmt.format(row[name]) for name, fmt in _COLUMNS), flush=True)
+    load = (load + os.getloadavg()[0]) / 2
+    top_c = max(cs)
+    by_n = {r["workers"]: r for r in rows if r["clients"] == top_c}
+    small, large = by_n[min(ns)], by_n[max(ns)]
+    span = large["workers"] - small["workers"]
+    if span:
+        cpu_slope = (large["master_cpu"] - small["master_cpu"]) / span
+        rss_slope = (large["master_rss_mb"] - small["master_rss_mb"]) / span
+        print(
+            f"growth per worker ({small['workers']} -> {large['workers']}, {top_c} clients): "
+            f"{cpu_slope * 1e3:.3f} cores per 1,000 workers, {rss_slope * 1e3:.3f} KB each"
+        )
+        if cpu_slope > 0:
+            saturate = small["workers"] + (1.0 - small["master_cpu"]) / cpu_slope
+            print(f"one master reaches one core at about {saturate:,.0f} workers")
+    print(f"load average {load:.1f} on {os.cpu_count()} cores")
+    _record(small, large, args, load)
+    print(
+        f"scale: workers={large['workers']} master_cpu={large['master_cpu']:.2f} "
+        f"master_rss_mb={large['master_rss_mb']:.0f} "
+        f"heartbeat_p99_s={large['heartbeat_p99_s']:.4f} "
+        f"placements_per_s={large['placements_per_s']:.0f} "
+        f"dashboard_p99_ms={large['dashboard_p99_ms']:.1f}"
+    )
+
+
+def _record(small: dict, large: dict, args: argparse.Namespace, load: float) -> None:
+    if small is large:
+        return
+    task = f"{large['workers']} simulated workers of {args.cpus} slots, {large['clients']} clients"
+    peer = f"the same master with {small['workers']} workers"
+    figures = [
+        ("master CPU (cores)", "lower", "master_cpu", 3),
+        ("master resident memory (MB)", "lower", "master_rss_mb", 1),
+        ("heartbeat lag p99 (ms)", "lower", "heartbeat_p99_s", 3),
+        ("actors placed per second", "higher", "placements_per_s", 1),
+        ("dashboard API p99 (ms)", "lower", "dashboard_p99_ms", 2),
+    ]
+    rows = []
+    for metric, better, key, digits in figures:
+        scale = 1e3 if key == "heartbeat_p99_s" else 1
+        ours = round(large[key] * scale, digits)
+        base = round(small[key] * scale, digits)
+        if not base:
+            continue
+        rows.append(
+            Row(
+                task=task,
+                algorithm="xparl master",
+                metric=metric,
+                better=better,
+                ours=ours,
+                peer=peer,
+                peer_value=base,
+                seeds=[],
+                command=command_line(),
+                note=f"{args.procs} simulator processes on the same machine; load {load:.1f}.",
+            )
+        )
+    record("scale", rows, title="One master at scale", directory=args.results)
+
+
+if __name__ == "__main__":
+    main()
