@@ -22,7 +22,7 @@ LAYERS = [
     {"__init__"},  # the package's face: it re-exports what the layers below define
     {"_cli"},
     {"_registry", "_sweep"},  # a sweep runs the skeleton in its trials' actors
-    {"_skeleton", "_a3c"},  # A3C and GA3C run the on-policy Trainer in single mode
+    {"_skeleton", "_export", "_a3c"},  # A3C and GA3C run the on-policy Trainer in single mode
     {"_on_policy", "_off_policy", "_recurrent", "_marl", "_offline"},
     {"_envs", "_evaluator", "_apex", "_marl_actors"},
     {"_spec"},

@@ -6,9 +6,10 @@ trains one in this process with its algorithm's `Trainer` and writes its run dir
 (config, TensorBoard events, progress.csv, learning curve, checkpoints, log); `main` is the
 command line.
 
-The modules read top-down: the command line (`_cli`) imports the spec registry (`_registry`)
-and the run skeleton (`_skeleton`); the registry imports the families' Trainers (`_on_policy`,
-`_off_policy`, `_a3c`, `_recurrent`, `_marl`, `_offline`); below them lie the parts they share
+The modules read top-down: the command line (`_cli`) imports the spec registry (`_registry`),
+the run skeleton (`_skeleton`) and the export of a run's policy (`_export`); the registry
+imports the families' Trainers (`_on_policy`, `_off_policy`, `_a3c`, `_recurrent`, `_marl`,
+`_offline`); below them lie the parts they share
 (`_spec`: specs and the `Trainer` protocol; `_run`: the run's rows and checkpoints schedule;
 `_envs`: environments, samplers and the cluster; `_evaluator`, `_apex`, `_marl_actors`) and
 the configs (`_config`).

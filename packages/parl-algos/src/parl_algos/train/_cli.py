@@ -3,6 +3,7 @@
     parl-train ppo/cartpole                                  # a config shipped with parl-algos
     parl-train my_config.toml --agent.lr 3e-4 --train.total_steps 50000
     parl-train --resume train_log/ppo-cartpole/2026-11-23_10-00-00
+    parl-train --export onnx train_log/ppo-cartpole/2026-11-23_10-00-00
     parl-train --list
     parl-train ppo/cartpole --sweep space.toml --trials 16 --parallel 2   # see _sweep
 
@@ -35,6 +36,7 @@ from parl_algos.train._config import (
     needed_extra,
     shipped_configs,
 )
+from parl_algos.train._export import EXPORT_FORMATS, export
 from parl_algos.train._registry import get_spec, load_config
 from parl_algos.train._run import INTERRUPTED_EXIT_CODE, default_logdir, latest_checkpoint
 from parl_algos.train._skeleton import run
@@ -76,6 +78,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
     parser.add_argument("--list", action="store_true", help="list the shipped configs and exit")
+    parser.add_argument(
+        "--export",
+        metavar="FORMAT",
+        help=(
+            f"--export {{{','.join(EXPORT_FORMATS)}}} RUN_DIR writes the greedy policy of the "
+            "run's last checkpoint into RUN_DIR (onnx needs parl-algos[export])"
+        ),
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--capture-video",
@@ -148,7 +158,8 @@ def _list_configs() -> None:
 def resolve(argv: Sequence[str]) -> tuple[Config, bool] | None:
     """The config a command line asks for, checked, and whether it resumes a run.
 
-    Returns None for `--list` (which prints the shipped configs).
+    Returns None for `--list` (which prints the shipped configs) and `--export` (which writes
+    the policy file and names it).
 
     Raises:
         ConfigError: anything wrong in the command line or the config.
@@ -158,6 +169,9 @@ def resolve(argv: Sequence[str]) -> tuple[Config, bool] | None:
     ns = parser.parse_args(rest)
     if ns.list:
         _list_configs()
+        return None
+    if ns.export is not None:
+        _export_run(ns.export, ns.config, overrides)
         return None
     if ns.resume is not None:
         if ns.config is not None:
@@ -186,6 +200,17 @@ def resolve(argv: Sequence[str]) -> tuple[Config, bool] | None:
     if config.train.capture_video:
         _check_video(config.env.id)
     return config, ns.resume is not None
+
+
+def _export_run(fmt: str, logdir: str | None, overrides: list[tuple[str, str]]) -> None:
+    """`--export FORMAT RUN_DIR`: write the run's policy and name the file in one line."""
+    if logdir is None or overrides:
+        raise ConfigError("--export FORMAT RUN_DIR takes a run directory and nothing else")
+    path = f"{logdir.rstrip('/')}/config.toml"
+    if not os.path.isfile(path):
+        raise ConfigError(f"--export: {logdir} is not a run directory of parl-train (no {path})")
+    config = load_config(path)
+    print(f"wrote {export(config, get_spec(config.algorithm), logdir, fmt)}")
 
 
 def _check_video(env_id: str) -> None:
