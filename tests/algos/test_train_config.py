@@ -250,6 +250,7 @@ def test_weights_every_is_refused_outside_the_replay_based_algorithms(capsys, tm
     for argv, message in (
         (["ppo/cartpole", "--train.weights_every", "100"], "PPO's actors get them before every"),
         (["dqn/cartpole", "--train.weights_every", "-1"], "train.weights_every=-1 must be 0 or"),
+        (["ppo/cartpole", "--train.max_restarts", "-1"], "train.max_restarts=-1 must be 0 or"),
     ):
         assert main([*argv, "--logdir", str(tmp_path / "r")]) == 2
         assert message in capsys.readouterr().err

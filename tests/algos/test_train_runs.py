@@ -218,10 +218,11 @@ def test_the_run_directory_holds_every_file(tmp_path):
     assert config["agent"]["lr"] == 1e-3 and config["train"]["total_steps"] == 600
     with open(logdir / "progress.csv", newline="") as f:
         header = next(csv.reader(f))
-    assert header == ["env_step", "seconds", "mean_return", "loss", "q_mean"]
-    assert header[3:] == stat_columns(get_spec("DQN").stats)
+    assert header == ["env_step", "seconds", "mean_return", "loss", "q_mean", "actor_restarts"]
+    assert header[3:-1] == stat_columns(get_spec("DQN").stats)
     written = rows(logdir)
     assert written[0]["env_step"] == "1" and written[0]["mean_return"] == ""  # none ended yet
+    assert {r["actor_restarts"] for r in written} == {"0"}  # one process: no actors
     assert any(r["mean_return"] for r in written) and any(r["loss"] for r in written)
     checkpoints = sorted(os.listdir(logdir / "checkpoints"))
     assert checkpoints == ["step-0000000400", "step-0000000600"]  # the newest two are kept

@@ -52,8 +52,21 @@ RESTART_SEED_STRIDE = 1_000_003
 class SamplerWorkerError(RuntimeError):
     """A worker's own code (its environment) kept failing: more than `max_restarts` times.
 
-    Its `__cause__` is the last failure, with the worker's traceback.
+    Its `__cause__` is the last failure, with the worker's traceback (in its notes).
+
+    Attributes:
+        worker: the worker's index.
+        failures: its failures within `window_s`.
+        max_restarts: the sampler's `max_restarts`.
+        window_s: the window of `max_restarts`, in seconds.
     """
+
+    def __init__(
+        self, message: str, *, worker: int, failures: int, max_restarts: int, window_s: float
+    ) -> None:
+        super().__init__(message)
+        self.worker, self.failures = worker, failures
+        self.max_restarts, self.window_s = max_restarts, window_s
 
 
 @dataclass(frozen=True)
@@ -317,8 +330,12 @@ class WorkerGroup:
             if not machine:
                 raise SamplerWorkerError(
                     f"{self.owner}: worker {w}'s environment failed {len(failures) + 1} times "
-                    f"within {policy.window_s:g} s (max_restarts={policy.max_restarts}); the "
-                    f"sampler is closed. The cause below is the last failure: fix the environment"
+                    f"within {policy.window_s:g} s (max_restarts={policy.max_restarts}), the "
+                    f"last time with {type(exc).__name__}: {exc}; the sampler is closed",
+                    worker=w,
+                    failures=len(failures) + 1,
+                    max_restarts=policy.max_restarts,
+                    window_s=policy.window_s,
                 ) from exc
             raise RemoteActorDiedError(
                 f"{self.owner}: worker {w} died {len(failures) + 1} times within "

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import os
 import re
 import sys
 import traceback
 from collections.abc import Sequence
 
+from parl_algos.samplers import SamplerWorkerError
 from parl_algos.train._config import (
     Config,
     ConfigError,
@@ -251,6 +253,12 @@ def _failure(exc: Exception, logdir: str) -> str:
         )
     elif isinstance(exc, ClusterError):
         what = f"cannot reach the cluster: {_first_line(exc)}"
+    elif isinstance(exc, SamplerWorkerError) and exc.__cause__ is not None:
+        cause = exc.__cause__  # the environment's own error, after its retries
+        what = (
+            f"an actor failed: {type(cause).__name__}: {_first_line(cause)}, {exc.failures} "
+            f"times within {exc.window_s:g} s (train.max_restarts = {exc.max_restarts})"
+        )
     elif isinstance(exc, RemoteActorDiedError):
         what = f"an actor died: {_first_line(exc)}"
     elif isinstance(exc, RemoteError) or getattr(exc, "__notes__", None):
@@ -270,9 +278,23 @@ def _log_traceback(exc: Exception, logdir: str) -> None:
         f.write("".join(traceback.format_exception(exc)))
 
 
+class _ToParlLogger(logging.Handler):
+    """Hands parl_algos' log records (a sampler's replaced worker) to the `parl` logger.
+
+    That one writes the terminal's lines and the run's log.log.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logging.getLogger("parl").handle(record)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `parl-train` with `argv` (default: the process's arguments); return the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    library = logging.getLogger("parl_algos")
+    if not any(isinstance(handler, _ToParlLogger) for handler in library.handlers):
+        library.addHandler(_ToParlLogger())
+        library.propagate = False
     debug = "--debug" in argv
     try:
         resolved = resolve(argv)

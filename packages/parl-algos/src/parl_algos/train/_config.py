@@ -119,6 +119,12 @@ class TrainSection(ScheduleArgs):
     backend: str = "xparl"
     """Where the actors run: 'xparl' (PARL's cluster) or 'ray' (a Ray cluster; `address` is
     what `ray.init` takes, none: a local Ray of actors + 1 CPUs)."""
+    restart_actors: bool = True
+    """sync and async modes: replace an actor that dies (its process killed, its machine lost)
+    or whose environment raises by a new one, and go on; false: the run stops at the first."""
+    max_restarts: int = 3
+    """The most replacements of one actor within 10 minutes; one more failure stops the run
+    (an environment that keeps raising: its error named as the cause)."""
     weights_every: int = 0
     """Replay-based algorithms (DQN's family, DDPG, TD3, SAC) in sync and async modes: env
     steps between two sends of the learner's weights (and exploration) to the actors (0:

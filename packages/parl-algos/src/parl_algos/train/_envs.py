@@ -185,6 +185,11 @@ class SamplerCollector:
             self._sent_at = steps
         return Trajectory.from_batch(self.sampler.collect())
 
+    @property
+    def restarts(self) -> int:
+        """The sampler's workers replaced so far (0 for a `SerialSampler`)."""
+        return getattr(self.sampler, "restarts", 0)
+
     def pop_episodes(self) -> list[Episode]:
         """The episodes finished since the last call, dated by the run's env steps."""
         return [e._replace(env_step=e.env_step + self.offset) for e in self.sampler.episodes()]
@@ -206,7 +211,8 @@ def make_collector(config: Config, spec: AlgorithmSpec, agent: Any) -> SamplerCo
     `agent.n_steps` steps a round. Off-policy (`sync`, `async`), each worker steps one
     environment for `train_freq / actors` steps a batch (at least 8), acting with `agent`
     (a DQN-family agent's `QActing`: the exploration the learner decides). Workers run on the
-    cluster of `train.address`, or on an embedded one of `actors + 1` slots.
+    cluster of `train.address`, or on an embedded one of `actors + 1` slots. With
+    `train.restart_actors` the sampler replaces a worker that dies (`restart=True`).
 
     On-policy `async` keeps the batches fresh and the learner first: with several workers each
     has one rollout under way or waiting (not two: half the policy lag, the learner still fed
@@ -240,6 +246,8 @@ def make_collector(config: Config, spec: AlgorithmSpec, agent: Any) -> SamplerCo
         envs_per_worker=max(num_envs // train.actors, 1),
         horizon=horizon,
         seed=train.seed,
+        restart=train.restart_actors,
+        max_restarts=train.max_restarts,
         **options,
     )
     return SamplerCollector(sampler, weights_every=train.weights_every)

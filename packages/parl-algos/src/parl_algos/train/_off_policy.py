@@ -525,6 +525,7 @@ class OffPolicyTrainer(Trainer):
             acting = learner.acting or BatchActing(learner.agent, env.action_space, random_steps)
             env.close()
             self.collector = make_collector(config, spec, acting)
+            run.restart_sources.append(self.collector)  # its workers replaced: progress.csv's
             if learner.acting is not None:  # priorities from the actors' Q
                 self.writer.bootstrap_q = functools.partial(_outputs, self.agent)
                 self.writer.priority = functools.partial(_priority, self.agent)

@@ -201,6 +201,7 @@ class OnPolicyTrainer(Trainer):
         )
         self.agent = self.learner.agent
         self.collector = make_collector(config, spec, self.agent)
+        run.restart_sources.append(self.collector)  # its workers replaced: progress.csv's count
         self.args = run_args(config, spec, run.logdir)
         self.title = f"{spec.name} on {config.env.id}"
 

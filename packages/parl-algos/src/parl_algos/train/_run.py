@@ -3,13 +3,16 @@
 `Run` is a `TrainingRun` (TensorBoard, `log.log`, the curves, the target, the progress bar)
 that also writes a row of `progress.csv` past every multiple of `log_every`, asks for a
 checkpoint past every multiple of `checkpoint_every`, sends evaluations to an evaluator actor
-when the run has one, and turns `done` on Ctrl-C. Trainers call `run.record` then
+when the run has one (and replaces it when it dies, where `make_evaluator` is set), counts
+the actors replaced (`actor_restarts`: progress.csv's last column, a TensorBoard scalar), and
+turns `done` on Ctrl-C. Trainers call `run.record` then
 `run.maybe_evaluate` after every step of their loop; the run skeleton (`_skeleton`) makes the
 run and says what a checkpoint writes.
 """
 
 from __future__ import annotations
 
+import collections
 import csv
 import dataclasses
 import os
@@ -20,9 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from parl.utils import logger, summary
 from parl_algos.rollout import Episode
 from parl_algos.train._config import Config
 from parl_algos.training import TrainingRun
+from parl_remote import RemoteActorDiedError, RemoteError
 
 __all__ = [
     "INTERRUPTED_EXIT_CODE",
@@ -38,6 +43,8 @@ INTERRUPTED_EXIT_CODE = 130
 """What `parl-train` exits with after Ctrl-C (128 + SIGINT, as a shell reports it)."""
 
 _EVALUATION_TIMEOUT = 600.0
+_RESTART_WINDOW_S = 600.0
+"""The window of `train.max_restarts`, as the samplers count theirs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +81,7 @@ def default_logdir(config: Config, root: str = "train_log") -> str:
 
 
 class ProgressLog:
-    """`progress.csv`: `env_step`, `seconds`, `mean_return`, then the algorithm's stats.
+    """`progress.csv`: `env_step`, `seconds`, `mean_return`, the stats, then `actor_restarts`.
 
     Args:
         path: the CSV file.
@@ -86,7 +93,7 @@ class ProgressLog:
     def __init__(self, path: str, columns: list[str], *, resume_step: int | None = None) -> None:
         self.path = path
         self.columns = columns
-        header = ["env_step", "seconds", "mean_return", *columns]
+        header = ["env_step", "seconds", "mean_return", *columns, "actor_restarts"]
         if resume_step is None or not os.path.exists(path):
             with open(path, "w", newline="", encoding="utf-8") as f:
                 csv.writer(f).writerow(header)
@@ -97,12 +104,20 @@ class ProgressLog:
             with open(path, "w", newline="", encoding="utf-8") as f:
                 csv.writer(f).writerows([header, *kept])
 
-    def write(self, env_step: int, seconds: float, mean_return: float | None, stats: Any) -> None:
+    def write(
+        self,
+        env_step: int,
+        seconds: float,
+        mean_return: float | None,
+        stats: Any,
+        actor_restarts: int = 0,
+    ) -> None:
         """Append one row (`mean_return` None: empty; `stats` None: empty stats columns)."""
         row = [env_step, f"{seconds:.2f}", "" if mean_return is None else repr(mean_return)]
         for name in self.columns:
             value = None if stats is None else getattr(stats, name, None)
             row.append("" if value is None else repr(float(value)))
+        row.append(actor_restarts)
         with open(self.path, "a", newline="", encoding="utf-8") as f:
             csv.writer(f).writerow(row)
 
@@ -153,6 +168,15 @@ class Run(TrainingRun):
         self.weights: Callable[[], Any] | None = None
         """With an evaluator: the agent's latest weights."""
         self._pending: tuple[int, Any] | None = None
+        self.make_evaluator: Callable[[], Any] | None = None
+        """With an evaluator: makes a new one where one that dies is to be replaced."""
+        self.max_restarts = 3
+        """The most replacements of the evaluator within `_RESTART_WINDOW_S`."""
+        self.restart_sources: list[Any] = []
+        """What replaces actors of the run (samplers' collectors): each has `restarts`."""
+        self._evaluator_failures: collections.deque[float] = collections.deque()
+        self._evaluator_restarts = 0
+        self._restarts_before = 0
 
     @property
     def done(self) -> bool:
@@ -186,10 +210,22 @@ class Run(TrainingRun):
             self._next_row = (env_steps // self.log_every + 1) * self.log_every
             self.write_row()
 
+    def actor_restarts(self) -> int:
+        """Actors replaced so far (samplers' workers, the evaluator), over every session."""
+        return (
+            self._restarts_before
+            + self._evaluator_restarts
+            + sum(source.restarts for source in self.restart_sources)
+        )
+
     def write_row(self) -> None:
         """Write the current row of progress.csv."""
         self.last_row = self.env_steps
-        self.progress_log.write(self.env_steps, self.seconds(), self.mean_return(), self._stats)
+        restarts = self.actor_restarts()
+        self.progress_log.write(
+            self.env_steps, self.seconds(), self.mean_return(), self._stats, restarts
+        )
+        summary.add_scalar("train/actor_restarts", restarts, self.env_steps)
 
     def maybe_evaluate(self, policy: Callable[[np.ndarray], Any]) -> float | None:
         """`TrainingRun.maybe_evaluate` (or its evaluator's), then a checkpoint when due.
@@ -204,9 +240,14 @@ class Run(TrainingRun):
             result = self.collect_evaluation(wait=False)
             if self.eval_every and self.env_steps >= self._next_eval and self._pending is None:
                 self._next_eval = self.env_steps + self.eval_every
-                future = self.evaluator.evaluate(
-                    self.weights(), self.eval_episodes, self.eval_seed()
-                )
+                weights, seed = self.weights(), self.eval_seed()
+                try:
+                    future = self.evaluator.evaluate(weights, self.eval_episodes, seed)
+                except RemoteError as exc:  # known dead already
+                    if not self._replaceable(exc):
+                        raise
+                    self._replace_evaluator(self.env_steps, exc)
+                    future = self.evaluator.evaluate(weights, self.eval_episodes, seed)
                 self._pending = (self.env_steps, future)
         if self.env_steps >= self._next_checkpoint:
             self._next_checkpoint = (
@@ -220,9 +261,43 @@ class Run(TrainingRun):
         if self._pending is None or not (wait or self._pending[1].done()):
             return None
         (env_step, future), self._pending = self._pending, None
-        mean = float(future.get(timeout=_EVALUATION_TIMEOUT))
-        self.record_evaluation(env_step, mean)
-        return mean
+        try:
+            mean = float(future.get(timeout=_EVALUATION_TIMEOUT))
+        except RemoteError as exc:
+            if not self._replaceable(exc):
+                raise
+            error = exc
+        else:
+            self.record_evaluation(env_step, mean)
+            return mean
+        del future  # a call holds its actor
+        self._replace_evaluator(env_step, error)
+        return None
+
+    def _replaceable(self, exc: BaseException) -> bool:
+        """Whether `exc` of an evaluator's call means a new evaluator (not its own code's fault)."""
+        return self.make_evaluator is not None and type(exc) in (RemoteError, RemoteActorDiedError)
+
+    def _replace_evaluator(self, env_step: int, exc: BaseException) -> None:
+        """A new evaluator for one that died (its evaluation at `env_step` is dropped)."""
+        now = time.monotonic()
+        failures = self._evaluator_failures
+        while failures and failures[0] < now - _RESTART_WINDOW_S:
+            failures.popleft()
+        if len(failures) >= self.max_restarts:
+            raise RemoteActorDiedError(
+                f"the evaluator died {len(failures) + 1} times within {_RESTART_WINDOW_S:g} s "
+                f"(train.max_restarts={self.max_restarts}), the last time: {exc}"
+            )
+        failures.append(now)
+        self.evaluator = None  # its last handle: the actor and its slot are freed
+        assert self.make_evaluator is not None
+        self.evaluator = self.make_evaluator()
+        self._evaluator_restarts += 1
+        logger.warning(
+            "the evaluator died (%s); replaced in %.1f s, its evaluation at env step %d dropped",
+            exc, time.monotonic() - now, env_step,
+        )  # fmt: skip
 
     def checkpoint(self) -> None:
         """Write a checkpoint of the current step (once per step)."""
@@ -238,6 +313,7 @@ class Run(TrainingRun):
             "last_row": self.last_row,
             "next_checkpoint": self._next_checkpoint,
             "stats": self._stats,
+            "actor_restarts": self.actor_restarts(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -248,4 +324,5 @@ class Run(TrainingRun):
         self._next_checkpoint = state["next_checkpoint"]
         self._stats = state["stats"]
         self._seconds_before = state["seconds"]
+        self._restarts_before = state.get("actor_restarts", 0)  # none in older checkpoints
         self.last_checkpoint = self.env_steps

@@ -82,6 +82,9 @@ def run(config: Config, spec: AlgorithmSpec, logdir: str, *, resume: bool = Fals
         if train.mode != "single" and not train.capture_video:  # videos are written here
             run.evaluator = trainer.evaluator()
             run.weights = trainer.agent.get_weights
+            if train.restart_actors:
+                run.make_evaluator = trainer.evaluator
+                run.max_restarts = train.max_restarts
         with _Interrupt(run):
             if not run.done and run.env_steps < train.total_steps:
                 trainer.train(run)

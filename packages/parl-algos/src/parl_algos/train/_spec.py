@@ -266,6 +266,8 @@ def check_config(config: Config, spec: AlgorithmSpec) -> None:
         raise ConfigError(f"train.eval_every={train.eval_every} must be 0 (never) or more")
     if train.weights_every < 0:
         raise ConfigError(f"train.weights_every={train.weights_every} must be 0 or more")
+    if train.max_restarts < 0:
+        raise ConfigError(f"train.max_restarts={train.max_restarts} must be 0 or more")
     if train.weights_every and spec.family != "off_policy":
         raise ConfigError(
             f"train.weights_every={train.weights_every}: only the replay-based algorithms "

@@ -1,0 +1,96 @@
+"""`parl-train` survives the actors that die under it (`train.restart_actors`, the default).
+
+Each test runs the real command in a subprocess on CartPole whose actor's process is killed
+with SIGKILL once during the run (`failing_env.KilledOnce`): a sampling actor of PPO's sync and
+async modes and of DQN's async mode, and the evaluator. The run exits 0, its rows of
+progress.csv go on past the fault with strictly increasing env steps, the last counting the
+replaced actor, and log.log has the replacement's line. With `train.restart_actors = false`
+the first death ends the run as before.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+
+import pytest
+
+from tests.algos.test_train_failures import PARL_TRAIN, ROOT
+
+KILLED_ONCE = "tests.algos.failing_env:KilledOnce-v0"
+SMALL = ["--no-progress", "--train.log_every", "256", "--train.checkpoint_every", "100000"]
+RUNS = {
+    "ppo-sync": ["ppo/cartpole", "--mode", "sync", "--train.total_steps", "3072"],
+    "ppo-async": ["ppo/cartpole", "--mode", "async", "--train.total_steps", "3072"],
+    "dqn-async": [
+        "dqn/cartpole",
+        "--mode",
+        "async",
+        "--train.total_steps",
+        "2560",
+        "--agent.learning_starts",
+        "256",
+        "--agent.gradient_steps",
+        "8",
+    ],
+}
+
+
+def parl_train(
+    tmp_path, argv: list[str], kill_at: int, kill_in: str = "sampler"
+) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+        "PARL_TEST_KILL_AT": str(kill_at),
+        "PARL_TEST_KILL_IN": kill_in,
+        "PARL_TEST_KILL_MARK": str(tmp_path / "killed"),
+        "PARL_TEST_SPARE_PARENT": str(os.getpid()),  # the learner's parent: never killed
+    }
+    command = [PARL_TRAIN, *argv, "--env.id", KILLED_ONCE, "--logdir", str(tmp_path / "run")]
+    result = subprocess.run(command, capture_output=True, timeout=240, env=env, cwd=ROOT)
+    result.stdout, result.stderr = result.stdout.decode(), result.stderr.decode()
+    return result
+
+
+def rows(tmp_path) -> list[dict[str, str]]:
+    with open(tmp_path / "run" / "progress.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def assert_went_on(tmp_path, result) -> None:
+    """The run ended well past the fault: rows before and after it, the replacement logged."""
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "killed").exists()  # the actor was killed
+    written = rows(tmp_path)
+    steps = [int(r["env_step"]) for r in written]
+    assert steps == sorted(set(steps))  # strictly increasing through the fault
+    restarts = [int(r["actor_restarts"]) for r in written]
+    assert restarts[0] == 0 and restarts[-1] == 1 and restarts == sorted(restarts)
+    assert restarts.count(1) >= 2  # rows go on after the replacement
+    log = (tmp_path / "run" / "log.log").read_text()
+    assert "killed by SIGKILL; replaced in" in log or "the evaluator died" in log, log[-3000:]
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_a_sampling_actor_killed_mid_run_is_replaced_and_the_run_goes_on(tmp_path, run):
+    argv = [*RUNS[run], *SMALL, "--train.eval_every", "0"]
+    result = parl_train(tmp_path, argv, kill_at=120)
+    assert_went_on(tmp_path, result)
+    assert "worker " in (tmp_path / "run" / "log.log").read_text()
+
+
+def test_a_killed_evaluator_is_replaced_and_the_run_goes_on(tmp_path):
+    argv = [*RUNS["ppo-sync"], *SMALL, "--train.eval_every", "512", "--train.eval_episodes", "1"]
+    result = parl_train(tmp_path, argv, kill_at=5, kill_in="evaluator")
+    assert_went_on(tmp_path, result)
+    assert "the evaluator died" in (tmp_path / "run" / "log.log").read_text()
+
+
+def test_without_restarts_the_first_death_ends_the_run(tmp_path):
+    argv = [*RUNS["ppo-sync"], *SMALL, "--train.eval_every", "0", "--train.restart_actors", "false"]
+    result = parl_train(tmp_path, argv, kill_at=120)
+    assert result.returncode == 1
+    assert "an actor died" in result.stderr and "killed by SIGKILL" in result.stderr
