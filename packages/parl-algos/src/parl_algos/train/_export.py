@@ -89,7 +89,9 @@ def _policy_of(config: Config, spec: AlgorithmSpec, checkpoint: str) -> tuple[Gr
     env = make_env_fn(config)()
     learner = spec.build(config, env.observation_space, env.action_space)
     agent = learner.agent
-    agent.load_state_dict(torch.load(os.path.join(checkpoint, "agent.ckpt"), weights_only=True))
+    path = os.path.join(checkpoint, "agent.ckpt")
+    # On the CPU, wherever it trained: the file holds no device of its own.
+    agent.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     agent.eval()  # noisy layers act on their means, as evaluations do
     raw_space = env.unwrapped.action_space
     q_values = spec.family == "off_policy" and isinstance(env.action_space, gym.spaces.Discrete)
