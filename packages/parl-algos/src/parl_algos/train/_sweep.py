@@ -66,14 +66,20 @@ __all__ = [
     "OBJECTIVES",
     "PRUNERS",
     "Param",
+    "RemoteTrialRunner",
     "SAMPLERS",
     "Space",
     "SweepResult",
+    "TrialJob",
+    "TrialOutcome",
     "TrialRunner",
+    "apply_params",
     "default_sweep_dir",
     "objective_of_rows",
     "read_space",
+    "run_dirs",
     "sweep",
+    "write_outputs",
 ]
 
 DISTRIBUTIONS = ("log_uniform", "uniform", "int", "choice")
