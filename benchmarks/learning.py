@@ -43,8 +43,10 @@ repository.
     nice python benchmarks/learning.py --tasks marl --marl-env simple_speaker_listener
     nice python benchmarks/learning.py --tasks marl --marl-env simple_adversary --marl-algos mappo \
         --marl-steps 1000000 --marl-flags '--num-envs 32 --eval-episodes 100'  # ~12 min a seed
-    nice python benchmarks/learning.py --tasks mujoco --seeds 1       # needs parl-algos[mujoco]
-    nice python benchmarks/learning.py --tasks atari --seeds 1        # ~1 hour a seed
+    nice python benchmarks/learning.py --tasks hopper-time --seeds 1  # needs parl-algos[mujoco]
+    nice python benchmarks/learning.py --tasks roadrunner --seeds 1   # ~1 hour a seed
+    nice python benchmarks/learning.py --tasks mujoco --seeds 1       # the papers' budgets: days
+    nice python benchmarks/learning.py --tasks atari --seeds 1        # 10M steps a run: days
     python benchmarks/learning.py --tasks apex-rate --seeds 1         # ~15 min, a quiet machine
 
 Two sections measure returns rather than steps to a threshold. `offline` makes one Pendulum
@@ -62,7 +64,19 @@ agents against each learner's adversary, the two learners of a pair trained in o
 with each centralized learner's lead over its independent twin seed by seed. `--marl-algos`,
 `--marl-steps` and `--marl-flags` choose the learners, the budget and more example flags.
 
-`mujoco` runs `parl-train ppo/hopper` (PPO on Hopper-v5, whose step is costly enough for
+`mujoco` and `atari` compare learning at the budgets where the papers report it: every MuJoCo
+config (`ppo`, `sac`, `td3` on Hopper, HalfCheetah and Walker2d, 1M env steps) or every Atari
+config of the on-policy algorithms (`ppo/pong`, `ppo/breakout`, `impala/pong`, 10M agent steps)
+runs its whole budget through `parl-train` (single mode), and Stable-Baselines3 runs the same
+hyperparameters, budget and seeds (IMPALA has no SB3 counterpart). A row gives, for each side,
+the mean of the last 100 training episodes, the trained policy's mean return over 10 evaluation
+episodes at the end (greedy; SB3's is stochastic on Atari, as the Zoo evaluates), and the wall
+seconds of the run, with RL Baselines3 Zoo's published score for the task beside them (its
+benchmark table: one run, the v3 MuJoCo tasks, NoFrameskip-v4 games).
+`PARL_BENCH_BUDGET_STEPS` shortens every run (a check of the plumbing, not a result: such runs
+write no result rows).
+
+`hopper-time` runs `parl-train ppo/hopper` (PPO on Hopper-v5, whose step is costly enough for
 parallel sampling to pay) in `single`, `sync` and `async` modes, 2 actors each, then
 Stable-Baselines3's PPO with the config's hyperparameters, its 8 environments in 2 processes
 (`sb3_runner.GroupedSubprocVecEnv`), each run until the mean return of the last 10 episodes
@@ -71,7 +85,7 @@ steps (default 40k). It prints, side by side from the one invocation, env steps 
 training and the ratio to `single`'s, seconds to the threshold and the ratio to SB3's, and the
 load average over the runs.
 
-`atari` runs the DQN family on Atari frames through `parl-train` (`dqn/roadrunner` and
+`roadrunner` runs the DQN family on Atari frames through `parl-train` (`dqn/roadrunner` and
 `rainbow/roadrunner`: examples/dqn_atari's bounded budget of 50k env steps): both in `single`
 mode, their learning curves drawn in one figure (a PNG, `.benchmarks/atari-roadrunner.png`),
 and `dqn/roadrunner --mode async --actors 2` (Ape-X) beside single-process DQN: env steps per
@@ -107,7 +121,7 @@ from _results import Row, command_line, record
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SB3_VERSION = "2.9.2"
 SB3_VENV = os.path.join(REPO, ".benchmarks", f"sb3-{SB3_VERSION}")
-SB3_MARKER = f"stable-baselines3 {SB3_VERSION}, sb3-contrib {SB3_VERSION}, mujoco\n"
+SB3_MARKER = f"stable-baselines3 {SB3_VERSION}, sb3-contrib {SB3_VERSION}, mujoco, ale-py, opencv\n"
 SB3_RUNNER = os.path.join(REPO, "benchmarks", "sb3_runner.py")
 
 
@@ -303,7 +317,8 @@ def ensure_sb3() -> str:
     """Create the baseline's virtual environment once; return its python.
 
     `PARL_BENCH_SB3_PYTHON` names the python of an environment made beforehand instead (one
-    with stable-baselines3, and sb3-contrib for QR-DQN, gymnasium[mujoco] for `mujoco`).
+    with stable-baselines3, and sb3-contrib for QR-DQN, gymnasium[mujoco] for `mujoco`, ale-py
+    for `atari`).
     """
     if os.environ.get("PARL_BENCH_SB3_PYTHON"):
         return os.environ["PARL_BENCH_SB3_PYTHON"]
@@ -317,7 +332,7 @@ def ensure_sb3() -> str:
                 python, "-m", "pip", "install", "--quiet",
                 "-c", os.path.join(REPO, "constraints.txt"),
                 f"stable-baselines3=={SB3_VERSION}", f"sb3-contrib=={SB3_VERSION}", "torch",
-                "gymnasium[mujoco]",
+                "gymnasium[mujoco]", "ale-py", "opencv-python-headless",
             ],
             check=True,
         )  # fmt: skip
@@ -571,6 +586,7 @@ def run_parl_train(
     *,
     curve: bool = False,
     rate_from: int | None = None,
+    returns: bool = False,
 ) -> dict:
     """One `parl-train` run in its own process; its `RunResult`, from the run's log.
 
@@ -578,7 +594,9 @@ def run_parl_train(
     returns]` of each row where an episode had ended, and `train_seconds`, the seconds of
     training at its last row (before the final checkpoint, which `seconds` includes).
     `rate_from`: also `rate`, env steps per second between progress.csv's first row at or
-    past that env step and its last row.
+    past that env step and its last row. `returns`: also `returns`, every training episode's
+    return in order (from TensorBoard), and `evaluation`, the last greedy evaluation's mean
+    return in the log (None without one).
     """
     with tempfile.TemporaryDirectory() as logdir:
         start = time.perf_counter()
@@ -591,6 +609,7 @@ def run_parl_train(
         log = pathlib.Path(logdir, "log.log").read_text()
         with open(os.path.join(logdir, "progress.csv"), newline="") as f:
             rows = list(csv.DictReader(f))
+        episode_returns = [value for _, value in read_curve(logdir, window=1)] if returns else []
     done = log[log.rindex("done: RunResult(") :]
     fields = dict(re.findall(r"(\w+)=([-\w.]+)", done[: done.index(")")]))
     reached = fields["reached_at"]
@@ -600,6 +619,10 @@ def run_parl_train(
             [int(r["env_step"]), float(r["mean_return"])] for r in rows if r["mean_return"]
         ]
         extra["train_seconds"] = float(rows[-1]["seconds"])
+    if returns:
+        extra["returns"] = episode_returns
+        evaluations = re.findall(r"evaluation mean return (-?[\d.]+)", log)
+        extra["evaluation"] = float(evaluations[-1]) if evaluations else None
     if rate_from is not None:
         first = next(r for r in rows if int(r["env_step"]) >= rate_from)
         steps = int(rows[-1]["env_step"]) - int(first["env_step"])
@@ -872,8 +895,165 @@ def _draw_curves(runs: dict[str, list[dict]], path: str) -> None:
     plt.close(fig)
 
 
-SECTIONS = {"offline": run_offline, "marl": run_marl, "mujoco": run_mujoco, "atari": run_atari}
-SECTIONS["apex-rate"] = run_apex_rate
+BUDGET_CONFIGS = {
+    "mujoco": [
+        f"{a}/{e}" for a in ("ppo", "sac", "td3") for e in ("hopper", "halfcheetah", "walker2d")
+    ],
+    "atari": ["ppo/pong", "ppo/breakout", "impala/pong"],
+}
+BUDGET_STEPS = int(os.environ.get("PARL_BENCH_BUDGET_STEPS", "0"))  # 0: the configs' budgets
+BUDGET_EVAL_EPISODES = 10
+# RL Baselines3 Zoo's benchmark table (benchmark.md, rl_zoo3.benchmark: one trained agent,
+# deterministic evaluation but on Atari): the published score of each config's task.
+ZOO = "RL Baselines3 Zoo's benchmark"
+PUBLISHED = {
+    "ppo/hopper": (f"{ZOO}, PPO, Hopper-v3, 1M", 2410.4),
+    "ppo/halfcheetah": (f"{ZOO}, PPO, HalfCheetah-v3, 1M", 5819.1),
+    "ppo/walker2d": (f"{ZOO}, PPO, Walker2d-v3, 1M", 3478.8),
+    "sac/hopper": (f"{ZOO}, SAC, Hopper-v3, 1M", 2325.5),
+    "sac/halfcheetah": (f"{ZOO}, SAC, HalfCheetah-v3, 1M", 9535.5),
+    "sac/walker2d": (f"{ZOO}, SAC, Walker2d-v3, 1M", 3863.2),
+    "td3/hopper": (f"{ZOO}, TD3, Hopper-v3, 1M", 3606.4),
+    "td3/halfcheetah": (f"{ZOO}, TD3, HalfCheetah-v3, 1M", 9655.7),
+    "td3/walker2d": (f"{ZOO}, TD3, Walker2d-v3, 1M", 4717.8),
+    "ppo/pong": (f"{ZOO}, PPO, PongNoFrameskip-v4, 10M", 21.0),
+    "ppo/breakout": (f"{ZOO}, PPO, BreakoutNoFrameskip-v4, 10M", 398.0),
+}
+
+
+def run_budget_sb3(config_name: str, seed: int, steps: int, timeout: float) -> dict:
+    """SB3 with the config's hyperparameters for `steps` env steps, in its own venv."""
+    from parl_algos.train import load_config
+
+    config = load_config(config_name)
+    env = config.env
+    args = {**dataclasses.asdict(config.agent), "env_id": env.id, "torch_threads": 1}
+    args |= {"num_envs": getattr(env, "num_envs", 1), "atari": getattr(env, "atari", False)}
+    args["fire_reset"] = getattr(env, "fire_reset", False)
+    spec = {"algo": config.algorithm.lower(), "threshold": float("inf"), "cap": steps}
+    spec |= {"seed": seed, "args": args, "stop_at_threshold": False}
+    spec["eval_episodes"] = BUDGET_EVAL_EPISODES
+    out = subprocess.run(
+        [ensure_sb3(), SB3_RUNNER, json.dumps(spec)],
+        capture_output=True, text=True, timeout=timeout, check=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    return json.loads(
+        next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:]
+    )
+
+
+def run_budget(
+    group: str, seeds: Sequence[int], timeout: float, json_path: str | None = None
+) -> str:
+    """Each config of `group` for its whole budget, ours and SB3's, seed by seed (see the
+    module's docstring); result rows unless `PARL_BENCH_BUDGET_STEPS` shortened the runs."""
+    from parl_algos.train import get_spec, load_config
+
+    loads = [os.getloadavg()[0]]
+    table = [
+        f"\nthe configs' budgets{f' cut to {BUDGET_STEPS} env steps' if BUDGET_STEPS else ''}, "
+        f"seeds {','.join(map(str, seeds))} (medians): the mean of the last 100 training "
+        f"episodes / the trained policy over {BUDGET_EVAL_EPISODES} episodes / wall seconds\n",
+        "| config (task, budget) | parl-train | Stable-Baselines3 2.9.2 | published |",
+        "|---|---|---|---|",
+    ]
+    rows, everything = [], {}
+    for name in BUDGET_CONFIGS[group]:
+        config = load_config(name)
+        steps = BUDGET_STEPS or config.train.total_steps
+        flags = ["--train.total_steps", str(steps), "--train.eval_every", str(steps)]
+        flags += ["--train.eval_episodes", str(BUDGET_EVAL_EPISODES)]
+        flags += ["--train.target_return", "inf"]
+        peer = "sb3" if config.algorithm in ("PPO", "SAC", "TD3") else None
+        runs: dict[str, list[dict]] = {"ours": [], **({"sb3": []} if peer else {})}
+        for seed in seeds:  # seed by seed, so that both sides see the same load
+            run = run_parl_train(name, [*flags, "--train.seed", str(seed)], timeout, returns=True)
+            run["last_100"] = statistics.fmean(run["returns"][-100:]) if run["returns"] else None
+            runs["ours"].append(run)
+            loads.append(os.getloadavg()[0])
+            print(f"{name} parl seed {seed}: {_budget_cell([run])}", flush=True)
+            if peer:
+                runs["sb3"].append(run_budget_sb3(name, seed, steps, timeout))
+                loads.append(os.getloadavg()[0])
+                print(f"{name} sb3 seed {seed}: {_budget_cell(runs['sb3'][-1:])}", flush=True)
+        everything[name] = runs
+        published = PUBLISHED.get(name)
+        table.append(
+            f"| `{name}` ({config.env.id}, {steps:,}) | {_budget_cell(runs['ours'])} "
+            f"| {_budget_cell(runs['sb3']) if peer else 'no counterpart'} "
+            f"| {f'{published[1]:g} ({published[0]})' if published else '-'} |"
+        )
+        if peer and not BUDGET_STEPS:
+            rows += _budget_rows(name, config, get_spec(config.algorithm), runs, seeds, published)
+    _dump(json_path, group, everything)
+    table.append(f"\nload average {min(loads):.1f}-{max(loads):.1f} (1 minute, between runs)")
+    if rows:
+        table.append(f"result rows: {record('learning', rows)}")
+    return "\n".join(table)
+
+
+def _median(runs: list[dict], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def _budget_cell(runs: list[dict]) -> str:
+    figures = [_median(runs, key) for key in ("last_100", "evaluation", "seconds")]
+    return " / ".join("-" if f is None else f"{f:,.1f}" for f in figures)
+
+
+def _budget_rows(
+    name: str,
+    config: object,
+    spec: object,
+    runs: dict[str, list[dict]],
+    seeds: Sequence[int],
+    published: tuple[str, float] | None,
+) -> list[Row]:
+    """Result rows of one config at its budget: the two scores and the wall time, against SB3."""
+    env_id, steps = config.env.id, config.train.total_steps  # type: ignore[attr-defined]
+    algorithm = algorithm_name(name.split("/")[0])
+    peer = f"Stable-Baselines3 {SB3_VERSION} {algorithm}"
+    note = f"published: {published[1]:g} ({published[0]})" if published else ""
+    claims = [
+        ("last_100", f"mean of the last 100 training episodes after {steps:,} env steps", "higher"),
+        (
+            "evaluation",
+            f"the trained policy's mean return over {BUDGET_EVAL_EPISODES} episodes "
+            f"after {steps:,} env steps",
+            "higher",
+        ),
+        ("seconds", f"wall seconds for {steps:,} env steps, one process", "lower"),
+    ]
+    rows = []
+    for key, metric, better in claims:
+        ours, theirs = _median(runs["ours"], key), _median(runs["sb3"], key)
+        if ours is None or not theirs:
+            continue
+        rows.append(
+            Row(
+                task=env_id,
+                algorithm=algorithm,
+                metric=f"{metric} (median of the seeds)",
+                better=better,
+                ours=round(ours, 1),
+                peer=peer,
+                peer_value=round(theirs, 1),
+                seeds=list(seeds),
+                command=command_line(),
+                note=note,
+            )
+        )
+    return rows
+
+
+SECTIONS = {"offline": run_offline, "marl": run_marl}
+SECTIONS |= {"hopper-time": run_mujoco, "roadrunner": run_atari, "apex-rate": run_apex_rate}
+SECTIONS |= {
+    "mujoco": lambda seeds, timeout, json_path: run_budget("mujoco", seeds, timeout, json_path),
+    "atari": lambda seeds, timeout, json_path: run_budget("atari", seeds, timeout, json_path),
+}
 
 
 def main() -> None:

@@ -2,13 +2,17 @@
 
 Reads a JSON spec (algorithm, threshold, cap, seed, and the PARL example's `Args` as a dict,
 with `subproc` for a `SubprocVecEnv`, and `processes` to step `num_envs` environments in that
-many processes, `num_envs / processes` each, as PARL's actors do; `stop_at_threshold` false
-runs on to the cap) from argv,
-maps the example's hyperparameters onto the SB3 algorithm of the same name (QR-DQN:
-sb3-contrib's), trains until the mean return of the last 10 training episodes reaches the
-threshold or the cap, and prints `RESULT {json}` (with `curve`: at each episode's end, the env
-step and the mean return of the last 10 episodes, as `learning.py` reads PARL's runs). Imports
-nothing of PARL: only SB3 (and sb3-contrib), gymnasium, numpy and torch.
+many processes, `num_envs / processes` each, as PARL's actors do; `atari` for the game as
+`make_atari_env` and `VecFrameStack` give it, the Nature CNN under PPO; `stop_at_threshold`
+false runs on to the cap; `eval_episodes`: the trained policy's mean return over that many
+episodes as `evaluation`, deterministic but on Atari, as RL Baselines3 Zoo evaluates: SB3's
+FIRE comes only at reset, so a deterministic policy that has not learned FIRE stalls after a
+lost life) from argv, maps the example's hyperparameters onto the SB3
+algorithm of the same name (QR-DQN: sb3-contrib's), trains until the mean return of the last
+10 training episodes reaches the threshold or the cap, and prints `RESULT {json}` (with
+`curve`: at each episode's end, the env step and the mean return of the last 10 episodes, as
+`learning.py` reads PARL's runs; `last_100`: the mean of the last 100). Imports nothing of
+PARL: only SB3 (and sb3-contrib), gymnasium, numpy and torch.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ import numpy as np
 import torch
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.env_util import make_atari_env, make_vec_env
+from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.noise import NormalActionNoise
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper
 
 
@@ -172,6 +177,23 @@ def linear(initial: float):
     return lambda progress_remaining: progress_remaining * initial
 
 
+def atari_env(a: dict, n_envs: int, seed: int) -> VecEnv:
+    """The game as SB3 plays it: its AtariWrapper (30 no-ops, 4 frames an action, 84x84 gray,
+    FIRE at reset in games with FIRE, rewards clipped), here without its episode end at a lost
+    life (as PARL's configs), over ALE v5's sticky actions; 4 frames stacked."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+    env = make_atari_env(
+        a["env_id"],
+        n_envs=n_envs,
+        seed=seed,
+        env_kwargs={"frameskip": 1},  # the wrapper skips the frames
+        wrapper_kwargs={"terminal_on_life_loss": False},
+    )
+    return VecFrameStack(env, n_stack=4)
+
+
 def build(algo: str, a: dict, seed: int, cap: int):
     hidden = [a["hidden_size"], a["hidden_size"]]
     if algo in ("ppo", "a2c"):
@@ -180,13 +202,22 @@ def build(algo: str, a: dict, seed: int, cap: int):
             vec_env_cls, vec_env_kwargs = GroupedSubprocVecEnv, {"processes": a["processes"]}
         elif a.get("subproc"):  # a process per environment
             vec_env_cls = SubprocVecEnv
-        env = make_vec_env(
-            a["env_id"],
-            n_envs=a["num_envs"],
-            seed=seed,
-            vec_env_cls=vec_env_cls,
-            vec_env_kwargs=vec_env_kwargs,
-        )
+        if a.get("atari"):
+            env = atari_env(a, a["num_envs"], seed)
+        else:
+            env = make_vec_env(
+                a["env_id"],
+                n_envs=a["num_envs"],
+                seed=seed,
+                vec_env_cls=vec_env_cls,
+                vec_env_kwargs=vec_env_kwargs,
+            )
+        policy, policy_kwargs = "MlpPolicy", dict(net_arch=dict(pi=hidden, vf=hidden))
+        if a.get("atari"):  # the Nature CNN, its dense layer of hidden_size, shared
+            policy, policy_kwargs = (
+                "CnnPolicy",
+                dict(features_extractor_kwargs={"features_dim": a["hidden_size"]}),
+            )
         common = dict(
             n_steps=a["n_steps"],
             gamma=a["gamma"],
@@ -194,16 +225,16 @@ def build(algo: str, a: dict, seed: int, cap: int):
             ent_coef=a["ent_coef"],
             vf_coef=a["vf_coef"],
             max_grad_norm=a["max_grad_norm"],
-            policy_kwargs=dict(net_arch=dict(pi=hidden, vf=hidden)),
+            policy_kwargs=policy_kwargs,
             seed=seed,
         )
         if algo == "a2c":
-            return A2C("MlpPolicy", env, learning_rate=a["lr"], **common)
+            return A2C(policy, env, learning_rate=a["lr"], **common)
         anneal = a["anneal"]
         if a["variant"] != "clip" or a["clip_value"] is not None:
             raise ValueError("the SB3 baseline covers PPO's clip variant without value clipping")
         return PPO(
-            "MlpPolicy",
+            policy,
             env,
             learning_rate=linear(a["lr"]) if anneal else a["lr"],
             clip_range=linear(a["clip_coef"]) if anneal else a["clip_coef"],
@@ -276,16 +307,30 @@ def main() -> None:
     callback = StopAtThreshold(spec["threshold"], stop=spec.get("stop_at_threshold", True))
     start = callback.start = time.perf_counter()  # like PARL's TrainingRun: after building
     model.learn(total_timesteps=spec["cap"], callback=callback)
+    total = time.perf_counter() - start
+    evaluation = None
+    if spec.get("eval_episodes"):
+        a = spec["args"]
+        env = (
+            atari_env(a, 1, spec["seed"] + 10_000)
+            if a.get("atari")
+            else Monitor(gym.make(a["env_id"]))
+        )
+        evaluation, _ = evaluate_policy(
+            model, env, n_eval_episodes=spec["eval_episodes"], deterministic=not a.get("atari")
+        )
     print(
         "RESULT",
         json.dumps(
             {
                 "reached_at": callback.reached_at,
-                "seconds": round(callback.reached_seconds or time.perf_counter() - start, 2),
-                "total_seconds": round(time.perf_counter() - start, 2),
+                "seconds": round(callback.reached_seconds or total, 2),
+                "total_seconds": round(total, 2),
                 "final_mean_return": (
                     float(np.mean(callback.returns[-10:])) if callback.returns else None
                 ),
+                "last_100": float(np.mean(callback.returns[-100:])) if callback.returns else None,
+                "evaluation": None if evaluation is None else float(evaluation),
                 "env_steps": model.num_timesteps,
                 "curve": callback.curve,
             }
