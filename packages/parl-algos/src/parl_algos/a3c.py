@@ -18,8 +18,10 @@ weights a few updates old: the asynchrony of the paper's Hogwild! threads, acros
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -32,6 +34,10 @@ import parl
 from parl_algos.a2c import A2C, A2CStats
 from parl_algos.agents import ActorCriticAgent
 from parl_algos.rollout import Episode, VectorCollector
+from parl_algos.samplers import RestartWindow
+from parl_remote import RemoteActorDiedError, RemoteError
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["A3C", "A3CActor", "A3CLearner", "A3CRollout", "A3CUpdate", "RemoteA3CActor"]
 
@@ -196,6 +202,14 @@ class A3CLearner:
         pull_every: rollouts of an actor between two weight pulls (1: before every rollout).
         timeout: seconds to wait for the next gradient before raising TimeoutError (None:
             forever).
+        replace: `replace(i, r)` makes actor `i` anew for the `r`-th time, for one that died
+            (None: a dead actor's error is raised); the new one pulls the weights first, the
+            lost rollout is dropped.
+        max_restarts: the most replacements of one actor within 10 minutes; one more death
+            raises.
+
+    Attributes:
+        restarts: actors replaced so far.
     """
 
     def __init__(
@@ -205,6 +219,8 @@ class A3CLearner:
         *,
         pull_every: int = 1,
         timeout: float | None = None,
+        replace: Callable[[int, int], Any] | None = None,
+        max_restarts: int = 3,
     ) -> None:
         if pull_every < 1:
             raise ValueError(f"A3CLearner: {pull_every=} must be at least 1")
@@ -214,6 +230,11 @@ class A3CLearner:
         self.timeout = timeout
         self.version = 0
         self.env_steps = 0
+        self.replace = replace
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self._replaced = [0] * len(self.actors)
+        self._deaths = [RestartWindow(max_restarts) for _ in self.actors]
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=len(self.actors))
@@ -225,18 +246,43 @@ class A3CLearner:
             thread.start()
 
     def _drive(self, i: int) -> None:
-        actor, rollouts = self.actors[i], 0
+        rollouts = 0
         try:
             while not self._stop.is_set():
-                if rollouts % self.pull_every == 0:
-                    with self._lock:
-                        weights, version = self.agent.get_weights(), self.version
-                    actor.set_weights(weights, version)
-                rollout = actor.gradients()
+                try:
+                    if rollouts % self.pull_every == 0:
+                        with self._lock:
+                            weights, version = self.agent.get_weights(), self.version
+                        self.actors[i].set_weights(weights, version)
+                    rollout = self.actors[i].gradients()
+                except RemoteError as exc:
+                    if self.replace is None or type(exc) not in (RemoteError, RemoteActorDiedError):
+                        raise  # no replacing, or the actor's own code failed
+                    self._replace(i, exc)
+                    rollouts = 0  # the new actor pulls the weights first
+                    continue
                 rollouts += 1
                 self._put((i, rollout))
         except BaseException as exc:  # handed to the learner's thread
             self._put((i, exc))
+
+    def _replace(self, i: int, exc: BaseException) -> None:
+        """Make actor `i` anew for one that died with `exc` (raise past `max_restarts`)."""
+        now, deaths = time.monotonic(), self._deaths[i]
+        if not deaths.failed():
+            raise RemoteActorDiedError(
+                f"A3CLearner: actor {i} died {deaths.failures} times within "
+                f"{deaths.window_s:g} s (max_restarts={self.max_restarts}), the last time: {exc}"
+            )
+        self.actors[i] = None  # its last handle: the actor and its slot are freed
+        assert self.replace is not None
+        self._replaced[i] += 1
+        self.actors[i] = self.replace(i, self._replaced[i])
+        with self._lock:
+            self.restarts += 1
+        logger.warning(
+            "A3CLearner: actor %d died (%s); replaced in %.1f s", i, exc, time.monotonic() - now
+        )
 
     def _put(self, item: Any) -> None:
         while not self._stop.is_set():

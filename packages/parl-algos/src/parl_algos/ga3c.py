@@ -87,6 +87,8 @@ class GA3CLearner:
         address: the cluster (None: the current one, or a local one of `num_workers` slots).
         queue_size: rollouts waiting for the trainer at most (the predictor waits beyond).
         timeout: seconds `step` waits for a rollout before raising TimeoutError (None: forever).
+        restart: replace a worker of the sampler that dies (`CentralSampler`'s `restart`).
+        max_restarts: the most replacements of one worker within 10 minutes.
     """
 
     def __init__(
@@ -101,6 +103,8 @@ class GA3CLearner:
         address: str | None = None,
         queue_size: int = 2,
         timeout: float | None = None,
+        restart: bool = False,
+        max_restarts: int = 3,
     ) -> None:
         self.agent = agent
         self.timeout = timeout
@@ -116,9 +120,16 @@ class GA3CLearner:
             horizon=horizon,
             seed=seed,
             address=address,
+            restart=restart,
+            max_restarts=max_restarts,
         )
         self._thread = threading.Thread(target=self._predict, name="ga3c-predictor", daemon=True)
         self._thread.start()
+
+    @property
+    def restarts(self) -> int:
+        """The sampler's workers replaced so far."""
+        return self.sampler.restarts
 
     def _predict(self) -> None:
         try:

@@ -15,10 +15,10 @@ Column `k` is reset with `seed + k` on its first reset, later resets are automat
 that ends an episode) and unseeded. With `restart=True` the three cluster samplers replace a
 worker that dies by a new actor with the last weights sent (`SamplerWorkerError`: the worker's
 own environment kept failing); the replacement's column `k` is first reset with
-`seed + k + 1_000_003 * r`, `r` being how many times that worker was replaced. With a
-deterministic agent the three return the same batches, bit for bit. Workers on the caller's
-host hand their rollouts over through shared memory (`/dev/shm`); workers on other hosts
-through the ordinary call path.
+`seed + k + RESTART_SEED_STRIDE * r` (1_000_003), `r` being how many times that worker was
+replaced. With a deterministic agent the three return the same batches, bit for bit. Workers
+on the caller's host hand their rollouts over through shared memory (`/dev/shm`); workers on
+other hosts through the ordinary call path.
 
 `from parl.samplers import SerialSampler, Batch` reaches this module.
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 from parl_algos.samplers._async import AsyncSampler
 from parl_algos.samplers._central import CentralSampler
 from parl_algos.samplers._core import Batch
-from parl_algos.samplers._group import SamplerWorkerError
+from parl_algos.samplers._group import RESTART_SEED_STRIDE, RestartWindow, SamplerWorkerError
 from parl_algos.samplers._parallel import ParallelSampler
 from parl_algos.samplers._serial import SerialSampler
 
@@ -37,6 +37,8 @@ __all__ = [
     "Batch",
     "CentralSampler",
     "ParallelSampler",
+    "RESTART_SEED_STRIDE",
+    "RestartWindow",
     "SamplerWorkerError",
     "SerialSampler",
 ]

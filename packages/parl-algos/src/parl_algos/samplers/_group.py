@@ -40,7 +40,14 @@ from parl_algos.samplers._signal import Signal, SignalListener
 from parl_algos.samplers._worker import RemoteEnvWorker
 from parl_remote import ClusterError, RemoteActorDiedError, RemoteError, ResourceError, host_id
 
-__all__ = ["RESTART_SEED_STRIDE", "Restarts", "SamplerWorkerError", "WorkerGroup", "connect"]
+__all__ = [
+    "RESTART_SEED_STRIDE",
+    "RestartWindow",
+    "Restarts",
+    "SamplerWorkerError",
+    "WorkerGroup",
+    "connect",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +107,33 @@ class Restarts:
             raise ValueError(f"max_restarts={self.max_restarts!r} must be an integer >= 0")
         if not self.restart_timeout > 0:
             raise ValueError(f"restart_timeout={self.restart_timeout!r} must be a positive number")
+
+
+class RestartWindow:
+    """One actor's failures in a sliding window: at most `max_restarts` replacements in it.
+
+    Args:
+        max_restarts: the most replacements within `window_s`.
+        window_s: the window, in seconds.
+    """
+
+    def __init__(self, max_restarts: int, window_s: float = 600.0) -> None:
+        self.max_restarts = max_restarts
+        self.window_s = window_s
+        self.failures = 0
+        """The failures within the window, the last one `failed()` counted included."""
+        self._times: collections.deque[float] = collections.deque()
+
+    def failed(self) -> bool:
+        """Count a failure now; whether a replacement is still allowed (else: stop)."""
+        now = time.monotonic()
+        while self._times and self._times[0] < now - self.window_s:
+            self._times.popleft()
+        self.failures = len(self._times) + 1
+        if len(self._times) >= self.max_restarts:
+            return False
+        self._times.append(now)
+        return True
 
 
 def connect(address: str | None, cpu_num: int) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from parl.samplers import CentralSampler
+from parl.samplers import RESTART_SEED_STRIDE, CentralSampler
 from parl.utils import summary
 from parl_algos.a2c import A2CStats
 from parl_algos.a3c import A3CLearner, RemoteA3CActor
@@ -125,15 +125,22 @@ class A3CTrainer(_ActorCriticTrainer):
         """Start the actors and apply their gradients until the run ends."""
         config, n = self.config, self.envs_per_actor
         seed = config.train.seed + self.offset
-        actors = [
-            RemoteA3CActor(
-                self.env_fn, self.agent, num_envs=n, n_steps=config.agent.n_steps, seed=seed + i * n
+
+        def actor(i: int, replaced: int = 0) -> Any:  # a replacement: a seed stream of its own
+            stream = seed + i * n + RESTART_SEED_STRIDE * replaced
+            return RemoteA3CActor(
+                self.env_fn, self.agent, num_envs=n, n_steps=config.agent.n_steps, seed=stream
             )
-            for i in range(config.train.actors)
-        ]
+
         self.learner = A3CLearner(
-            self.agent, actors, pull_every=config.agent.pull_every, timeout=_STEP_TIMEOUT
+            self.agent,
+            [actor(i) for i in range(config.train.actors)],
+            pull_every=config.agent.pull_every,
+            timeout=_STEP_TIMEOUT,
+            replace=actor if config.train.restart_actors else None,
+            max_restarts=config.train.max_restarts,
         )
+        run.restart_sources.append(self.learner)
         self._updates(run, self.learner.step, "staleness")
 
     def close(self) -> None:
@@ -163,6 +170,8 @@ class GA3CTrainer(_ActorCriticTrainer):
             envs_per_worker=self.envs_per_actor,
             horizon=config.agent.n_steps,
             seed=config.train.seed + self.offset,
+            restart=config.train.restart_actors,
+            max_restarts=config.train.max_restarts,
         )
         if config.train.mode == "async":
             learner = GA3CLearner(
@@ -173,11 +182,13 @@ class GA3CTrainer(_ActorCriticTrainer):
                 **kwargs,
             )
             self.closers.append(learner.close)
+            run.restart_sources.append(learner)
             self._updates(run, learner.step, "lag")
             return
         sampler = CentralSampler(self.env_fn, self.agent, **kwargs)
         self.closers.append(sampler.close)
         collector = SamplerCollector(sampler, offset=self.offset)
+        run.restart_sources.append(collector)
         train_on_policy(run, collector, self.agent, self.args)
 
     def close(self) -> None:

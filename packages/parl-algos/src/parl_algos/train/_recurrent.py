@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +44,7 @@ from parl_algos.r2d2 import (
     apex_epsilons,
 )
 from parl_algos.rollout import Episode, MaskVelocity
+from parl_algos.samplers import RESTART_SEED_STRIDE, RestartWindow
 from parl_algos.sequence_replay import SequenceReplayMemory
 from parl_algos.train._config import Config, ConfigError
 from parl_algos.train._envs import connect, make_eval_env
@@ -49,6 +52,9 @@ from parl_algos.train._evaluator import Evaluator
 from parl_algos.train._run import Run
 from parl_algos.train._spec import AlgorithmSpec, Learner, Trainer, discrete_actions
 from parl_algos.training import evaluate
+from parl_remote import RemoteActorDiedError, RemoteError
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "R2D2EnvSection",
@@ -186,6 +192,10 @@ class R2D2Trainer(Trainer):
         self.counters = _Counters()
         self.actors: list[Any] = []
         self.pending: list[Any] = []
+        self.restarts = 0
+        """Remote actors replaced so far (`train.restart_actors`)."""
+        self._replaced: list[int] = []
+        self._deaths: list[RestartWindow] = []
         self.local_actor: R2D2Actor | None = None
         if config.train.mode != "single":
             connect(config)
@@ -220,17 +230,60 @@ class R2D2Trainer(Trainer):
             return
         epsilons = apex_epsilons(train.actors * a.envs_per_actor, a.eps_base, a.eps_alpha)
         n = a.envs_per_actor
+        self._epsilons = [epsilons[i * n : (i + 1) * n].tolist() for i in range(train.actors)]
         self.actors = [
-            self._actor(RemoteR2D2Actor, self.agent, epsilons[i * n : (i + 1) * n].tolist(), i)
+            self._actor(RemoteR2D2Actor, self.agent, self._epsilons[i], i)
             for i in range(train.actors)
         ]
+        self._replaced = [0] * train.actors
+        self._deaths = [RestartWindow(train.max_restarts) for _ in range(train.actors)]
 
-    def _actor(self, cls: Any, agent: R2D2Agent, epsilons: list[float], i: int) -> Any:
+    def _actor(
+        self, cls: Any, agent: R2D2Agent, epsilons: list[float], i: int, replaced: int = 0
+    ) -> Any:
         a = self.config.agent
-        # Resumed runs start their remote actors' environments afresh, with other seeds.
+        # Resumed runs start their remote actors' environments afresh, with other seeds; so
+        # do replaced ones.
         seed = self.config.train.seed * 1000 + i * a.envs_per_actor + self.counters.env_steps
+        seed += RESTART_SEED_STRIDE * replaced
         return cls(
             self.env_fn, agent, epsilons, burn_in=a.burn_in, learn_len=a.learn_len, seed=seed
+        )
+
+    def _get(self, i: int, future: Any) -> ActorOutput | None:
+        """Actor `i`'s output; None where it died and was replaced (its call's steps lost)."""
+        try:
+            return future.get()
+        except RemoteError as exc:
+            if not self.config.train.restart_actors or type(exc) not in (
+                RemoteError,
+                RemoteActorDiedError,
+            ):
+                raise  # no replacing, or the actor's own code failed
+            error = exc
+        del future  # a call holds its actor
+        try:
+            self._replace(i, error)
+        finally:
+            del error
+        return None
+
+    def _replace(self, i: int, exc: BaseException) -> None:
+        """Make actor `i` anew (the learner's current weights) for one that died with `exc`."""
+        now, deaths = time.monotonic(), self._deaths[i]
+        if not deaths.failed():
+            raise RemoteActorDiedError(
+                f"R2D2: actor {i} died {deaths.failures} times within {deaths.window_s:g} s "
+                f"(train.max_restarts={deaths.max_restarts}), the last time: {exc}"
+            )
+        self.actors[i] = None  # its last handle: the actor and its slot are freed
+        self._replaced[i] += 1
+        self.actors[i] = self._actor(
+            RemoteR2D2Actor, self.agent, self._epsilons[i], i, self._replaced[i]
+        )
+        self.restarts += 1
+        logger.warning(
+            "R2D2: actor %d died (%s); replaced in %.1f s", i, exc, time.monotonic() - now
         )
 
     def _outputs(self, turn: int) -> list[ActorOutput]:
@@ -239,16 +292,23 @@ class R2D2Trainer(Trainer):
             return [self.local_actor.collect(steps)]
         if self.config.train.mode == "sync":
             futures = [actor.collect(steps) for actor in self.actors]
-            return [future.get() for future in futures]
+            outputs = []
+            for i in range(len(futures)):
+                while (out := self._get(i, futures[i])) is None:  # a replacement's call again
+                    futures[i] = self.actors[i].collect(steps)
+                outputs.append(out)
+            futures.clear()
+            return outputs
         i = turn % len(self.actors)  # take actor i's finished call, and queue its next one
-        out = self.pending[i].get()
+        out = self._get(i, self.pending[i])
         self.pending[i] = self.actors[i].collect(steps)
-        return [out]
+        return [] if out is None else [out]
 
     def train(self, run: Run) -> None:
         """Collect, store, learn and send weights until the budget is spent or the run is done."""
         a, total = self.config.agent, self.config.train.total_steps
         self._start_actors()
+        run.restart_sources.append(self)
         if self.config.train.mode == "async":
             self.pending = [actor.collect(a.collect_steps) for actor in self.actors]
         c = self.counters
@@ -277,7 +337,8 @@ class R2D2Trainer(Trainer):
             if c.updates % a.sync_every == 0 and self.actors:
                 weights = self.agent.get_weights()
                 for actor in self.actors:
-                    actor.set_weights(weights)  # after the call under way (calls keep order)
+                    with contextlib.suppress(RemoteActorDiedError):  # its collect says so
+                        actor.set_weights(weights)  # after the call under way (calls keep order)
 
     def close(self) -> None:
         """Wait for the actors' calls under way; close the local actor's environments."""

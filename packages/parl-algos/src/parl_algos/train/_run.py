@@ -12,7 +12,6 @@ run and says what a checkpoint writes.
 
 from __future__ import annotations
 
-import collections
 import csv
 import dataclasses
 import os
@@ -25,6 +24,7 @@ import numpy as np
 
 from parl.utils import logger, summary
 from parl_algos.rollout import Episode
+from parl_algos.samplers import RestartWindow
 from parl_algos.train._config import Config
 from parl_algos.training import TrainingRun
 from parl_remote import RemoteActorDiedError, RemoteError
@@ -43,8 +43,6 @@ INTERRUPTED_EXIT_CODE = 130
 """What `parl-train` exits with after Ctrl-C (128 + SIGINT, as a shell reports it)."""
 
 _EVALUATION_TIMEOUT = 600.0
-_RESTART_WINDOW_S = 600.0
-"""The window of `train.max_restarts`, as the samplers count theirs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +172,7 @@ class Run(TrainingRun):
         """The most replacements of the evaluator within `_RESTART_WINDOW_S`."""
         self.restart_sources: list[Any] = []
         """What replaces actors of the run (samplers' collectors): each has `restarts`."""
-        self._evaluator_failures: collections.deque[float] = collections.deque()
+        self._evaluator_failures: RestartWindow | None = None
         self._evaluator_restarts = 0
         self._restarts_before = 0
 
@@ -281,15 +279,14 @@ class Run(TrainingRun):
     def _replace_evaluator(self, env_step: int, exc: BaseException) -> None:
         """A new evaluator for one that died (its evaluation at `env_step` is dropped)."""
         now = time.monotonic()
+        if self._evaluator_failures is None:
+            self._evaluator_failures = RestartWindow(self.max_restarts)
         failures = self._evaluator_failures
-        while failures and failures[0] < now - _RESTART_WINDOW_S:
-            failures.popleft()
-        if len(failures) >= self.max_restarts:
+        if not failures.failed():
             raise RemoteActorDiedError(
-                f"the evaluator died {len(failures) + 1} times within {_RESTART_WINDOW_S:g} s "
+                f"the evaluator died {failures.failures} times within {failures.window_s:g} s "
                 f"(train.max_restarts={self.max_restarts}), the last time: {exc}"
             )
-        failures.append(now)
         self.evaluator = None  # its last handle: the actor and its slot are freed
         assert self.make_evaluator is not None
         self.evaluator = self.make_evaluator()
