@@ -26,6 +26,7 @@ LAYERS = [
     {"_on_policy", "_off_policy", "_recurrent", "_marl", "_offline"},
     {"_envs", "_evaluator", "_apex", "_marl_actors"},
     {"_spec"},
+    {"_track"},
     {"_run"},
     {"_config"},
 ]

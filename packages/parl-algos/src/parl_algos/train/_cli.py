@@ -59,8 +59,9 @@ FAILED_EXIT_CODE = 1
 _SHORT = {"mode": "train.mode", "actors": "train.actors", "address": "train.address"}
 _SHORT["logdir"] = "train.logdir"
 _SHORT["backend"] = "train.backend"
+_SHORT |= {"track": "train.track", "track-uri": "train.track_uri"}
 _DOTTED = re.compile(r"--([A-Za-z_]\w*\.[A-Za-z_]\w*)(=.*)?", re.DOTALL)
-_SHORT_FLAG = re.compile(r"--(mode|actors|address|logdir|backend)(=.*)?", re.DOTALL)
+_SHORT_FLAG = re.compile(r"--(mode|actors|address|logdir|backend|track|track-uri)(=.*)?", re.DOTALL)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
             "Any config key can be overridden as --section.key VALUE (sections: env, agent, "
             "train), e.g. --agent.lr 3e-4 --train.total_steps 50000. Short forms: --mode "
             "{single,sync,async}, --actors N, --address HOST:PORT, --logdir DIR, --backend "
-            "{xparl,ray}."
+            "{xparl,ray}, --track {mlflow,wandb}, --track-uri URI."
         ),
         allow_abbrev=False,
     )

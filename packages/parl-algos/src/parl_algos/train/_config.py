@@ -140,6 +140,13 @@ class TrainSection(ScheduleArgs):
     """Show a progress bar."""
     capture_video: bool = False
     """Record the evaluation episodes as videos in the run directory."""
+    track: str | None = None
+    """Also log the run to 'mlflow' or 'wandb' (none: TensorBoard's events alone)."""
+    track_uri: str | None = None
+    """MLflow's tracking URI: a server's URL, or a directory for a database of its own
+    (none: ./mlruns)."""
+    track_experiment: str | None = None
+    """The tracked run's experiment (MLflow) or project (W&B) (none: <algorithm>-<env>)."""
 
 
 @dataclass

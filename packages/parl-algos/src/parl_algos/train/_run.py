@@ -86,11 +86,22 @@ class ProgressLog:
         columns: the algorithm's stats columns (see `stat_columns`).
         resume_step: when continuing a run, the env step of its checkpoint: later rows are
             dropped (they are written again); None starts a new file with its header.
+        on_row: also called with each row's env step and its values by metric key
+            (`time/seconds`, `rollout/mean_return`, `train/<stat>`; empty ones left out): a
+            tracker's.
     """
 
-    def __init__(self, path: str, columns: list[str], *, resume_step: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        columns: list[str],
+        *,
+        resume_step: int | None = None,
+        on_row: Callable[[int, dict[str, float]], None] | None = None,
+    ) -> None:
         self.path = path
         self.columns = columns
+        self.on_row = on_row
         header = ["env_step", "seconds", "mean_return", *columns, "actor_restarts"]
         if resume_step is None or not os.path.exists(path):
             with open(path, "w", newline="", encoding="utf-8") as f:
@@ -112,12 +123,20 @@ class ProgressLog:
     ) -> None:
         """Append one row (`mean_return` None: empty; `stats` None: empty stats columns)."""
         row = [env_step, f"{seconds:.2f}", "" if mean_return is None else repr(mean_return)]
+        metrics = {"time/seconds": round(seconds, 2)}
+        if mean_return is not None:
+            metrics["rollout/mean_return"] = float(mean_return)
         for name in self.columns:
             value = None if stats is None else getattr(stats, name, None)
             row.append("" if value is None else repr(float(value)))
+            if value is not None:
+                metrics[f"train/{name}"] = float(value)
         row.append(actor_restarts)
+        metrics["train/actor_restarts"] = float(actor_restarts)
         with open(self.path, "a", newline="", encoding="utf-8") as f:
             csv.writer(f).writerow(row)
+        if self.on_row is not None:
+            self.on_row(env_step, metrics)
 
 
 def latest_checkpoint(logdir: str) -> str | None:

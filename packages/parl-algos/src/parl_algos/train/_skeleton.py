@@ -36,6 +36,7 @@ from parl.utils import logger
 from parl_algos.train._config import Config, dump_config
 from parl_algos.train._run import ProgressLog, Run, RunResult, latest_checkpoint
 from parl_algos.train._spec import AlgorithmSpec, Trainer, run_args, stat_columns
+from parl_algos.train._track import open_tracker
 
 __all__ = ["make_run", "read_checkpoint", "run", "save_checkpoint"]
 
@@ -68,7 +69,9 @@ def run(config: Config, spec: AlgorithmSpec, logdir: str, *, resume: bool = Fals
         assert trainer is not None  # no checkpoint is due before the Trainer trains
         save_checkpoint(logdir, run, trainer.state_dict())
 
-    run = make_run(config, spec, logdir, save, resume_step=resume_step)
+    tracker = open_tracker(config, logdir)
+    on_row = None if tracker is None else tracker.log_row
+    run = make_run(config, spec, logdir, save, resume_step=resume_step, on_row=on_row)
     try:
         state = None if checkpoint is None else read_checkpoint(checkpoint)
         if state is not None:  # first, so that the Trainer sees the env step it resumes at
@@ -94,6 +97,8 @@ def run(config: Config, spec: AlgorithmSpec, logdir: str, *, resume: bool = Fals
         run.checkpoint()
     except BaseException:
         run.clear_progress()
+        if tracker is not None:
+            tracker.finish(logdir, failed=True)
         raise
     finally:
         run.evaluator = run._pending = None  # the actor goes with its handle and its call
@@ -101,6 +106,8 @@ def run(config: Config, spec: AlgorithmSpec, logdir: str, *, resume: bool = Fals
             trainer.close()
     summary = dataclasses.asdict(run.finish(trainer.agent))
     run.eval_env.close()  # a video recorder writes its last video here
+    if tracker is not None:
+        tracker.finish(logdir, failed=False)
     return RunResult(logdir, run.env_steps, run.interrupted, summary)
 
 
@@ -111,6 +118,7 @@ def make_run(
     save_checkpoint: Callable[[], None],
     *,
     resume_step: int | None = None,
+    on_row: Callable[[int, dict[str, float]], None] | None = None,
 ) -> Run:
     """The `Run` of `config` in `logdir`, which seeds every generator (before the Trainer).
 
@@ -121,10 +129,14 @@ def make_run(
         save_checkpoint: called when a checkpoint is due.
         resume_step: the env step of the checkpoint a resumed run continues from (the rows
             of progress.csv past it are dropped).
+        on_row: called with each row of progress.csv (a tracker's `log_row`).
     """
     train = config.train
     progress_log = ProgressLog(
-        os.path.join(logdir, "progress.csv"), stat_columns(spec.stats), resume_step=resume_step
+        os.path.join(logdir, "progress.csv"),
+        stat_columns(spec.stats),
+        resume_step=resume_step,
+        on_row=on_row,
     )
     return spec.run_cls(
         f"{spec.name} on {config.env.id}",

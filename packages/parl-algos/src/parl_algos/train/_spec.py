@@ -39,6 +39,7 @@ from parl_algos.train._config import (
     section_from_table,
 )
 from parl_algos.train._run import Run
+from parl_algos.train._track import check_tracking
 from parl_algos.training import TARGETS_ON, OffPolicyArgs, OnPolicyArgs, RunArgs
 
 __all__ = [
@@ -279,6 +280,7 @@ def check_config(config: Config, spec: AlgorithmSpec) -> None:
     if train.target_on == "eval" and train.target_return is not None and not train.eval_every:
         raise ConfigError("train.target_on='eval' needs evaluations: train.eval_every must be > 0")
     check_extra(config, spec.family)
+    check_tracking(config)
     if spec.check is not None:
         spec.check(config)
 

@@ -616,7 +616,7 @@ def sweep(
     os.makedirs(sweep_dir, exist_ok=True)
     url = storage or f"sqlite:///{os.path.abspath(os.path.join(sweep_dir, 'study.db'))}"
     study_name = os.path.abspath(sweep_dir)
-    base_text = dump_config(dataclasses.replace(config, train=_trial_train(config)))
+    base_text = dump_config(dataclasses.replace(config, train=_trial_train(config, sweep_dir)))
     study = optuna.create_study(
         study_name=study_name,
         storage=_storage(url),
@@ -664,7 +664,7 @@ def sweep(
                 trial_dir = os.path.join(sweep_dir, f"trial-{trial.number:04d}")
                 trial.set_user_attr("run_dir", trial_dir)
                 trial_config = apply_params(config, trial.params)
-                trial_config.train = _trial_train(trial_config)
+                trial_config.train = _trial_train(trial_config, sweep_dir)
                 try:
                     check_config(trial_config, spec)
                 except ConfigError as exc:
@@ -720,9 +720,26 @@ def sweep(
     )
 
 
-def _trial_train(config: Config) -> Any:
-    """The `[train]` section that each trial runs with (no cluster of its own, no bar)."""
-    return dataclasses.replace(config.train, logdir=None, address=None, progress=False)
+def _trial_train(config: Config, sweep_dir: str) -> Any:
+    """The `[train]` section that each trial runs with: no cluster of its own, no bar.
+
+    With tracking, every trial is a run of the sweep's experiment.
+    """
+    experiment = config.train.track_experiment
+    if config.train.track is not None and experiment is None:
+        experiment = f"{config.algorithm.lower()}-{env_name(config.env.id)}-"
+        experiment += os.path.basename(os.path.normpath(sweep_dir))
+    uri = config.train.track_uri
+    if config.train.track == "mlflow" and (uri is None or "://" not in uri):
+        uri = os.path.abspath(uri or "mlruns")  # here, not in an actor's working directory
+    return dataclasses.replace(
+        config.train,
+        logdir=None,
+        address=None,
+        progress=False,
+        track_experiment=experiment,
+        track_uri=uri,
+    )
 
 
 def _shown(params: dict[str, Any]) -> str:
