@@ -19,7 +19,14 @@ import numpy as np
 import pytest
 
 import parl
-from parl.samplers import AsyncSampler, Batch, CentralSampler, ParallelSampler, SamplerWorkerError
+from parl.samplers import (
+    AsyncSampler,
+    Batch,
+    CentralSampler,
+    ParallelSampler,
+    RestartWindow,
+    SamplerWorkerError,
+)
 from tests.algos.test_samplers import ENV_FN, LinearAgent
 from tests.algos.test_samplers_remote import AtStep, KillAt, no_actors, shm_names, wait_until
 
@@ -209,3 +216,18 @@ def test_an_environment_that_keeps_raising_stops_after_max_restarts_with_its_err
 def test_restart_arguments_are_checked(cluster, bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         ParallelSampler(ENV_FN, LinearAgent(), **SIZES, restart=True, **bad)
+
+
+def test_a_restart_window_allows_max_restarts_within_it_and_forgets_older_ones(monkeypatch):
+    from parl_algos.samplers import _group
+
+    now = [1000.0]
+    monkeypatch.setattr(_group.time, "monotonic", lambda: now[0])
+    window = RestartWindow(max_restarts=2, window_s=600.0)
+    assert window.failed() and window.failed()  # two replacements
+    assert not window.failed() and window.failures == 3  # the third failure stops
+    now[0] += 599.0
+    assert not window.failed()  # both still within the window
+    now[0] += 2.0  # the first two are older than the window now
+    assert window.failed() and window.failures == 1
+    assert RestartWindow(max_restarts=0).failed() is False  # no replacement at all
