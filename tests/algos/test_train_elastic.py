@@ -94,7 +94,14 @@ def assert_went_on(tmp_path, result) -> None:
     assert ("SIGKILL" in log and "; replaced in" in log) or "the evaluator died" in log, log[-3000:]
 
 
-@pytest.mark.parametrize("run", list(RUNS))
+# PPO's two modes and DQN's async mode run in the default suite; the loops of GA3C, A3C and R2D2
+# (the same replacement, other actors) in the slow suite, to keep the default one short.
+FAST_RUNS = ("ppo-sync", "ppo-async", "dqn-async")
+
+
+@pytest.mark.parametrize(
+    "run", [r if r in FAST_RUNS else pytest.param(r, marks=pytest.mark.slow) for r in RUNS]
+)
 def test_a_sampling_actor_killed_mid_run_is_replaced_and_the_run_goes_on(tmp_path, run):
     argv = [*RUNS[run], *SMALL, "--train.eval_every", "0"]
     result = parl_train(tmp_path, argv, kill_at=60)
@@ -110,6 +117,7 @@ def test_a_killed_evaluator_is_replaced_and_the_run_goes_on(tmp_path):
     assert "the evaluator died" in (tmp_path / "run" / "log.log").read_text()
 
 
+@pytest.mark.slow  # the library's restart=False is tested in the default suite
 def test_without_restarts_the_first_death_ends_the_run(tmp_path):
     argv = [*RUNS["ppo-sync"], *SMALL, "--train.eval_every", "0", "--train.restart_actors", "false"]
     result = parl_train(tmp_path, argv, kill_at=120)

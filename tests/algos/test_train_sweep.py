@@ -98,6 +98,7 @@ def test_a_sweep_writes_its_trials_best_config_plot_and_storage(tmp_path):
     assert _steps(rerun)[-1] >= 1536
 
 
+@pytest.mark.slow  # two sweeps of several trials each
 def test_a_sweep_killed_mid_trial_continues_with_the_same_command(tmp_path):
     sweep_dir = tmp_path / "sweep"
     argv = [
@@ -172,6 +173,7 @@ startup_trials = 1
 """
 
 
+@pytest.mark.slow  # two sweeps of several trials each
 def test_pruned_trials_stop_before_their_budget(tmp_path):
     """A learning rate of 1e-9 does not learn: the median pruner stops such a trial."""
     sweep_dir = tmp_path / "sweep"

@@ -1,7 +1,8 @@
 """`parl-train --track mlflow` against a live MLflow server, `--track wandb` offline.
 
 The MLflow server is the real `mlflow server`, started on 127.0.0.1 at a free port for the
-module and stopped by its PID; what a run logged is read back with MLflow's own client. The
+module and stopped by its PID (its tests run in the slow suite: the server takes most of a
+minute to start); what a run logged is read back with MLflow's own client. The
 Weights & Biases run is written offline under the run directory and read back with wandb's
 own reader of its transaction log (`wandb leet inspect --json`).
 """
@@ -82,6 +83,7 @@ def mlflow_server(tmp_path_factory):
         log.close()
 
 
+@pytest.mark.slow  # a live mlflow server takes most of a minute to start
 def test_a_run_tracked_on_a_live_mlflow_server(mlflow_server, tmp_path):
     from mlflow import MlflowClient
 
@@ -106,6 +108,7 @@ def test_a_run_tracked_on_a_live_mlflow_server(mlflow_server, tmp_path):
     assert json.loads((logdir / "tracking.json").read_text())["run_id"] == run.info.run_id
 
 
+@pytest.mark.slow  # a live mlflow server takes most of a minute to start
 def test_a_sweep_tracks_each_trial_as_a_run_of_one_experiment(mlflow_server, tmp_path):
     from mlflow import MlflowClient
 
