@@ -92,7 +92,7 @@ def test_apex_with_2_actors_reaches_150_on_cartpole(tmp_path):
     # The replay memory of the last checkpoint is prioritized, with the actors' initial
     # priorities and the learner's updates: they differ from one transition to the next.
     with open(Path(latest_checkpoint(str(logdir))) / "state.pkl", "rb") as f:
-        memory = pickle.load(f)["objects"]["memory"]
+        memory = pickle.load(f)["trainer"]["memory"]
     assert isinstance(memory, PrioritizedReplayMemory)
     priorities = memory.priorities()
     assert len(np.unique(priorities)) > len(memory) // 2
