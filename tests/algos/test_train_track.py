@@ -59,6 +59,9 @@ def mlflow_server(tmp_path_factory):
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its workers in its group, stopped with it by its id
+        # Without its job runner (GenAI evaluations, not used here), whose queue is a directory
+        # in /dev/shm that the server leaves behind when it is stopped.
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
     url = f"http://127.0.0.1:{port}"
     try:
