@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from parl_remote.master._placement import Placement, Send, choose_worker
-from parl_remote.master._registry import ClientInfo, Registry, WorkerInfo
+from parl_remote.master._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
 from parl_remote.wire.protocol import messages as m
 
 pytestmark = pytest.mark.xparl_only  # the xparl master's placement
@@ -145,3 +147,54 @@ def test_a_gone_client_leaves_no_waiting_requests(registry):
     assert placement.next_deadline() is None
     registry.add_worker(worker("w1"))
     assert placement.place_pending() == []
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_vacancy_index_chooses_as_a_scan_of_every_worker_would(seed):
+    """Random clusters changed through the registry: the index and `choose_worker` agree."""
+    rng = random.Random(seed)
+    registry = Registry("cluster")
+    registry.add_client(ClientInfo("c1", "laptop", 7, False, conn=Conn("c1")))
+    actors: list[ActorInfo] = []
+    for step in range(600):
+        op = rng.random()
+        workers = list(registry.workers.values())
+        if op < 0.15 or not workers:
+            n_gpus = rng.choice((0, 0, 0, 1, 2))
+            new = worker(f"w{step}", rng.randint(1, 4), tuple(str(g) for g in range(n_gpus)))
+            if workers and rng.random() < 0.1:  # the id of a registered worker, re-registering
+                new.worker_id = rng.choice(workers).worker_id
+                registry.remove_worker(new)
+            registry.add_worker(new)
+        elif op < 0.2:
+            registry.remove_worker(rng.choice(workers))
+        elif op < 0.6:
+            host = choose_worker(workers, n_gpu := rng.choice((0, 0, 1)))
+            if host is not None:
+                actor = ActorInfo(
+                    f"a{step}", "Learner", "c1", host.worker_id, gpus=host.free_gpus[:n_gpu]
+                )
+                registry.add_actor(actor)
+                actors.append(actor)
+        elif actors:
+            registry.end_actor(actors.pop(rng.randrange(len(actors))), "released")
+        if rng.random() < 0.02 and workers:  # a worker without a connection is never chosen
+            lost = rng.choice(workers)
+            lost.conn = None if lost.conn is not None else Conn(lost.worker_id)
+        for n_gpu in (0, 1, 2):
+            expected = choose_worker(registry.workers.values(), n_gpu)
+            assert registry.vacancy.choose(n_gpu) is expected, (step, n_gpu)
+
+
+def test_requests_without_gpus_wait_in_order_behind_one_that_found_no_slot(registry):
+    registry.add_worker(worker("w1", 1, ("0",)))
+    placement = Placement(registry)
+    [first] = ask(placement, 1)
+    assert ask(placement, 2) == [] and ask(placement, 3) == []
+    assert placement.place_pending() == []
+    assert [r.msg.request_id for r in placement.pending] == [2, 3]
+    failed, retried = placement.start_failed(first.message.actor_id, "no warm process")
+    assert failed.message.request_id == 1
+    assert isinstance(retried.message, m.StartActor) and retried.to is registry.workers["w1"].conn
+    assert [r.msg.request_id for r in placement.pending] == [3]
+    assert placement.starting[retried.message.actor_id].msg.request_id == 2

@@ -42,6 +42,8 @@ __all__ = ["Master", "main"]
 
 logger = logging.getLogger(__name__)
 
+_SWEEP_SLICE = 256  # peers the liveness sweep visits between two turns of the loop
+
 
 class Master:
     """The master process's state; `run()` serves until `xparl stop` (or its owner exits).
@@ -148,28 +150,20 @@ class Master:
             await asyncio.sleep(0.5)
 
     async def _liveness(self) -> None:
-        """Ping everyone; drop workers and clients that have been silent too long."""
+        """Ping everyone; drop workers and clients that have been silent too long.
+
+        Each sweep hands the loop back every `_SWEEP_SLICE` peers, so that a large cluster's
+        sweep never holds up the messages (heartbeats, requests) that arrive meanwhile.
+        """
         while True:
             await asyncio.sleep(settings.heartbeat_s)
+            peers: list[WorkerInfo | ClientInfo] = [*self.registry.workers.values()]
+            peers += self.registry.clients.values()
+            for i, peer in enumerate(peers):
+                if i and i % _SWEEP_SLICE == 0:
+                    await asyncio.sleep(0)
+                self._check(peer, time.monotonic())
             now = time.monotonic()
-            for worker in list(self.registry.workers.values()):
-                silent = now - worker.last_seen
-                if silent > settings.heartbeat_timeout_s:
-                    self._drop_worker(
-                        worker,
-                        f"its worker {worker.hostname} stopped responding (silent for "
-                        f"{silent:.0f} s)",
-                    )
-                else:
-                    self._send(worker.conn, m.Ping())
-            for client in list(self.registry.clients.values()):
-                silent = now - client.last_seen
-                if silent > settings.heartbeat_timeout_s:
-                    self._drop_client(
-                        client, f"its client stopped responding (silent for {silent:.0f} s)"
-                    )
-                else:
-                    self._send(client.conn, m.Ping())
             for actor_id, deadline in list(self._adopted.items()):
                 actor = self.registry.actors.get(actor_id)
                 if actor is None or actor.client_id in self.registry.clients:
@@ -177,6 +171,28 @@ class Master:
                 elif now > deadline:
                     del self._adopted[actor_id]
                     self._release(actor, "its client did not come back after the master restarted")
+
+    def _check(self, peer: WorkerInfo | ClientInfo, now: float) -> None:
+        """Ping a peer that is still registered, or drop it if it has been silent too long."""
+        silent = now - peer.last_seen
+        if isinstance(peer, WorkerInfo):
+            if self.registry.workers.get(peer.worker_id) is not peer:
+                return  # dropped since the sweep began
+            if silent > settings.heartbeat_timeout_s:
+                self._drop_worker(
+                    peer,
+                    f"its worker {peer.hostname} stopped responding (silent for {silent:.0f} s)",
+                )
+                return
+        else:
+            if self.registry.clients.get(peer.client_id) is not peer:
+                return
+            if silent > settings.heartbeat_timeout_s:
+                self._drop_client(
+                    peer, f"its client stopped responding (silent for {silent:.0f} s)"
+                )
+                return
+        self._send(peer.conn, m.Ping())
 
     @staticmethod
     def _send(conn: AsyncConnection | None, msg: Any) -> None:

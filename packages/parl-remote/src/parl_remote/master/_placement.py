@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from parl_remote.master._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
+from parl_remote.master._vacancy import choose_worker
 from parl_remote.wire.protocol import messages as m
 
 __all__ = ["Placement", "Request", "Send", "choose_worker"]
@@ -50,20 +50,6 @@ class Send:
     """The envelope."""
 
 
-def choose_worker(workers: Iterable[WorkerInfo], n_gpu: int) -> WorkerInfo | None:
-    """The worker for an actor asking `n_gpu` GPUs, or None if no connected worker can take it.
-
-    The one with the most vacant slots wins, spreading actors over the cluster; among equals, an
-    actor without GPUs goes where the fewest GPUs are free, keeping them for actors that ask.
-    """
-    candidates = [
-        w for w in workers if w.vacant > 0 and len(w.free_gpus) >= n_gpu and w.conn is not None
-    ]
-    if not candidates:
-        return None
-    return max(candidates, key=lambda w: (w.vacant, -len(w.free_gpus) if not n_gpu else 0))
-
-
 class Placement:
     """The master's queue of actor requests and its placement decisions.
 
@@ -90,13 +76,23 @@ class Placement:
         return sends
 
     def place_pending(self) -> list[Send]:
-        """Slots may have freed or been added: place what waits, oldest first."""
+        """Slots may have freed or been added: place what waits, oldest first.
+
+        Once a request without GPUs finds no slot, none of those after it can: they stay
+        waiting without asking the registry's index again.
+        """
         sends: list[Send] = []
-        for request in list(self.pending):
-            placed = self._place(request)
-            if placed is not None:
-                self.pending.remove(request)
+        waiting: deque[Request] = deque()
+        cpu_full = False
+        while self.pending:
+            request = self.pending.popleft()
+            placed = None if cpu_full and not request.msg.n_gpu else self._place(request)
+            if placed is None:
+                cpu_full = cpu_full or not request.msg.n_gpu
+                waiting.append(request)
+            else:
                 sends += placed
+        self.pending = waiting
         return sends
 
     def next_deadline(self) -> float | None:
@@ -158,7 +154,7 @@ class Placement:
     # -- decisions -------------------------------------------------------------------------
     def _place(self, request: Request) -> list[Send] | None:
         n_gpu = request.msg.n_gpu
-        worker = choose_worker(self.registry.workers.values(), n_gpu)
+        worker = self.registry.vacancy.choose(n_gpu)
         if worker is None:
             return None
         actor = ActorInfo(

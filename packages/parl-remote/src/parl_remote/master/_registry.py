@@ -27,6 +27,7 @@ from parl_remote.master._status import (
     MasterStatus,
     WorkerStatus,
 )
+from parl_remote.master._vacancy import VacancyIndex
 from parl_remote.wire.protocol import messages as m
 from parl_remote.wire.protocol.messages import ActorStateName
 
@@ -193,6 +194,8 @@ class Registry:
         self.cluster_id = cluster_id
         self.started_at = time.time()
         self.workers: dict[str, WorkerInfo] = {}
+        self.vacancy: VacancyIndex[WorkerInfo] = VacancyIndex()
+        """The workers by vacant slots, for placement (kept by the methods that change them)."""
         self.clients: dict[str, ClientInfo] = {}
         self.actors: dict[str, ActorInfo] = {}
         self.ended: deque[ActorInfo] = deque(maxlen=_ENDED)
@@ -256,11 +259,14 @@ class Registry:
     def add_worker(self, worker: WorkerInfo) -> None:
         """Register a worker with all its slots free (`add_actor` fills those it kept)."""
         self.workers[worker.worker_id] = worker
+        self.vacancy.update(worker)
         self._changed()
 
     def remove_worker(self, worker: WorkerInfo) -> None:
         """Forget a worker (its actors are ended apart, with the reason)."""
-        self.workers.pop(worker.worker_id, None)
+        gone = self.workers.pop(worker.worker_id, None)
+        if gone is not None:
+            self.vacancy.remove(gone)
         self._changed()
 
     def worker_heartbeat(self, worker: WorkerInfo, beat: m.WorkerHeartbeat) -> None:
@@ -285,6 +291,7 @@ class Registry:
         if worker is not None:
             worker.actors.add(actor.actor_id)
             worker.free_gpus = [g for g in worker.free_gpus if g not in actor.gpus]
+            self.vacancy.update(worker)
         client = self.clients.get(actor.client_id)
         if client is not None:
             client.actors.add(actor.actor_id)
@@ -357,6 +364,7 @@ class Registry:
             worker.actors.discard(actor.actor_id)
             free = set(worker.free_gpus) | set(actor.gpus)
             worker.free_gpus = [g for g in worker.gpus if g in free]  # in declared order
+            self.vacancy.update(worker)
         client = self.clients.get(actor.client_id)
         if client is not None:
             client.actors.discard(actor.actor_id)
