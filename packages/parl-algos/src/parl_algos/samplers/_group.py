@@ -203,8 +203,9 @@ class WorkerGroup:
         self.where: list[tuple[int, str]] = [(0, "")] * num_workers
         """Each worker's `(pid, host name)`."""
         self._replaced = [0] * num_workers  # replacements of each worker, ever: its seed stream
-        self._failures: list[collections.deque[float]] = [
-            collections.deque() for _ in range(num_workers)
+        self._failures = [
+            RestartWindow(self.policy.max_restarts, self.policy.window_s)
+            for _ in range(num_workers)
         ]
         self._signal_args: tuple[Any, ...] | None = None  # connect_signals' arguments
         connect(address, num_workers)
@@ -354,29 +355,26 @@ class WorkerGroup:
         machine = _machine_fault(exc)
         now = time.monotonic()
         failures = self._failures[w]
-        while failures and failures[0] < now - policy.window_s:
-            failures.popleft()
-        if len(failures) >= policy.max_restarts:
+        if not failures.failed():
             self.close()
             # The error's message carries the worker's traceback; its frames here would keep
             # the failed call, and with it the failed worker's actor, alive.
             exc.with_traceback(None)
             if not machine:
                 raise SamplerWorkerError(
-                    f"{self.owner}: worker {w}'s environment failed {len(failures) + 1} times "
+                    f"{self.owner}: worker {w}'s environment failed {failures.failures} times "
                     f"within {policy.window_s:g} s (max_restarts={policy.max_restarts}), the "
                     f"last time with {type(exc).__name__}: {exc}; the sampler is closed",
                     worker=w,
-                    failures=len(failures) + 1,
+                    failures=failures.failures,
                     max_restarts=policy.max_restarts,
                     window_s=policy.window_s,
                 ) from exc
             raise RemoteActorDiedError(
-                f"{self.owner}: worker {w} died {len(failures) + 1} times within "
+                f"{self.owner}: worker {w} died {failures.failures} times within "
                 f"{policy.window_s:g} s (max_restarts={policy.max_restarts}), the last time: "
                 f"{exc}; the sampler is closed"
             ) from None
-        failures.append(now)
         pid, name = self.where[w]
         what = f"died: {_why(exc)}" if machine else f"failed: {type(exc).__name__}: {exc}"
         self._drop(w)
