@@ -24,6 +24,7 @@ from parl.samplers import (
     Batch,
     CentralSampler,
     ParallelSampler,
+    Replacements,
     RestartWindow,
     SamplerWorkerError,
 )
@@ -231,3 +232,26 @@ def test_a_restart_window_allows_max_restarts_within_it_and_forgets_older_ones(m
     now[0] += 2.0  # the first two are older than the window now
     assert window.failed() and window.failures == 1
     assert RestartWindow(max_restarts=0).failed() is False  # no replacement at all
+
+
+def test_replacements_count_each_actor_log_one_line_each_and_stop_past_max_restarts(caplog):
+    died = parl.RemoteActorDiedError(
+        "actor A died: its process was killed by SIGKILL. This call did not complete"
+    )
+    replacements = Replacements("R2D2: actor {i}", 1, setting="train.max_restarts")
+    with pytest.raises(OSError), replacements.replacing(0, died):
+        raise OSError("no slot")  # the replacement failed: none is counted
+    assert (replacements.total, replacements.count(0)) == (0, 0)
+    log = caplog.at_level(logging.WARNING, logger="parl_algos.samplers._group")
+    with log, replacements.replacing(1, died) as r:
+        assert r == 1  # actor 1's first replacement: its first seed stream
+    assert (replacements.total, replacements.count(1), replacements.count(0)) == (1, 1, 0)
+    [line] = [record.getMessage() for record in caplog.records]
+    assert line.startswith("R2D2: actor 1 died: its process was killed by SIGKILL; replaced in ")
+    past = pytest.raises(parl.RemoteActorDiedError, match=r"actor 1 died 2 times within 600 s ")
+    with past, replacements.replacing(1, died):
+        raise AssertionError("past train.max_restarts=1 nothing is made")
+    past = pytest.raises(parl.RemoteActorDiedError, match="actor 0 died 2 times")
+    with past, replacements.replacing(0, died):  # its failed replacement was a death counted
+        raise AssertionError("past train.max_restarts=1 nothing is made")
+    assert replacements.total == 1

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -34,7 +33,7 @@ import parl
 from parl_algos.a2c import A2C, A2CStats
 from parl_algos.agents import ActorCriticAgent
 from parl_algos.rollout import Episode, VectorCollector
-from parl_algos.samplers import RestartWindow
+from parl_algos.samplers import Replacements
 from parl_remote import RemoteActorDiedError, RemoteError
 
 logger = logging.getLogger(__name__)
@@ -207,9 +206,6 @@ class A3CLearner:
             lost rollout is dropped.
         max_restarts: the most replacements of one actor within 10 minutes; one more death
             raises.
-
-    Attributes:
-        restarts: actors replaced so far.
     """
 
     def __init__(
@@ -232,9 +228,7 @@ class A3CLearner:
         self.env_steps = 0
         self.replace = replace
         self.max_restarts = max_restarts
-        self.restarts = 0
-        self._replaced = [0] * len(self.actors)
-        self._deaths = [RestartWindow(max_restarts) for _ in self.actors]
+        self._replacements = Replacements("A3CLearner: actor {i}", max_restarts)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=len(self.actors))
@@ -266,23 +260,17 @@ class A3CLearner:
         except BaseException as exc:  # handed to the learner's thread
             self._put((i, exc))
 
+    @property
+    def restarts(self) -> int:
+        """Actors replaced so far."""
+        return self._replacements.total
+
     def _replace(self, i: int, exc: BaseException) -> None:
         """Make actor `i` anew for one that died with `exc` (raise past `max_restarts`)."""
-        now, deaths = time.monotonic(), self._deaths[i]
-        if not deaths.failed():
-            raise RemoteActorDiedError(
-                f"A3CLearner: actor {i} died {deaths.failures} times within "
-                f"{deaths.window_s:g} s (max_restarts={self.max_restarts}), the last time: {exc}"
-            )
-        self.actors[i] = None  # its last handle: the actor and its slot are freed
         assert self.replace is not None
-        self._replaced[i] += 1
-        self.actors[i] = self.replace(i, self._replaced[i])
-        with self._lock:
-            self.restarts += 1
-        logger.warning(
-            "A3CLearner: actor %d died (%s); replaced in %.1f s", i, exc, time.monotonic() - now
-        )
+        with self._replacements.replacing(i, exc) as r:
+            self.actors[i] = None  # its last handle: the actor and its slot are freed
+            self.actors[i] = self.replace(i, r)
 
     def _put(self, item: Any) -> None:
         while not self._stop.is_set():

@@ -28,7 +28,12 @@ from __future__ import annotations
 from parl_algos.samplers._async import AsyncSampler
 from parl_algos.samplers._central import CentralSampler
 from parl_algos.samplers._core import Batch
-from parl_algos.samplers._group import RESTART_SEED_STRIDE, RestartWindow, SamplerWorkerError
+from parl_algos.samplers._group import (
+    RESTART_SEED_STRIDE,
+    Replacements,
+    RestartWindow,
+    SamplerWorkerError,
+)
 from parl_algos.samplers._parallel import ParallelSampler
 from parl_algos.samplers._serial import SerialSampler
 
@@ -38,6 +43,7 @@ __all__ = [
     "CentralSampler",
     "ParallelSampler",
     "RESTART_SEED_STRIDE",
+    "Replacements",
     "RestartWindow",
     "SamplerWorkerError",
     "SerialSampler",

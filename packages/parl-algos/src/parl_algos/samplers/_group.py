@@ -16,10 +16,12 @@ from a stream of their own; the caller makes the lost call again on it (`run`).
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import re
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +44,7 @@ from parl_remote import ClusterError, RemoteActorDiedError, RemoteError, Resourc
 
 __all__ = [
     "RESTART_SEED_STRIDE",
+    "Replacements",
     "RestartWindow",
     "Restarts",
     "SamplerWorkerError",
@@ -134,6 +137,66 @@ class RestartWindow:
             return False
         self._times.append(now)
         return True
+
+
+class Replacements:
+    """The replacements of a loop's actors: each index's deaths within a `RestartWindow` of its own.
+
+    `with replacements.replacing(i, exc) as r:` raises `parl.RemoteActorDiedError` where actor
+    `i` died more than `max_restarts` times within the window; else the block lets the dead
+    actor's handle go (its slot is freed) and makes the `r`-th replacement of `i` (`r` from 1: a
+    seed stream of its own), and once it is made the loss is one log line, `NAME died: REASON;
+    replaced in X s`. An error of the block leaves the counts as they were.
+
+    Args:
+        name: how actor `i` is named, a format string of `i` (e.g. `"R2D2: actor {i}"`).
+        max_restarts: the most replacements of one actor within `window_s`.
+        setting: the name of `max_restarts` for the user (e.g. `"train.max_restarts"`).
+        window_s: the window, in seconds.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        max_restarts: int,
+        *,
+        setting: str = "max_restarts",
+        window_s: float = 600.0,
+    ) -> None:
+        self.name = name
+        self.max_restarts = max_restarts
+        self.setting = setting
+        self.window_s = window_s
+        self.total = 0
+        """Replacements made so far, of every actor."""
+        self._windows: dict[int, RestartWindow] = {}
+        self._counts: collections.Counter[int] = collections.Counter()
+        self._lock = threading.Lock()  # loops replace their actors from threads of their own
+
+    def count(self, i: int) -> int:
+        """How many times actor `i` was replaced."""
+        return self._counts[i]
+
+    @contextlib.contextmanager
+    def replacing(self, i: int, exc: BaseException, note: str = "") -> Iterator[int]:
+        """Replace actor `i`, which died with `exc` (see the class); `note` ends the log line."""
+        started = time.monotonic()
+        who = self.name.format(i=i)
+        with self._lock:
+            window = self._windows.setdefault(i, RestartWindow(self.max_restarts, self.window_s))
+            allowed = window.failed()
+        if not allowed:
+            raise RemoteActorDiedError(
+                f"{who} died {window.failures} times within {self.window_s:g} s "
+                f"({self.setting}={self.max_restarts}), the last time: {exc}"
+            )
+        yield self._counts[i] + 1
+        with self._lock:
+            self._counts[i] += 1
+            self.total += 1
+        logger.warning(
+            "%s died: %s; replaced in %.1f s%s", who, _why(exc), time.monotonic() - started, note
+        )
 
 
 def connect(address: str | None, cpu_num: int) -> None:

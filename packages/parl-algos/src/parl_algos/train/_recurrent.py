@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +43,7 @@ from parl_algos.r2d2 import (
     apex_epsilons,
 )
 from parl_algos.rollout import Episode, MaskVelocity
-from parl_algos.samplers import RESTART_SEED_STRIDE, RestartWindow
+from parl_algos.samplers import RESTART_SEED_STRIDE, Replacements
 from parl_algos.sequence_replay import SequenceReplayMemory
 from parl_algos.train._config import Config, ConfigError
 from parl_algos.train._envs import connect, make_eval_env
@@ -192,10 +191,9 @@ class R2D2Trainer(Trainer):
         self.counters = _Counters()
         self.actors: list[Any] = []
         self.pending: list[Any] = []
-        self.restarts = 0
-        """Remote actors replaced so far (`train.restart_actors`)."""
-        self._replaced: list[int] = []
-        self._deaths: list[RestartWindow] = []
+        self._replacements = Replacements(
+            "R2D2: actor {i}", config.train.max_restarts, setting="train.max_restarts"
+        )
         self.local_actor: R2D2Actor | None = None
         if config.train.mode != "single":
             connect(config)
@@ -235,8 +233,6 @@ class R2D2Trainer(Trainer):
             self._actor(RemoteR2D2Actor, self.agent, self._epsilons[i], i)
             for i in range(train.actors)
         ]
-        self._replaced = [0] * train.actors
-        self._deaths = [RestartWindow(train.max_restarts) for _ in range(train.actors)]
 
     def _actor(
         self, cls: Any, agent: R2D2Agent, epsilons: list[float], i: int, replaced: int = 0
@@ -268,23 +264,16 @@ class R2D2Trainer(Trainer):
             del error
         return None
 
+    @property
+    def restarts(self) -> int:
+        """Remote actors replaced so far (`train.restart_actors`)."""
+        return self._replacements.total
+
     def _replace(self, i: int, exc: BaseException) -> None:
         """Make actor `i` anew (the learner's current weights) for one that died with `exc`."""
-        now, deaths = time.monotonic(), self._deaths[i]
-        if not deaths.failed():
-            raise RemoteActorDiedError(
-                f"R2D2: actor {i} died {deaths.failures} times within {deaths.window_s:g} s "
-                f"(train.max_restarts={deaths.max_restarts}), the last time: {exc}"
-            )
-        self.actors[i] = None  # its last handle: the actor and its slot are freed
-        self._replaced[i] += 1
-        self.actors[i] = self._actor(
-            RemoteR2D2Actor, self.agent, self._epsilons[i], i, self._replaced[i]
-        )
-        self.restarts += 1
-        logger.warning(
-            "R2D2: actor %d died (%s); replaced in %.1f s", i, exc, time.monotonic() - now
-        )
+        with self._replacements.replacing(i, exc) as r:
+            self.actors[i] = None  # its last handle: the actor and its slot are freed
+            self.actors[i] = self._actor(RemoteR2D2Actor, self.agent, self._epsilons[i], i, r)
 
     def _outputs(self, turn: int) -> list[ActorOutput]:
         steps = self.config.agent.collect_steps

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from parl.utils import logger, summary
+from parl.utils import summary
 from parl_algos.rollout import Episode
-from parl_algos.samplers import RestartWindow
+from parl_algos.samplers import Replacements
 from parl_algos.train._config import Config
 from parl_algos.training import TrainingRun
 from parl_remote import RemoteActorDiedError, RemoteError
@@ -191,8 +191,7 @@ class Run(TrainingRun):
         """The most replacements of the evaluator within `_RESTART_WINDOW_S`."""
         self.restart_sources: list[Any] = []
         """What replaces actors of the run (samplers' collectors): each has `restarts`."""
-        self._evaluator_failures: RestartWindow | None = None
-        self._evaluator_restarts = 0
+        self._evaluator_replacements: Replacements | None = None
         self._restarts_before = 0
 
     @property
@@ -229,9 +228,10 @@ class Run(TrainingRun):
 
     def actor_restarts(self) -> int:
         """Actors replaced so far (samplers' workers, the evaluator), over every session."""
+        evaluators = self._evaluator_replacements
         return (
             self._restarts_before
-            + self._evaluator_restarts
+            + (evaluators.total if evaluators is not None else 0)
             + sum(source.restarts for source in self.restart_sources)
         )
 
@@ -297,23 +297,15 @@ class Run(TrainingRun):
 
     def _replace_evaluator(self, env_step: int, exc: BaseException) -> None:
         """A new evaluator for one that died (its evaluation at `env_step` is dropped)."""
-        now = time.monotonic()
-        if self._evaluator_failures is None:
-            self._evaluator_failures = RestartWindow(self.max_restarts)
-        failures = self._evaluator_failures
-        if not failures.failed():
-            raise RemoteActorDiedError(
-                f"the evaluator died {failures.failures} times within {failures.window_s:g} s "
-                f"(train.max_restarts={self.max_restarts}), the last time: {exc}"
+        if self._evaluator_replacements is None:
+            self._evaluator_replacements = Replacements(
+                "the evaluator", self.max_restarts, setting="train.max_restarts"
             )
-        self.evaluator = None  # its last handle: the actor and its slot are freed
+        note = f", its evaluation at env step {env_step} dropped"
         assert self.make_evaluator is not None
-        self.evaluator = self.make_evaluator()
-        self._evaluator_restarts += 1
-        logger.warning(
-            "the evaluator died (%s); replaced in %.1f s, its evaluation at env step %d dropped",
-            exc, time.monotonic() - now, env_step,
-        )  # fmt: skip
+        with self._evaluator_replacements.replacing(0, exc, note):
+            self.evaluator = None  # its last handle: the actor and its slot are freed
+            self.evaluator = self.make_evaluator()
 
     def checkpoint(self) -> None:
         """Write a checkpoint of the current step (once per step)."""
