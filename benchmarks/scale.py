@@ -14,8 +14,9 @@ declaring `--cpus` slots) and of clients C, over a steady window of `--seconds`:
   connection, a `QueryActor`; the master handles a connection's messages in order, so the
   reply's round trip bounds the heartbeat's processing lag from above (p50, p99);
 - placement latency (`CreateActor` to `ActorAssigned`) and throughput (actors placed a second);
-- `xparl status` latency (a `StatusRequest` on a new connection, as the CLI sends it) and the
-  dashboard API's (`/api/cluster` and `/api/actors`, p99 over both).
+- `xparl status` latency (a `StatusRequest` for the summary and the first page, on a new
+  connection, as the CLI sends it) and the dashboard API's (a random page of `/api/cluster`
+  and the first of `/api/actors`, p99 over both), requested while the load runs.
 
 The smallest N is the baseline of the run: the growth per worker is the slope from it to the
 largest, and where one master saturates is where that slope takes its CPU to one core. The
@@ -47,6 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _results import Row, command_line, record
 
+from parl_dashboard._data import PER_PAGE
 from parl_remote.engines.xparl import _cluster
 from parl_remote.wire.protocol import messages as m
 
@@ -191,12 +193,12 @@ def _simulator_main(argv: list[str]) -> None:
 
 # -- one measurement -------------------------------------------------------------------------------
 def _status_ms(address: str, token: bytes) -> float:
-    """An `xparl status` request's milliseconds; infinite if it timed out."""
-    from parl_remote.cli import _request
+    """An `xparl status` request's milliseconds (summary, first page); infinite on a timeout."""
+    from parl_remote.cli import STATUS_PAGE, _request
 
     t0 = time.perf_counter()
     try:
-        _request(address, lambda rid: m.StatusRequest(rid), token=token)
+        _request(address, lambda rid: m.StatusRequest(rid, 0, STATUS_PAGE), token=token)
     except (OSError, TimeoutError):
         return math.inf
     return (time.perf_counter() - t0) * 1e3
@@ -254,7 +256,8 @@ def measure(n: int, c: int, args: argparse.Namespace) -> dict:
         status_ms, dash_ms = [], []
         while True:  # once at least, however long one takes
             status_ms.append(_status_ms(address, token.encode()))
-            for path in ("/api/cluster", "/api/actors"):
+            pages = max(1, math.ceil(n / PER_PAGE))
+            for path in (f"/api/cluster?page={random.randint(1, pages)}", "/api/actors"):
                 dash_ms.append(_get_ms(dashboard + path))
             if time.time() >= end - 0.3:
                 break

@@ -7,6 +7,7 @@ from unittest.mock import ANY
 
 import pytest
 
+from parl_remote.cli import STATUS_PAGE, format_status
 from parl_remote.master._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
 from parl_remote.wire.protocol import messages as m
 
@@ -103,3 +104,44 @@ def test_readers_get_frozen_records_and_the_status_reply_plain_data():
         {"client_id": "c1", "hostname": "laptop", "pid": 7, "actors": 1, "connected_at": ANY}
     ]
     assert m.decoder.decode(m.encoder.encode(m.StatusReply(1, plain))).status == plain
+
+
+def _many(workers: int, actors: int) -> Registry:
+    registry = Registry("cluster")
+    for i in range(workers):
+        registry.add_worker(WorkerInfo(f"w{i:03d}", f"box{i}", "10.0.0.1", 1, 4, [], 100))
+    for i in range(3):
+        registry.add_client(ClientInfo(f"c{i}", "laptop", 7, False))
+    for i in range(actors):
+        registry.add_actor(ActorInfo(f"a{i:03d}", "Learner", f"c{i % 3}", f"w{i % workers:03d}"))
+    return registry
+
+
+def test_a_snapshot_is_a_page_of_each_list_with_totals_of_the_whole_cluster():
+    registry = _many(workers=45, actors=30)
+    page = registry.snapshot(offset=20, limit=20)
+    assert [w.worker_id for w in page.workers] == [f"w{i:03d}" for i in range(20, 40)]
+    assert [a.actor_id for a in page.actors] == [f"a{i:03d}" for i in range(20, 30)]
+    assert page.clients == () and (page.offset, page.limit) == (20, 20)
+    assert (page.totals.workers, page.totals.actors, page.totals.clients) == (45, 30, 3)
+    assert page.totals.cpu_total == 180 and page.totals.cpu_used == 30
+    assert [w.worker_id for w in registry.snapshot(offset=40, limit=20).workers][-1] == "w044"
+    assert len(registry.snapshot().workers) == 45  # no limit: every record
+    assert registry.snapshot(limit=0).workers == ()
+    assert registry.snapshot(offset=20, limit=20).as_dict()["limit"] == 20
+
+
+def test_xparl_status_prints_the_summary_a_page_and_how_to_see_more():
+    registry = _many(workers=45, actors=30)
+    text = format_status(registry.snapshot(limit=STATUS_PAGE).as_dict())
+    assert "workers: 45   CPU slots: 30 used, 150 vacant, 180 total   actors: 30" in text
+    assert "w019" in text and "w020" not in text
+    assert text.endswith(
+        "shown: workers 1-20 of 45, actors 1-20 of 30 "
+        "(xparl status --offset 20 for the next 20, --all for every one)"
+    )
+    last = format_status(registry.snapshot(offset=40, limit=STATUS_PAGE).as_dict())
+    assert "w044" in last and "w039" not in last
+    assert "shown: workers 41-45 of 45, clients none of 3, actors none of 30" in last
+    everything = format_status(registry.snapshot().as_dict())
+    assert "w044" in everything and "shown:" not in everything

@@ -6,17 +6,20 @@ the entry-point group `parl_remote.master_apps` and serves it from its own event
 `AppRunner` and a `TCPSite` on `--monitor_port`), so the dashboard, the API and `xparl status`
 share one source of truth. Routes:
 
-    GET /                           the cluster: totals, workers, load charts
-    GET /actors?client=&state=      live and recently ended actors
-    GET /clients                    connected clients
+    GET /?page=N                    the cluster: totals, a page of workers, load charts
+    GET /actors?client=&state=&page=N       a page of live and recently ended actors
+    GET /clients?page=N             a page of connected clients
     GET /actors/{id}/logs           an actor's output, live
     GET /live?view=...              the WebSocket of a page's live updates
-    GET /api/cluster                JSON: totals, master, workers with load history
-    GET /api/actors?client=&state=  JSON: actors
-    GET /api/clients                JSON: clients
+    GET /api/cluster?page=N         JSON: totals, master, a page of workers with load history
+    GET /api/actors?client=&state=&page=N   JSON: a page of actors, with the counts
+    GET /api/clients?page=N         JSON: a page of clients
     GET /api/actors/{id}/logs?offset=N      JSON: output lines after line N
     GET /api/actors/{id}/logs.txt   the whole retained output, as a download
     GET, POST /login                the token form (dashboards beyond loopback only)
+
+Tables are paged on the server (`_data.PER_PAGE` rows): a page of a cluster of 10,000 workers
+sends and renders 50 of them, with links to the others.
 """
 
 from __future__ import annotations
@@ -182,7 +185,7 @@ def _view(request: web.Request, **extra: str) -> View:
 @routes.get("/")
 async def _cluster_page(request: web.Request) -> web.Response:
     """The cluster: totals, the master, one row per worker with its load chart."""
-    view = View("cluster")
+    view = _view(request, view="cluster")
     return _live_page(
         view, "Cluster", _html.cluster_body(view.fragments(request.app[registry_key]))
     )
@@ -200,7 +203,7 @@ async def _actors_page(request: web.Request) -> web.Response:
 @routes.get("/clients")
 async def _clients_page(request: web.Request) -> web.Response:
     """Connected clients."""
-    view = View("clients")
+    view = _view(request, view="clients")
     return _live_page(
         view, "Clients", _html.clients_body(view.fragments(request.app[registry_key]))
     )
@@ -293,24 +296,29 @@ async def _live(request: web.Request) -> web.StreamResponse:
 # -- JSON API -------------------------------------------------------------------------------------
 @routes.get("/api/cluster")
 async def _api_cluster(request: web.Request) -> web.Response:
-    """Totals, the master, and every worker with its load history."""
-    return web.json_response(cluster_data(request.app[registry_key]))
+    """Totals, the master, and a page of the workers with their load history; `?page=N`."""
+    view = _view(request, view="cluster")
+    return web.json_response(cluster_data(request.app[registry_key], view.page))
 
 
 @routes.get("/api/actors")
 async def _api_actors(request: web.Request) -> web.Response:
-    """Live actors, then recently ended ones; `?client=ID`, `?state=live|starting|...` filter."""
+    """A page of the actors, live then recently ended; `?client=ID`, `?state=...`, `?page=N`."""
     view = _view(request, view="actors")
-    actors = actors_data(
-        request.app[registry_key], client=view.client or None, state=view.state or None
+    data = actors_data(
+        request.app[registry_key],
+        client=view.client or None,
+        state=view.state or None,
+        page=view.page,
     )
-    return web.json_response({"actors": actors})
+    return web.json_response(data)
 
 
 @routes.get("/api/clients")
 async def _api_clients(request: web.Request) -> web.Response:
-    """Connected clients."""
-    return web.json_response({"clients": clients_data(request.app[registry_key])})
+    """A page of the connected clients; `?page=N`."""
+    view = _view(request, view="clients")
+    return web.json_response(clients_data(request.app[registry_key], view.page))
 
 
 @routes.get("/api/actors/{actor_id}/logs")

@@ -3,18 +3,20 @@
 The JSON API returns these dictionaries as they are, and the HTML pages render them, so a page
 and the API never disagree. Everything comes from the
 registry's public, read-only side (`parl_remote.Registry`): its frozen `snapshot()` (the data
-`xparl status` prints, with the live and recently ended actors), worker load histories and
-log pages.
+`xparl status` prints), its actors and clients, worker load histories and log pages. Tables
+are paged here, `PER_PAGE` rows at a time, so that what a page sends and renders stays the
+same however large the cluster grows.
 """
 
 from __future__ import annotations
 
 from typing import Any, get_args
 
-from parl_remote import ActorStatus, ClusterStatus, Registry
+from parl_remote import ActorStatus, Registry
 from parl_remote.wire.protocol.messages import ActorStateName
 
 __all__ = [
+    "PER_PAGE",
     "STATES",
     "actor_data",
     "actors_data",
@@ -27,65 +29,93 @@ __all__ = [
 STATES = get_args(ActorStateName)
 """Every state an actor can be in; "live" filters for all but dead."""
 
+PER_PAGE = 50
+"""Rows in one page of a table (workers, actors, clients): the server sends one page at a time."""
 
-def cluster_data(registry: Registry) -> dict[str, Any]:
-    """Totals, the master, and one entry per worker with its load history.
+
+def _page(page: int, total: int) -> dict[str, int]:
+    """Which page this is, of how many, and how many rows there are in all."""
+    pages = max(1, -(-total // PER_PAGE))
+    return {"page": page, "per_page": PER_PAGE, "pages": pages, "total": total}
+
+
+def _offset(page: int) -> int:
+    return (max(page, 1) - 1) * PER_PAGE
+
+
+def cluster_data(registry: Registry, page: int = 1) -> dict[str, Any]:
+    """Totals, the master, and a page of the workers, each with its load history.
 
     A worker's `history` holds `[time, cpu_percent, mem_used]` samples, one per heartbeat,
-    oldest first (the last 10 minutes at the default heartbeat of one second).
+    oldest first (the last 10 minutes at the default heartbeat of one second). `page` says
+    which of the workers are listed (`PER_PAGE` of them, in the order they registered).
     """
-    snapshot = registry.snapshot(ended=0).as_dict()
+    snapshot = registry.snapshot(ended=0, offset=_offset(page), limit=PER_PAGE).as_dict()
     for worker in snapshot["workers"]:
         history = registry.worker_history(worker["worker_id"])
         worker["history"] = [[t, cpu, mem] for t, cpu, mem in history]
-    return {key: snapshot[key] for key in ("cluster_id", "master", "totals", "workers")}
+    data = {key: snapshot[key] for key in ("cluster_id", "master", "totals", "workers")}
+    data["page"] = _page(page, snapshot["totals"]["workers"])
+    return data
 
 
 def actors_data(
-    registry: Registry, *, client: str | None = None, state: str | None = None
-) -> list[dict[str, Any]]:
-    """Live actors (oldest first), then recently ended ones (most recent first).
+    registry: Registry, *, client: str | None = None, state: str | None = None, page: int = 1
+) -> dict[str, Any]:
+    """A page of the actors: live ones (oldest first), then recently ended ones (latest first).
 
     Args:
         registry: the master's registry.
         client: keep only the actors of this client id.
         state: keep only actors in this state; "live" keeps every state but dead.
+        page: which `PER_PAGE` of the matching actors to list; `live` and `ended` count them all.
     """
-    snapshot = registry.snapshot(ended=None)
-    rows = []
-    for actor in [*snapshot.actors, *reversed(snapshot.ended_actors)]:
-        if client and actor.client_id != client:
-            continue
-        if state and (actor.state == "dead" if state == "live" else actor.state != state):
-            continue
-        rows.append(_actor_row(snapshot, actor))
-    return rows
+    statuses = registry.actor_statuses()
+    live = [a for a in statuses if a.state != "dead"]
+    ended = [a for a in reversed(statuses) if a.state == "dead"]
+    matched = [
+        actor
+        for actor in (*live, *ended)
+        if not (client and actor.client_id != client)
+        and not (state and (actor.state == "dead" if state == "live" else actor.state != state))
+    ]
+    n_ended = sum(1 for a in matched if a.state == "dead")
+    start = _offset(page)
+    return {
+        "actors": [_actor_row(registry, a) for a in matched[start : start + PER_PAGE]],
+        "live": len(matched) - n_ended,
+        "ended": n_ended,
+        "page": _page(page, len(matched)),
+    }
 
 
 def actor_data(registry: Registry, actor_id: str) -> dict[str, Any] | None:
     """One live or recently ended actor, as `actors_data` lists it; None if unknown."""
     actor = registry.actor_status(actor_id)
-    return None if actor is None else _actor_row(registry.snapshot(ended=0), actor)
+    return None if actor is None else _actor_row(registry, actor)
 
 
-def _actor_row(snapshot: ClusterStatus, actor: ActorStatus) -> dict[str, Any]:
+def _actor_row(registry: Registry, actor: ActorStatus) -> dict[str, Any]:
     row = actor.as_dict()
-    hostnames = (w.hostname for w in snapshot.workers if w.worker_id == actor.worker_id)
-    row["worker_hostname"] = next(hostnames, "")
+    row["worker_hostname"] = registry.worker_hostname(actor.worker_id)
     return row
 
 
 def client_ids(registry: Registry) -> list[str]:
     """Every client id that owns a live or recently ended actor, or is connected, sorted."""
-    snapshot = registry.snapshot(ended=None)
-    ids = {a.client_id for a in (*snapshot.actors, *snapshot.ended_actors)}
-    ids.update(c.client_id for c in snapshot.clients)
+    ids = {a.client_id for a in registry.actor_statuses()}
+    ids.update(c.client_id for c in registry.client_statuses())
     return sorted(ids)
 
 
-def clients_data(registry: Registry) -> list[dict[str, Any]]:
-    """One entry per connected client: host, pid, live actors, when it connected."""
-    return [client.as_dict() for client in registry.snapshot(ended=0).clients]
+def clients_data(registry: Registry, page: int = 1) -> dict[str, Any]:
+    """A page of the connected clients (host, pid, live actors, when it connected)."""
+    clients = registry.client_statuses()
+    start = _offset(page)
+    return {
+        "clients": [client.as_dict() for client in clients[start : start + PER_PAGE]],
+        "page": _page(page, len(clients)),
+    }
 
 
 def log_data(registry: Registry, actor_id: str, offset: int = 0) -> dict[str, Any] | None:

@@ -83,6 +83,27 @@ def _table(head: Iterable[str], rows: list[str], empty: str) -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+def _pager(info: Mapping[str, int], path: str, query: Mapping[str, str], noun: str) -> str:
+    """Links to the previous and next pages of a table, and where this page is."""
+    page, pages, total, per_page = info["page"], info["pages"], info["total"], info["per_page"]
+    if pages <= 1 and page == 1:
+        return ""
+
+    def link(to: int, label: str, rel: str) -> str:
+        href = f"{path}?{urlencode({**query, 'page': str(to)})}"
+        return f'<a href="{esc(href)}" rel="{rel}" data-page="{to}">{label}</a>'
+
+    first = (page - 1) * per_page + 1
+    shown = f"{first:,}-{min(first + per_page - 1, total):,}" if first <= total else "none"
+    parts = [link(page - 1, "&larr; previous", "prev")] if page > 1 else []
+    parts.append(
+        f'<span class="where">page {page:,} of {pages:,} · {noun} {shown} of {total:,}</span>'
+    )
+    if page < pages:
+        parts.append(link(page + 1, "next &rarr;", "next"))
+    return f'<nav class="pager" aria-label="pages">{" ".join(parts)}</nav>'
+
+
 def _logs_href(actor_id: str) -> str:
     return f"/actors/{quote(actor_id, safe='')}/logs"
 
@@ -203,6 +224,7 @@ def cluster_fragments(data: dict[str, Any]) -> dict[str, str]:
         for key, label, value, sub in cards
     )
     rows = [_worker_row(w, now) for w in data["workers"]]
+    pager = _pager(data["page"], "/", {}, "workers")
     return {
         "master": (
             f'cluster <span class="mono">{esc(data["cluster_id"])}</span> · master '
@@ -213,8 +235,11 @@ def cluster_fragments(data: dict[str, Any]) -> dict[str, str]:
         "workers": _table(
             ["Worker", "Host", "Slots used", "CPU", "Memory", "Uptime", "Load, last 10 minutes"],
             rows,
-            "No worker has joined yet: add one with `xparl connect --address HOST:PORT`.",
-        ),
+            "No worker has joined yet: add one with `xparl connect --address HOST:PORT`."
+            if not t["workers"]
+            else "No worker on this page.",
+        )
+        + pager,
     }
 
 
@@ -254,11 +279,11 @@ def _actor_row(a: dict[str, Any]) -> str:
     )
 
 
-def actor_fragments(actors: list[dict[str, Any]]) -> dict[str, str]:
-    """The actors page's fragments: the counts and the table."""
-    ended = sum(1 for a in actors if a["state"] == "dead")
+def actor_fragments(data: dict[str, Any], client: str = "", state: str = "") -> dict[str, str]:
+    """The actors page's fragments: the counts and a page of the table (`actors_data`'s)."""
+    filters = {k: v for k, v in (("client", client), ("state", state)) if v}
     return {
-        "actor-counts": f"{len(actors) - ended} live · {ended} recently ended",
+        "actor-counts": f"{data['live']} live · {data['ended']} recently ended",
         "actors": _table(
             [
                 "Actor",
@@ -273,9 +298,10 @@ def actor_fragments(actors: list[dict[str, Any]]) -> dict[str, str]:
                 "Uptime",
                 "",
             ],
-            [_actor_row(a) for a in actors],
-            "No actor matches.",
-        ),
+            [_actor_row(a) for a in data["actors"]],
+            "No actor on this page." if data["page"]["total"] else "No actor matches.",
+        )
+        + _pager(data["page"], "/actors", filters, "actors"),
     }
 
 
@@ -306,8 +332,9 @@ def actors_body(f: dict[str, str], filters: str) -> str:
 
 
 # -- clients --------------------------------------------------------------------------------------
-def clients_fragments(clients: list[dict[str, Any]]) -> dict[str, str]:
-    """The clients page's table."""
+def clients_fragments(data: dict[str, Any]) -> dict[str, str]:
+    """The clients page's table (a page of `clients_data`'s)."""
+    clients = data["clients"]
     now = time.time()
     rows = [
         f'<tr id="client-{esc(c["client_id"])}"><td class="mono">{esc(c["client_id"])}</td>'
@@ -322,8 +349,9 @@ def clients_fragments(clients: list[dict[str, Any]]) -> dict[str, str]:
         "clients": _table(
             ["Client", "Host", "PID", "Actors", "Connected since"],
             rows,
-            "No client is connected.",
+            "No client is connected." if data["page"]["page"] == 1 else "No client on this page.",
         )
+        + _pager(data["page"], "/clients", {}, "clients")
     }
 
 

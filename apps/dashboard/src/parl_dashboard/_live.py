@@ -43,6 +43,8 @@ class View:
     client: str = ""
     state: str = ""
     actor_id: str = ""
+    page: int = 1
+    """Which page of its table (workers, actors, clients) it shows."""
 
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> View:
@@ -56,7 +58,10 @@ class View:
         actor_id = query.get("actor", "")
         if kind == "log" and not actor_id:
             raise ValueError("a log view needs actor=ID")
-        return cls(kind, query.get("client", ""), state, actor_id)
+        page = query.get("page", "1")
+        if not (page.isdigit() and 0 < int(page) < 1 << 31):
+            raise ValueError(f"page={page!r} is not a page number (1, 2, ...)")
+        return cls(kind, query.get("client", ""), state, actor_id, int(page))
 
     def query(self, offset: int | None = None) -> dict[str, str]:
         """The query string of this view, for a page's `data-live` attribute."""
@@ -64,6 +69,8 @@ class View:
         for key, value in (("client", self.client), ("state", self.state)):
             if value:
                 out[key] = value
+        if self.page > 1:
+            out["page"] = str(self.page)
         if self.kind == "log":
             out["actor"] = self.actor_id
             out["offset"] = str(offset or 0)
@@ -72,13 +79,14 @@ class View:
     def fragments(self, registry: Registry) -> dict[str, str]:
         """The view's fragments, by element id (a log view's lines are sent apart)."""
         if self.kind == "cluster":
-            return _html.cluster_fragments(cluster_data(registry))
+            return _html.cluster_fragments(cluster_data(registry, self.page))
         if self.kind == "actors":
-            return _html.actor_fragments(
-                actors_data(registry, client=self.client or None, state=self.state or None)
+            data = actors_data(
+                registry, client=self.client or None, state=self.state or None, page=self.page
             )
+            return _html.actor_fragments(data, self.client, self.state)
         if self.kind == "clients":
-            return _html.clients_fragments(clients_data(registry))
+            return _html.clients_fragments(clients_data(registry, self.page))
         actor = actor_data(registry, self.actor_id)
         page = registry.read_log(self.actor_id, limit=0)
         retained = page.retained if page is not None else 0

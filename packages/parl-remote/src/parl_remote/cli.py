@@ -2,7 +2,7 @@
 
     xparl start --port 8010 [--cpu_num N] [--host 127.0.0.1] [--monitor_port 8011] [--tls]
     xparl connect --address HOST:PORT [--cpu_num N] [--gpu 0,1] [--tls]
-    xparl status [--address HOST:PORT | --port 8010] [--tls]
+    xparl status [--address HOST:PORT | --port 8010] [--tls] [--offset N | --all]
     xparl stop [--address HOST:PORT | --port 8010] [--tls]
 
 `start` runs a master and a local worker in the background and returns once they serve;
@@ -39,7 +39,10 @@ from parl_remote.security import _tls
 from parl_remote.wire._transport import SyncConnection
 from parl_remote.wire.protocol import messages as m
 
-__all__ = ["console_main", "format_status", "main"]
+__all__ = ["STATUS_PAGE", "console_main", "format_status", "main"]
+
+STATUS_PAGE = 20
+"""How many workers, clients and actors `xparl status` lists (the summary counts every one)."""
 
 _WILDCARDS = ("0.0.0.0", "::", "")
 
@@ -372,12 +375,31 @@ def format_status(status: dict[str, Any]) -> str:
                 ],
             ),
         ]
-    return "\n".join(lines)
+    return "\n".join([*lines, *_paging(status)])
+
+
+def _paging(status: dict[str, Any]) -> list[str]:
+    """The lines that say which part of each list a paged status shows, and how to see more."""
+    t, offset, limit = status["totals"], status.get("offset", 0), status.get("limit")
+    if limit is None:
+        return []
+    shown = []
+    for key in ("workers", "clients", "actors"):
+        listed = len(status[key])
+        if listed < t[key]:
+            first = f"{offset + 1:,}-{offset + listed:,}" if listed else "none"
+            shown.append(f"{key} {first} of {t[key]:,}")
+    if not shown:
+        return []
+    more = f"xparl status --offset {offset + limit} for the next {limit}, --all for every one"
+    return ["", f"shown: {', '.join(shown)} ({more})"]
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
     address = _local_address(args)
-    reply = _request(address, lambda rid: m.StatusRequest(rid))
+    limit = None if args.all else STATUS_PAGE
+    offset = max(args.offset, 0)
+    reply = _request(address, lambda rid: m.StatusRequest(rid, offset, limit))
     print(format_status(reply.status))
     return 0
 
@@ -469,6 +491,16 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument(
             "--port", type=int, default=None, help="the port of a cluster started here"
         )
+        if name == "status":
+            cmd.add_argument(
+                "--all", action="store_true", help="list every worker, client and actor"
+            )
+            cmd.add_argument(
+                "--offset",
+                type=int,
+                default=0,
+                help=f"list from this record on ({STATUS_PAGE} of each kind a page)",
+            )
         _tls_flags(cmd, server=False)
         cmd.set_defaults(func=func)
     return parser

@@ -343,7 +343,8 @@ class Master:
             conn.send(m.ActorState(msg.request_id, msg.actor_id, actor.state, actor.reason))
 
     def _status(self, conn: AsyncConnection, peer: Any, msg: m.StatusRequest) -> None:
-        conn.send(m.StatusReply(msg.request_id, self.registry.snapshot().as_dict()))
+        status = self.registry.snapshot(offset=msg.offset, limit=msg.limit)
+        conn.send(m.StatusReply(msg.request_id, status.as_dict()))
 
     def _shutdown_cluster(self, conn: AsyncConnection, peer: Any, msg: m.ShutdownCluster) -> None:
         for worker in list(self.registry.workers.values()):

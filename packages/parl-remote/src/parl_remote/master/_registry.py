@@ -421,15 +421,48 @@ class Registry:
         worker = self.workers.get(worker_id)
         return () if worker is None else tuple(worker.history)
 
-    def snapshot(self, *, ended: int | None = 100) -> ClusterStatus:
-        """The whole cluster (what `xparl status` prints), with the `ended` latest ended actors.
+    def worker_hostname(self, worker_id: str) -> str:
+        """The machine name of a registered worker; empty if none has that id."""
+        worker = self.workers.get(worker_id)
+        return "" if worker is None else worker.hostname
+
+    def client_statuses(self) -> tuple[ClientStatus, ...]:
+        """Every connected client, in the order they connected."""
+        return tuple(c.status() for c in self.clients.values())
+
+    def actor_statuses(self, *, ended: int | None = None) -> tuple[ActorStatus, ...]:
+        """Live actors (oldest first), then the `ended` latest ended ones (oldest first).
+
+        Args:
+            ended: how many of the recently ended actors to include; None for all the
+                registry keeps.
+        """
+        now = time.time()
+        return tuple(a.status(now) for a in (*self.actors.values(), *self._ended(ended)))
+
+    def _ended(self, ended: int | None) -> list[ActorInfo]:
+        kept = list(self.ended)
+        if ended is not None:
+            kept = kept[len(kept) - min(max(ended, 0), len(kept)) :]
+        return kept
+
+    def snapshot(
+        self, *, ended: int | None = 100, offset: int = 0, limit: int | None = None
+    ) -> ClusterStatus:
+        """The cluster (what `xparl status` prints): its totals and a page of its records.
+
+        The totals always count the whole cluster; the workers, clients and live actors are
+        each listed from the `offset`-th on, `limit` of them at most, so that a reader of a
+        large cluster gets a summary and a page rather than every record.
 
         Args:
             ended: how many of the recently ended actors to include, the latest; None for all
                 the registry keeps.
+            offset: how many records of each list to skip (the order is registration's).
+            limit: how many records of each list to give at most; None for every one.
         """
         now = time.time()
-        workers = list(self.workers.values())
+        workers = self.workers.values()
         cpu_total = sum(w.cpu_num for w in workers)
         cpu_used = sum(len(w.actors) for w in workers)
         # several workers on one machine report the same memory: count each host once
@@ -450,15 +483,20 @@ class Registry:
         master = MasterStatus(
             info.get("host", ""), info.get("port", 0), info.get("pid", 0), now - self.started_at
         )
-        kept = list(self.ended)
-        if ended is not None:
-            kept = kept[len(kept) - min(max(ended, 0), len(kept)) :]
+        offset = max(offset, 0)
+        stop = None if limit is None else offset + max(limit, 0)
+
+        def page(records: Iterable[Any]) -> Iterable[Any]:
+            return itertools.islice(records, offset, stop)
+
         return ClusterStatus(
             cluster_id=self.cluster_id,
             master=master,
             totals=totals,
-            workers=tuple(w.status(now) for w in workers),
-            clients=tuple(c.status() for c in self.clients.values()),
-            actors=tuple(a.status(now) for a in self.actors.values()),
-            ended_actors=tuple(a.status(now) for a in kept),
+            workers=tuple(w.status(now) for w in page(workers)),
+            clients=tuple(c.status() for c in page(self.clients.values())),
+            actors=tuple(a.status(now) for a in page(self.actors.values())),
+            ended_actors=tuple(a.status(now) for a in self._ended(ended)),
+            offset=offset,
+            limit=limit,
         )

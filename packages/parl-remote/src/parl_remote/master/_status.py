@@ -177,13 +177,17 @@ class ClusterStatus(_Record):
     totals: ClusterTotals
     """Sums over the cluster."""
     workers: tuple[WorkerStatus, ...]
-    """Every registered worker."""
+    """Registered workers (a page of them when `limit` is set), in the order they registered."""
     clients: tuple[ClientStatus, ...]
-    """Every connected client."""
+    """Connected clients (a page of them when `limit` is set)."""
     actors: tuple[ActorStatus, ...]
-    """Live actors, oldest first."""
+    """Live actors (a page of them when `limit` is set), oldest first."""
     ended_actors: tuple[ActorStatus, ...]
     """The most recently ended actors (as many as asked for), oldest first."""
+    offset: int = 0
+    """How many records of each list the page skipped."""
+    limit: int | None = None
+    """How many records each list holds at most; None: every one (`totals` counts them all)."""
 
 
 @dataclass(frozen=True)

@@ -309,6 +309,10 @@ class StatusRequest(_Msg, frozen=True):
     """Ask for the cluster's state (what `xparl status` and the dashboard show)."""
 
     request_id: int
+    offset: int = 0
+    """Workers, clients and live actors listed from this one on (the totals count all)."""
+    limit: int | None = None
+    """How many of each to list at most; None: every one."""
 
 
 class StatusReply(_Msg, frozen=True):
