@@ -21,6 +21,7 @@ PREFIX = "parl_algos.train."
 LAYERS = [
     {"__init__"},  # the package's face: it re-exports what the layers below define
     {"_cli"},
+    {"_pbt"},  # population-based training reads a sweep's spaces and applies its parameters
     {"_registry", "_sweep"},  # a sweep runs the skeleton in its trials' actors
     {"_skeleton", "_export", "_a3c"},  # A3C and GA3C run the on-policy Trainer in single mode
     {"_on_policy", "_off_policy", "_recurrent", "_marl", "_offline"},

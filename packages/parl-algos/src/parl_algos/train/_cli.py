@@ -6,6 +6,7 @@
     parl-train --export onnx train_log/ppo-cartpole/2026-11-23_10-00-00
     parl-train --list
     parl-train ppo/cartpole --sweep space.toml --trials 16 --parallel 2   # see _sweep
+    parl-train ppo/cartpole --pbt space.toml --population 4               # see _pbt
 
 Every key of a config can be overridden as `--section.key value` (or `--section.key=value`),
 parsed to the type of the key it replaces; `--mode`, `--actors`, `--address` and `--logdir`
@@ -39,6 +40,7 @@ from parl_algos.train._config import (
     shipped_configs,
 )
 from parl_algos.train._export import EXPORT_FORMATS, export
+from parl_algos.train._pbt import check_population, default_pbt_dir, pbt, read_pbt_space
 from parl_algos.train._registry import get_spec, load_config
 from parl_algos.train._run import INTERRUPTED_EXIT_CODE, default_logdir, latest_checkpoint
 from parl_algos.train._skeleton import run
@@ -103,6 +105,19 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--parallel", type=int, default=1, metavar="K", help="trials at a time")
     sweep.add_argument("--seeds", type=int, default=1, metavar="S", help="runs a trial")
     sweep.add_argument("--storage", metavar="URL", help="Optuna's storage (default: DIR/study.db)")
+    population = parser.add_argument_group(
+        "population-based training",
+        "members train side by side; at each interval the bottom quarter copies the top's "
+        "checkpoints and explores their hyperparameters",
+    )
+    population.add_argument("--pbt", metavar="SPACE.toml", help="the hyperparameters to explore")
+    population.add_argument("--population", type=int, metavar="P", help="members")
+    population.add_argument(
+        "--pbt-interval",
+        type=int,
+        metavar="STEPS",
+        help="env steps between two exploits (default: a tenth of train.total_steps)",
+    )
     parser.add_argument(
         "--debug",
         action="store_true",
@@ -306,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     config, resume = resolved
     ns = _parser().parse_args(split_overrides(argv)[0])
+    if ns.pbt is not None or ns.population is not None or ns.pbt_interval is not None:
+        return _pbt(config, ns, resume, debug=debug)
     if ns.sweep is not None or ns.trials is not None:
         return _sweep(config, ns, resume, debug=debug)
     if config.train.logdir is None:
@@ -365,6 +382,42 @@ def _sweep(config: Config, ns: argparse.Namespace, resume: bool, *, debug: bool)
         print(f"parl-train: error: {_failure(exc, sweep_dir)}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else FAILED_EXIT_CODE
     return INTERRUPTED_EXIT_CODE if result.interrupted else 0
+
+
+def _pbt(config: Config, ns: argparse.Namespace, resume: bool, *, debug: bool) -> int:
+    """`parl-train CONFIG --pbt SPACE.toml --population P ...`: see `_pbt`."""
+    budget = config.train.total_steps
+    interval = ns.pbt_interval if ns.pbt_interval is not None else max(budget // 10, 1)
+    try:
+        if resume or ns.pbt is None or ns.population is None:
+            raise ConfigError(
+                "population-based training needs CONFIG --pbt SPACE.toml --population P "
+                "(no --resume)"
+            )
+        if ns.sweep is not None or ns.trials is not None:
+            raise ConfigError("give --pbt or --sweep, not both")
+        pbt_dir = config.train.logdir or default_pbt_dir(config, ns.pbt)
+        check_population(config, ns.population, interval, pbt_dir)
+        space = read_pbt_space(ns.pbt, config)
+    except ConfigError as exc:
+        print(f"parl-train: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        pbt(
+            config,
+            get_spec(config.algorithm),
+            space,
+            population=ns.population,
+            interval=interval,
+            pbt_dir=pbt_dir,
+        )
+    except Exception as exc:
+        _log_traceback(exc, pbt_dir)
+        if debug:
+            traceback.print_exception(exc, file=sys.stderr)
+        print(f"parl-train: error: {_failure(exc, pbt_dir)}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else FAILED_EXIT_CODE
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

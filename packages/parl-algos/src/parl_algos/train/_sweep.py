@@ -77,7 +77,9 @@ __all__ = [
     "default_sweep_dir",
     "objective_of_rows",
     "read_space",
+    "read_space_table",
     "run_dirs",
+    "space_params",
     "sweep",
     "write_outputs",
 ]
@@ -176,24 +178,8 @@ def read_space(path: str, config: Config) -> Space:
             optuna missing (the extra to install).
     """
     _optuna()
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        table = tomllib.loads(text)
-    except FileNotFoundError:
-        raise ConfigError(f"space file {path!r} not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"space file {path!r} is not valid TOML: {exc}") from None
-    unknown = sorted(table.keys() - {"space", "sweep"})
-    if unknown:
-        raise ConfigError(f"{path}: unknown table(s) {unknown}; a space file has [space], [sweep]")
-    space = table.get("space")
-    if not isinstance(space, dict) or not space:
-        raise ConfigError(
-            f'{path}: [space] must name at least one key, e.g. "agent.lr" = '
-            "{ log_uniform = [1e-5, 1e-2] }"
-        )
-    params = tuple(_param(path, key, value, config) for key, value in space.items())
+    text, table = read_space_table(path, ("space", "sweep"))
+    params = space_params(path, table, config)
     options = table.get("sweep", {})
     if not isinstance(options, dict):
         raise ConfigError(f"{path}: 'sweep' must be a table ([sweep])")
@@ -226,6 +212,43 @@ def read_space(path: str, config: Config) -> Space:
             f"{path}: objective 'steps_to_target' needs train.target_return in the config"
         )
     return result
+
+
+def read_space_table(path: str, tables: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
+    """The text of the space file `path` and its TOML, whose tables must be among `tables`.
+
+    Raises:
+        ConfigError: the file is missing, not TOML, or has another table.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        table = tomllib.loads(text)
+    except FileNotFoundError:
+        raise ConfigError(f"space file {path!r} not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"space file {path!r} is not valid TOML: {exc}") from None
+    unknown = sorted(table.keys() - set(tables))
+    if unknown:
+        shown = ", ".join(f"[{t}]" for t in tables)
+        raise ConfigError(f"{path}: unknown table(s) {unknown}; a space file has {shown}")
+    return text, table
+
+
+def space_params(path: str, table: dict[str, Any], config: Config) -> tuple[Param, ...]:
+    """The `[space]` of a space file's `table`, each key checked against `config`.
+
+    Raises:
+        ConfigError: no key; a key the config lacks; a distribution unknown or of another type
+            than its key; an empty range.
+    """
+    space = table.get("space")
+    if not isinstance(space, dict) or not space:
+        raise ConfigError(
+            f'{path}: [space] must name at least one key, e.g. "agent.lr" = '
+            "{ log_uniform = [1e-5, 1e-2] }"
+        )
+    return tuple(_param(path, key, value, config) for key, value in space.items())
 
 
 def _param(path: str, key: str, value: Any, config: Config) -> Param:
