@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from unittest.mock import ANY
 
 import pytest
@@ -145,3 +146,54 @@ def test_xparl_status_prints_the_summary_a_page_and_how_to_see_more():
     assert "shown: workers 41-45 of 45, clients none of 3, actors none of 30" in last
     everything = format_status(registry.snapshot().as_dict())
     assert "w044" in everything and "shown:" not in everything
+
+
+def test_load_history_keeps_a_sample_every_two_seconds_for_ten_minutes():
+    worker = WorkerInfo("w1", "box", "10.0.0.1", 1, 2, [], 100)
+    for when in (0.0, 1.0, 1.9, 2.0, 3.0, 4.5):
+        worker.record_load(when)
+    assert [t for t, _, _ in worker.history] == [0.0, 2.0, 4.5]
+    worker.record_load(700.0)
+    assert [t for t, _, _ in worker.history] == [700.0]  # the rest are over 10 minutes old
+    for when in (1000.0, 1001.0, 1002.0):
+        worker.record_load(when)
+    assert [t for t, _, _ in worker.history] == [700.0, 1000.0, 1002.0]
+
+
+class _Recorder:
+    """Stands for a peer's connection: keeps what the master sends on it."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+        self.context: object = None
+        self.closed = False
+
+    def send(self, msg: object) -> None:
+        self.sent.append(msg)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_master_pings_a_peer_every_third_of_its_timeout_and_drops_a_silent_one():
+    from parl_remote._config import settings
+    from parl_remote.master._master import Master
+
+    master = Master("127.0.0.1", 0, token=None)
+    conn = _Recorder()
+    worker = WorkerInfo("w1", "box", "10.0.0.1", 1, 2, [], 100, conn=conn)
+    master.registry.add_worker(worker)
+    beat, timeout = settings.heartbeat_s, settings.heartbeat_timeout_s
+    sweeps = [worker.last_seen + k * beat for k in range(int(timeout / beat) + 1)]
+    pinged = []
+    for now in sweeps:
+        before = len(conn.sent)
+        master._check(worker, now)
+        if len(conn.sent) > before:
+            pinged.append(now)
+    assert all(isinstance(msg, m.Ping) for msg in conn.sent)
+    assert pinged[0] == sweeps[0] and len(pinged) < len(sweeps)
+    gaps = [b - a for a, b in itertools.pairwise(pinged)]
+    assert gaps and all(gap + beat > timeout / 3 and gap <= timeout / 3 + beat for gap in gaps)
+    master._check(worker, worker.last_seen + timeout + 0.5)
+    assert conn.closed and "w1" not in master.registry.workers

@@ -46,8 +46,8 @@ def _offset(page: int) -> int:
 def cluster_data(registry: Registry, page: int = 1) -> dict[str, Any]:
     """Totals, the master, and a page of the workers, each with its load history.
 
-    A worker's `history` holds `[time, cpu_percent, mem_used]` samples, one per heartbeat,
-    oldest first (the last 10 minutes at the default heartbeat of one second). `page` says
+    A worker's `history` holds `[time, cpu_percent, mem_used]` samples of the last 10
+    minutes, oldest first, one a heartbeat but no closer than 2 s apart. `page` says
     which of the workers are listed (`PER_PAGE` of them, in the order they registered).
     """
     snapshot = registry.snapshot(ended=0, offset=_offset(page), limit=PER_PAGE).as_dict()

@@ -26,9 +26,10 @@ class Settings:
     """Timeouts and limits; each field is overridden by the environment variable in its doc."""
 
     heartbeat_s: float = 1.0
-    """PARL_HEARTBEAT_S: how often clients and workers heartbeat to the master (and back)."""
+    """PARL_HEARTBEAT_S: how often clients and workers heartbeat to the master."""
     heartbeat_timeout_s: float = 10.0
-    """PARL_HEARTBEAT_TIMEOUT_S: silence after which a peer is declared lost."""
+    """PARL_HEARTBEAT_TIMEOUT_S: silence after which a peer is declared lost (the master
+    pings each peer every third of it)."""
     master_grace_s: float = 300.0
     """PARL_MASTER_GRACE_S: how long workers keep their actors and retry a lost master."""
     client_grace_s: float = 30.0

@@ -152,8 +152,11 @@ class Master:
     async def _liveness(self) -> None:
         """Ping everyone; drop workers and clients that have been silent too long.
 
-        Each sweep hands the loop back every `_SWEEP_SLICE` peers, so that a large cluster's
-        sweep never holds up the messages (heartbeats, requests) that arrive meanwhile.
+        A peer hears from the master at least every third of `PARL_HEARTBEAT_TIMEOUT_S`
+        (and at most every `PARL_HEARTBEAT_S`): enough for it to tell a live master from a
+        lost one, without a write to every worker every second, which is a large share of a
+        large cluster's master. Each sweep hands the loop back every `_SWEEP_SLICE` peers, so
+        that it never holds up the messages (heartbeats, requests) that arrive meanwhile.
         """
         while True:
             await asyncio.sleep(settings.heartbeat_s)
@@ -192,7 +195,10 @@ class Master:
                     peer, f"its client stopped responding (silent for {silent:.0f} s)"
                 )
                 return
-        self._send(peer.conn, m.Ping())
+        # ping if the next sweep would come later than a third of the peer's timeout
+        if now - peer.pinged_at + settings.heartbeat_s > settings.heartbeat_timeout_s / 3:
+            peer.pinged_at = now
+            self._send(peer.conn, m.Ping())
 
     @staticmethod
     def _send(conn: AsyncConnection | None, msg: Any) -> None:

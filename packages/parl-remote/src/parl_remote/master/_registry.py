@@ -31,9 +31,10 @@ from parl_remote.master._vacancy import VacancyIndex
 from parl_remote.wire.protocol import messages as m
 from parl_remote.wire.protocol.messages import ActorStateName
 
-__all__ = ["ActorInfo", "ClientInfo", "HISTORY_S", "Registry", "WorkerInfo"]
+__all__ = ["ActorInfo", "ClientInfo", "HISTORY_S", "HISTORY_STEP_S", "Registry", "WorkerInfo"]
 
 HISTORY_S = 600.0  # each worker's load samples cover the last 10 minutes
+HISTORY_STEP_S = 2.0  # at one sample every 2 s at most: 300, a pixel each of the dashboard's chart
 _ENDED = 1000  # recently ended actors kept for the dashboard
 
 
@@ -51,6 +52,7 @@ class WorkerInfo:
     conn: Any = None
     registered_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.monotonic)
+    pinged_at: float = 0.0
     free_gpus: list[str] = field(default_factory=list)
     actors: set[str] = field(default_factory=set)
     cpu_percent: float = 0.0
@@ -59,7 +61,13 @@ class WorkerInfo:
     history: deque[Any] = field(default_factory=deque)
 
     def record_load(self, when: float) -> None:
-        """Add a load sample; drop those older than `HISTORY_S`."""
+        """Add a load sample, unless the last is under `HISTORY_STEP_S` old; drop the old ones.
+
+        Samples older than `HISTORY_S` go. A heartbeat a second from 10,000 workers would
+        otherwise keep six million samples.
+        """
+        if self.history and when - self.history[-1][0] < HISTORY_STEP_S:
+            return
         self.history.append((when, self.cpu_percent, self.mem_used))
         while self.history and self.history[0][0] < when - HISTORY_S:
             self.history.popleft()
@@ -100,6 +108,7 @@ class ClientInfo:
     conn: Any = None
     connected_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.monotonic)
+    pinged_at: float = 0.0
     actors: set[str] = field(default_factory=set)
     held: set[str] = field(default_factory=set)
     """Actors of other clients that this one holds handles of."""
@@ -204,6 +213,7 @@ class Registry:
         self.log_counts: dict[str, int] = {}
         self._log_lines = log_lines_per_actor
         self._listeners: set[Callable[[], None]] = set()
+        self._notify: tuple[Callable[[], None], ...] = ()
         self.master_info: dict[str, Any] = {}
         self._claims: dict[str, set[str]] = {}  # actor id -> clients holding it, not yet known
 
@@ -211,10 +221,16 @@ class Registry:
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call `listener()` after every change; returns a function that unsubscribes."""
         self._listeners.add(listener)
-        return lambda: self._listeners.discard(listener)
+        self._notify = tuple(self._listeners)
+
+        def unsubscribe() -> None:
+            self._listeners.discard(listener)
+            self._notify = tuple(self._listeners)
+
+        return unsubscribe
 
     def _changed(self) -> None:
-        for listener in list(self._listeners):
+        for listener in self._notify:  # a copy, made when a listener comes or goes
             listener()
 
     def set_master_info(self, host: str, port: int, pid: int) -> None:
@@ -417,7 +433,10 @@ class Registry:
         return None if actor is None else actor.status(time.time())
 
     def worker_history(self, worker_id: str) -> tuple[tuple[float, float, int], ...]:
-        """A worker's `(time, cpu_percent, mem_used)` samples of the last 10 minutes."""
+        """A worker's `(time, cpu_percent, mem_used)` samples of the last 10 minutes.
+
+        One a heartbeat, but no closer than `HISTORY_STEP_S` apart.
+        """
         worker = self.workers.get(worker_id)
         return () if worker is None else tuple(worker.history)
 
