@@ -20,10 +20,10 @@ run: $(STAMP)
 	$(BIN)/python examples/a2c_parallel/train.py
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
 
 slow: $(STAMP)
-	$(BIN)/python -m pytest -m slow
+	$(BIN)/python -m pytest -m slow --durations=25
 
 docs: $(STAMP)
 	$(BIN)/python -m mkdocs build --strict

@@ -46,6 +46,7 @@ repository.
     nice python benchmarks/learning.py --tasks hopper-time --seeds 1  # needs parl-algos[mujoco]
     nice python benchmarks/learning.py --tasks roadrunner --seeds 1   # ~1 hour a seed
     nice python benchmarks/learning.py --tasks mujoco --seeds 1       # the papers' budgets: days
+    nice python benchmarks/learning.py --tasks mujoco --configs ppo/hopper --seeds 1,2,3  # ~1 hour
     nice python benchmarks/learning.py --tasks atari --seeds 1        # 10M steps a run: days
     python benchmarks/learning.py --tasks apex-rate --seeds 1         # ~15 min, a quiet machine
 
@@ -1092,11 +1093,27 @@ def main() -> None:
         default="",
         help="more flags for examples/mpe/train.py, in one string (e.g. '--num-envs 32')",
     )
+    parser.add_argument(
+        "--configs",
+        help="the mujoco and atari sections: only these of their shipped configs, "
+        "comma-separated (default: all of them)",
+    )
     parser.add_argument("--json", help="write every run's numbers to this file")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     names = args.tasks.split(",")
+    if args.configs:
+        wanted = args.configs.split(",")
+        known = sorted(c for group in BUDGET_CONFIGS.values() for c in group)
+        unknown = [c for c in wanted if c not in known]
+        if unknown:
+            parser.error(
+                f"--configs: {', '.join(unknown)} is not a config of the mujoco or atari "
+                f"sections (those are {', '.join(known)})"
+            )
+        for group, configs in BUDGET_CONFIGS.items():
+            BUDGET_CONFIGS[group] = [c for c in configs if c in wanted]
     for name in [n for n in names if n in SECTIONS]:
         if name == "marl":
             report = run_marl(

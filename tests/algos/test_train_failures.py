@@ -15,8 +15,6 @@ import os
 import socket
 import subprocess
 import sys
-import sysconfig
-import venv
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ import parl
 import parl_algos
 import parl_remote
 from parl_algos.train import shipped_configs
+from tests.conftest import python_without
 
 ROOT = Path(__file__).resolve().parents[2]
 PARL_TRAIN = str(Path(sys.executable).with_name("parl-train"))
@@ -88,37 +87,8 @@ def test_list_and_help_need_no_extra_and_the_list_names_each_configs_extra():
     assert helped.returncode == 0 and "--resume RUN_DIR" in helped.stdout, helped.stderr
 
 
-def _python_without_extras(root: Path) -> Path:
-    """A virtual environment under `root` with the three base distributions and every
-    third-party package of this one but the extras' (ale-py, Box2D, MuJoCo, MPE2, PettingZoo);
-    its python. Made in a second or two: the packages are links to this environment's own, and
-    parl, parl_remote and parl_algos are found by a `.pth` line naming their source folders."""
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
-    python = root / "bin" / "python"
-    site = Path(
-        subprocess.run(
-            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
-    ours = Path(sysconfig.get_paths()["purelib"])
-    left_out = ("ale_py", "box2d", "mujoco", "mpe2", "pettingzoo", "parl", "_editable")
-    for entry in ours.iterdir():
-        name = entry.name.lower()
-        if not name.endswith(".pth") and not name.startswith(left_out):
-            (site / entry.name).symlink_to(entry)
-    for metadata in ("parl_core", "parl_remote", "parl_algos"):  # the distributions' own
-        for entry in ours.glob(f"{metadata}-*.dist-info"):
-            (site / entry.name).symlink_to(entry)
-    sources = {Path(m.__file__).parent.parent for m in (parl, parl_remote, parl_algos)}
-    (site / "parl_base.pth").write_text("".join(f"{path}\n" for path in sorted(sources)))
-    return python
-
-
 def test_list_runs_in_an_environment_without_the_extras(tmp_path):
-    python = _python_without_extras(tmp_path / "venv")
+    python = python_without(tmp_path / "venv", [parl, parl_remote, parl_algos], OPTIONAL)
     env = {"PATH": os.environ["PATH"], "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)}
     absent = subprocess.run(
         [python, "-c", f"import importlib.util as u; print([u.find_spec(m) for m in {OPTIONAL}])"],

@@ -285,10 +285,9 @@ def test_parl_from_pythonpath_ships_whole(tmp_path):
     import ast
     import shutil
 
-    from tests.conftest import REPO_ROOT
-    from tests.remote.conftest import python_without_parl
+    from tests.conftest import REPO_ROOT, python_without
 
-    python = python_without_parl(tmp_path / "env")
+    python = python_without(tmp_path / "env", [parl_remote])
     checkout = tmp_path / "checkout"
     shutil.copytree(f"{REPO_ROOT}/packages/parl-core/src", checkout)
     bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
