@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import random
 from unittest.mock import ANY
 
 import pytest
@@ -197,3 +198,46 @@ def test_the_master_pings_a_peer_every_third_of_its_timeout_and_drops_a_silent_o
     assert gaps and all(gap + beat > timeout / 3 and gap <= timeout / 3 + beat for gap in gaps)
     master._check(worker, worker.last_seen + timeout + 0.5)
     assert conn.closed and "w1" not in master.registry.workers
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_totals_kept_as_things_change_are_the_sums_over_every_record(seed):
+    rng = random.Random(seed)
+    registry = Registry("cluster")
+    registry.add_client(ClientInfo("c1", "laptop", 7, False))
+    hosts = {f"box{i}": [rng.randrange(1 << 30), 8 << 30] for i in range(4)}  # used, total
+    actors: list[ActorInfo] = []
+    for step in range(400):
+        op, workers = rng.random(), list(registry.workers.values())
+        if op < 0.2 or not workers:
+            hostname = rng.choice(sorted(hosts))
+            new = WorkerInfo(f"w{step}", hostname, "10.0.0.1", 1, rng.randint(1, 4), [], 0)
+            new.mem_used, new.mem_total = hosts[hostname]
+            if workers and rng.random() < 0.2:  # a registered worker's id, registering again
+                new.worker_id = rng.choice(workers).worker_id
+            registry.add_worker(new)
+        elif op < 0.3:
+            registry.remove_worker(rng.choice(workers))
+        elif op < 0.4:  # a machine's memory changes; each of its workers reports it
+            hostname = rng.choice(sorted(hosts))
+            hosts[hostname][0] = rng.randrange(1 << 30)
+            for w in workers:
+                if w.hostname == hostname:
+                    beat = m.WorkerHeartbeat(10.0, hosts[hostname][0], hosts[hostname][1], 0.1)
+                    registry.worker_heartbeat(w, beat)
+        elif op < 0.75:
+            host = rng.choice(workers)
+            if host.vacant > 0:
+                actor = ActorInfo(f"a{step}", "Learner", "c1", host.worker_id)
+                registry.add_actor(actor)
+                actors.append(actor)
+        elif actors:
+            registry.end_actor(actors.pop(rng.randrange(len(actors))), "released")
+        workers = list(registry.workers.values())
+        seen = {w.hostname for w in workers}
+        totals = registry.snapshot(limit=0).totals
+        assert totals.workers == len(workers)
+        assert totals.cpu_total == sum(w.cpu_num for w in workers), step
+        assert totals.cpu_used == sum(len(w.actors) for w in workers), step
+        assert totals.mem_used == sum(hosts[h][0] for h in seen), step
+        assert totals.mem_total == sum(hosts[h][1] for h in seen), step

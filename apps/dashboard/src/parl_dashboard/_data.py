@@ -51,9 +51,8 @@ def cluster_data(registry: Registry, page: int = 1) -> dict[str, Any]:
     which of the workers are listed (`PER_PAGE` of them, in the order they registered).
     """
     snapshot = registry.snapshot(ended=0, offset=_offset(page), limit=PER_PAGE).as_dict()
-    for worker in snapshot["workers"]:
-        history = registry.worker_history(worker["worker_id"])
-        worker["history"] = [[t, cpu, mem] for t, cpu, mem in history]
+    for worker in snapshot["workers"]:  # JSON writes the samples' tuples as arrays
+        worker["history"] = registry.worker_history(worker["worker_id"])
     data = {key: snapshot[key] for key in ("cluster_id", "master", "totals", "workers")}
     data["page"] = _page(page, snapshot["totals"]["workers"])
     return data

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import html
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -152,7 +152,7 @@ def login_page(next_path: str, error: str = "") -> str:
 
 
 # -- cluster ---------------------------------------------------------------------------------------
-def load_chart(history: list[list[float]], mem_total: int, now: float) -> str:
+def load_chart(history: Sequence[Sequence[float]], mem_total: int, now: float) -> str:
     """An inline SVG of a worker's CPU and memory use over the last 10 minutes."""
     width, height = 300, 60
     start = now - CHART_WINDOW_S

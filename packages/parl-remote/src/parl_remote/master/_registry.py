@@ -188,6 +188,43 @@ class ActorInfo:
         )
 
 
+class _Totals:
+    """The cluster's sums, kept up to date so that a status costs no pass over every worker.
+
+    They change as workers come and go, actors take and free slots and hosts report their
+    memory. Several workers on one machine report the same memory: each host counts once, with what
+    the latest report from any of its workers said.
+    """
+
+    def __init__(self) -> None:
+        self.cpu_total = self.cpu_used = self.mem_used = self.mem_total = 0
+        self._hosts: dict[str, list[int]] = {}  # hostname -> [workers, mem_used, mem_total]
+
+    def worker_added(self, worker: WorkerInfo) -> None:
+        self.cpu_total += worker.cpu_num
+        self.cpu_used += len(worker.actors)
+        host = self._hosts.setdefault(worker.hostname, [0, 0, 0])
+        host[0] += 1
+        self.memory(worker)
+
+    def worker_removed(self, worker: WorkerInfo) -> None:
+        self.cpu_total -= worker.cpu_num
+        self.cpu_used -= len(worker.actors)
+        host = self._hosts[worker.hostname]
+        host[0] -= 1
+        if not host[0]:
+            self.mem_used -= host[1]
+            self.mem_total -= host[2]
+            del self._hosts[worker.hostname]
+
+    def memory(self, worker: WorkerInfo) -> None:
+        """`worker` reported its machine's memory."""
+        host = self._hosts[worker.hostname]
+        self.mem_used += worker.mem_used - host[1]
+        self.mem_total += worker.mem_total - host[2]
+        host[1], host[2] = worker.mem_used, worker.mem_total
+
+
 class Registry:
     """Workers, clients, live and recently ended actors, and each actor's retained output.
 
@@ -204,6 +241,8 @@ class Registry:
         self.started_at = time.time()
         self.workers: dict[str, WorkerInfo] = {}
         self.vacancy: VacancyIndex[WorkerInfo] = VacancyIndex()
+        """The workers by vacant slots, for placement (kept by the methods that change them)."""
+        self._totals = _Totals()
         """The workers by vacant slots, for placement (kept by the methods that change them)."""
         self.clients: dict[str, ClientInfo] = {}
         self.actors: dict[str, ActorInfo] = {}
@@ -274,7 +313,11 @@ class Registry:
     # -- workers ---------------------------------------------------------------------------
     def add_worker(self, worker: WorkerInfo) -> None:
         """Register a worker with all its slots free (`add_actor` fills those it kept)."""
+        old = self.workers.get(worker.worker_id)
+        if old is not None:
+            self._totals.worker_removed(old)
         self.workers[worker.worker_id] = worker
+        self._totals.worker_added(worker)
         self.vacancy.update(worker)
         self._changed()
 
@@ -282,6 +325,7 @@ class Registry:
         """Forget a worker (its actors are ended apart, with the reason)."""
         gone = self.workers.pop(worker.worker_id, None)
         if gone is not None:
+            self._totals.worker_removed(gone)
             self.vacancy.remove(gone)
         self._changed()
 
@@ -289,6 +333,8 @@ class Registry:
         """Record a worker's load and its actors' statistics."""
         worker.cpu_percent, worker.mem_used = beat.cpu_percent, beat.mem_used
         worker.mem_total, worker.load_avg = beat.mem_total, beat.load_avg
+        if self.workers.get(worker.worker_id) is worker:
+            self._totals.memory(worker)
         worker.record_load(time.time())
         for stats in beat.actors:
             actor = self.actors.get(stats.actor_id)
@@ -305,7 +351,9 @@ class Registry:
         self.actors[actor.actor_id] = actor
         worker = self.workers.get(actor.worker_id)
         if worker is not None:
+            before = len(worker.actors)
             worker.actors.add(actor.actor_id)
+            self._totals.cpu_used += len(worker.actors) - before
             worker.free_gpus = [g for g in worker.free_gpus if g not in actor.gpus]
             self.vacancy.update(worker)
         client = self.clients.get(actor.client_id)
@@ -377,7 +425,9 @@ class Registry:
         self.ended_ids.add(actor.actor_id)
         worker = self.workers.get(actor.worker_id)
         if worker is not None:
+            before = len(worker.actors)
             worker.actors.discard(actor.actor_id)
+            self._totals.cpu_used -= before - len(worker.actors)
             free = set(worker.free_gpus) | set(actor.gpus)
             worker.free_gpus = [g for g in worker.gpus if g in free]  # in declared order
             self.vacancy.update(worker)
@@ -460,10 +510,8 @@ class Registry:
         return tuple(a.status(now) for a in (*self.actors.values(), *self._ended(ended)))
 
     def _ended(self, ended: int | None) -> list[ActorInfo]:
-        kept = list(self.ended)
-        if ended is not None:
-            kept = kept[len(kept) - min(max(ended, 0), len(kept)) :]
-        return kept
+        kept = len(self.ended) if ended is None else min(max(ended, 0), len(self.ended))
+        return list(itertools.islice(self.ended, len(self.ended) - kept, None))
 
     def snapshot(
         self, *, ended: int | None = 100, offset: int = 0, limit: int | None = None
@@ -481,21 +529,16 @@ class Registry:
             limit: how many records of each list to give at most; None for every one.
         """
         now = time.time()
-        workers = self.workers.values()
-        cpu_total = sum(w.cpu_num for w in workers)
-        cpu_used = sum(len(w.actors) for w in workers)
-        # several workers on one machine report the same memory: count each host once
-        mem_used = sum({w.hostname: w.mem_used for w in workers}.values())
-        mem_total = sum({w.hostname: w.mem_total for w in workers}.values())
+        workers, sums = self.workers.values(), self._totals
         totals = ClusterTotals(
             workers=len(workers),
-            cpu_total=cpu_total,
-            cpu_used=cpu_used,
-            cpu_vacant=cpu_total - cpu_used,
+            cpu_total=sums.cpu_total,
+            cpu_used=sums.cpu_used,
+            cpu_vacant=sums.cpu_total - sums.cpu_used,
             actors=len(self.actors),
             clients=len(self.clients),
-            mem_used=mem_used,
-            mem_total=mem_total,
+            mem_used=sums.mem_used,
+            mem_total=sums.mem_total,
             ended_actors=len(self.ended),
         )
         info = self.master_info
