@@ -2,22 +2,34 @@
 
 A person opens the cluster page, and the test creates actors: the counts change without a
 reload. They open an actor's log and see what it prints appear, and the traceback of what it
-raised; they see a dead actor marked with why it died. A failing test leaves a screenshot
+raised; they see a dead actor marked with why it died. On a cluster of a few hundred
+simulated workers (real connections on loopback that register and heartbeat as workers do,
+with no process behind their slots) they page through the workers' table, and a page other
+than the first still follows the cluster live. A failing test leaves a screenshot
 (`failure.png`) in its tmp dir.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
+import threading
+from collections.abc import Iterator
 
 import pytest
 
 import parl_remote
+from parl_dashboard._data import PER_PAGE
+from parl_remote.wire._transport import AsyncConnection, open_async
+from parl_remote.wire.protocol import messages as m
 from tests.dashboard.actors import EVIL, EvilActor, Talker
-from tests.dashboard.conftest import CHROMIUM, chromium
+from tests.dashboard.conftest import CHROMIUM, DashboardCluster, chromium, start_dashboard_cluster
+from tests.remote.conftest import wait_until
 
 LIVE_S = 2.0  # pages change within this long of the cluster changing
+WORKERS = 2 * PER_PAGE + 10  # the large cluster's: three pages of workers, the last of ten
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(CHROMIUM),
@@ -111,4 +123,136 @@ def test_a_person_watches_actors_come_print_and_die(connected, browser_page):
     expect(page).to_have_url(re.compile(r"state=dead"))
     expect(page.locator("tbody tr")).to_have_count(1)
     expect(page.locator("tbody tr .state")).to_have_text("dead")
+    assert problems == []
+
+
+class SimulatedWorkers:
+    """Worker connections on a loop of their own, in a thread: register, then heartbeat."""
+
+    def __init__(self, cluster: DashboardCluster) -> None:
+        self.cluster = cluster
+        self.loop = asyncio.new_event_loop()
+        self.conns: list[AsyncConnection] = []
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self._beating = asyncio.run_coroutine_threadsafe(self._beat(), self.loop)
+
+    def add(self, first: int, count: int) -> None:
+        """Register workers `sim-<first>` ... `sim-<first + count - 1>`."""
+        asyncio.run_coroutine_threadsafe(self._open(first, count), self.loop).result(60)
+
+    async def _open(self, first: int, count: int) -> None:
+        gate = asyncio.Semaphore(16)
+        token = self.cluster.token.encode()
+
+        async def one(i: int) -> None:
+            async with gate:
+                conn = await open_async(
+                    "127.0.0.1",
+                    self.cluster.port,
+                    token=token,
+                    role="worker",
+                    on_message=lambda conn, msg, buffers: None,
+                    timeout=30,
+                )
+            conn.send(
+                m.RegisterWorker(
+                    f"sim-{i:04d}", "sim-host", "127.0.0.1", os.getpid(), 4, [], [], 8 << 30
+                )
+            )
+            self.conns.append(conn)
+
+        await asyncio.gather(*(one(i) for i in range(first, first + count)))
+
+    async def _beat(self) -> None:
+        beat = m.WorkerHeartbeat(12.5, 2 << 30, 8 << 30, 0.5)
+        while True:
+            for conn in list(self.conns):
+                if not conn.closed:
+                    conn.send(beat, batch=True)
+            await asyncio.sleep(1.0)
+
+    def close(self) -> None:
+        """Close every connection and stop the loop."""
+
+        def stop() -> None:
+            self._beating.cancel()
+            for conn in self.conns:
+                conn.close()
+            self.loop.call_soon(self.loop.stop)
+
+        self.loop.call_soon_threadsafe(stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def large_cluster(tmp_path) -> Iterator[tuple[DashboardCluster, SimulatedWorkers]]:
+    cluster = start_dashboard_cluster(tmp_path, workers=())
+    sims = SimulatedWorkers(cluster)
+    try:
+        sims.add(0, WORKERS)
+        wait_until(
+            lambda: cluster.get("api/cluster").json()["totals"]["workers"] == WORKERS,
+            what=f"{WORKERS} simulated workers to register",
+        )
+        yield cluster, sims
+    finally:
+        with contextlib.suppress(Exception):
+            sims.close()
+        cluster.stop()
+
+
+def _api(page, cluster: DashboardCluster, path: str) -> dict:
+    """The dashboard's API, asked through the browser's own HTTP client."""
+    reply = page.request.get(cluster.url + path)
+    assert reply.ok, reply.status
+    return reply.json()
+
+
+def _rows(page) -> list[str]:
+    return page.locator("#workers tbody tr").evaluate_all("rows => rows.map(r => r.id)")
+
+
+@pytest.mark.slow  # 110 simulated workers and a browser: longer than the default suite affords
+@pytest.mark.xparl_only  # simulated xparl workers
+def test_a_person_pages_through_the_workers_of_a_large_cluster(large_cluster, browser_page):
+    from playwright.sync_api import expect
+
+    cluster, sims = large_cluster
+    page, problems = browser_page
+    page.goto(cluster.url)
+    expect(page.locator("#live-status")).to_have_text("live")
+    expect(page.locator("#total-workers")).to_have_text(str(WORKERS))
+    expect(page.locator("#total-slots")).to_have_text(f"0/{4 * WORKERS}")
+    expect(page.locator("#workers tbody tr")).to_have_count(PER_PAGE)
+    expect(page.locator("svg.chart")).to_have_count(PER_PAGE)
+    pager = page.locator("#workers .pager")
+    expect(pager).to_contain_text(f"page 1 of 3 · workers 1-{PER_PAGE} of {WORKERS}")
+    first = _rows(page)
+    api = [f"worker-{w['worker_id']}" for w in _api(page, cluster, "api/cluster")["workers"]]
+    assert first == api  # the page and the API list the same page
+
+    pager.get_by_role("link", name=re.compile("next")).click()
+    expect(page).to_have_url(re.compile(r"/\?page=2$"))
+    expect(page.locator("#live-status")).to_have_text("live")
+    expect(pager).to_contain_text(f"page 2 of 3 · workers {PER_PAGE + 1}-{2 * PER_PAGE} of")
+    expect(page.locator("#workers tbody tr")).to_have_count(PER_PAGE)
+    second = _rows(page)
+    assert not set(first) & set(second)
+    api = _api(page, cluster, "api/cluster?page=2")["workers"]
+    assert second == [f"worker-{w['worker_id']}" for w in api]
+
+    # page 2 follows the cluster live: a new worker changes its totals and pager, not its rows
+    page.evaluate("window.sameDocument = true")
+    sims.add(WORKERS, 1)
+    expect(page.locator("#total-workers")).to_have_text(str(WORKERS + 1), timeout=LIVE_S * 1000)
+    expect(pager).to_contain_text(f"of {WORKERS + 1}")
+    assert _rows(page) == second and page.evaluate("window.sameDocument") is True
+
+    page.goto(cluster.url + "?page=3")
+    expect(page.locator("#workers tbody tr")).to_have_count(11)
+    expect(pager.get_by_role("link", name=re.compile("next"))).to_have_count(0)
+    pager.get_by_role("link", name=re.compile("previous")).click()
+    expect(page).to_have_url(re.compile(r"/\?page=2$"))
     assert problems == []
