@@ -97,6 +97,12 @@ class Cluster:
     master_args: tuple[str, ...] = ()  # more of the master's command line (`--preload ...`)
 
     @property
+    def owner(self) -> list[str]:
+        """The command-line flag that ends a master or worker when the test's process is gone
+        (a test run killed before it could stop its clusters leaves none behind)."""
+        return ["--owner-pid", str(os.getpid())]
+
+    @property
     def dashboard_port(self) -> int:
         """The dashboard's port (the cluster must be made with `dashboard=True`)."""
         return int(self.master.ready["dashboard"].rstrip("/").rpartition(":")[2])
@@ -106,7 +112,7 @@ class Cluster:
         process can take the port between its choice and the bind), on the same one again."""
         self.master = _cluster.spawn(
             "parl_remote.master._master",
-            ["--host", "127.0.0.1", "--port", str(self.port)]
+            ["--host", "127.0.0.1", "--port", str(self.port), *self.owner]
             + (["--monitor_port", "0"] if self.dashboard else [])
             + list(self.master_args),
             log=os.path.join(self.logdir, "master.log"),
@@ -120,7 +126,7 @@ class Cluster:
     def add_worker(
         self, cpu_num: int = 2, gpu: str = "", extra_env: dict | None = None
     ) -> _cluster.ProcessInfo:
-        args = ["--address", self.address, "--cpu_num", str(cpu_num)]
+        args = ["--address", self.address, "--cpu_num", str(cpu_num), *self.owner]
         if gpu:
             args += ["--gpu", gpu]
         worker = _cluster.spawn(
