@@ -165,36 +165,41 @@ def test_a_batch_becomes_the_trajectory_the_on_policy_agents_learn_from():
     np.testing.assert_array_equal(trajectory.extras["scores"], batch.extras["scores"])
 
 
-def test_segments_of_a_killed_owner_are_swept(tmp_path):
+def test_named_segments_of_a_killed_owner_are_swept(tmp_path):
     import os
     import subprocess
 
-    from parl_algos.samplers._shm import SHM_DIR, SharedArrays, sweep_dead_owners
+    from parl_remote.shm import sweep_dead_owners
+    from parl_remote.wire._segment import SHM_DIR
 
     if not os.access(SHM_DIR, os.W_OK):
         pytest.skip("no writable /dev/shm on this machine")
-    # A process that made a segment and was killed with SIGKILL before it could remove it.
-    code = (
-        "import os, signal; from parl_algos.samplers._shm import SharedArrays; "
-        "s = SharedArrays.create([('x', (4,), 'float32')]); print(s.name, flush=True); "
-        "os.kill(os.getpid(), signal.SIGKILL)"
+    # A process that made a named segment (as earlier versions did) and was killed with
+    # SIGKILL before it could remove it.
+    make = (
+        "import os, secrets; name = f'parl-sampler-{os.getpid()}-{secrets.token_hex(8)}'; "
+        "fd = os.open(os.path.join('/dev/shm', name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600); "
+        "os.ftruncate(fd, 16); print(name, flush=True)"
     )
+    code = make + "; import signal; os.kill(os.getpid(), signal.SIGKILL)"
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     name = proc.stdout.strip()
     assert proc.returncode == -9 and name and os.path.exists(os.path.join(SHM_DIR, name))
-    mine = SharedArrays.create([("x", (4,), "float32")])  # a live owner's segment stays
+    mine = f"parl-sampler-{os.getpid()}-{os.urandom(8).hex()}"  # a live owner's segment stays
+    with open(os.path.join(SHM_DIR, mine), "wb"):
+        pass
     try:
         assert name in sweep_dead_owners()
         assert not os.path.exists(os.path.join(SHM_DIR, name))
-        assert os.path.exists(os.path.join(SHM_DIR, mine.name))
+        assert os.path.exists(os.path.join(SHM_DIR, mine))
     finally:
-        mine.unlink()
+        os.unlink(os.path.join(SHM_DIR, mine))
 
 
 def test_a_step_signal_checks_its_token_and_reads_a_gone_peer_as_closed():
-    from parl_algos.samplers._signal import SignalClosed, SignalListener, connect_signal
+    from parl_remote.shm import SignalClosed, SignalListener, connect_signal
 
     listener = SignalListener(backlog=3)
     try:
@@ -227,20 +232,18 @@ def test_a_step_signal_checks_its_token_and_reads_a_gone_peer_as_closed():
 
 
 @pytest.mark.skipif(
-    not __import__("parl_algos.samplers._flags").samplers._flags.flags_available(),
+    not __import__("parl_remote.shm").shm.flags_available(),
     reason="step flags are used on Linux x86-64 only",
 )
 def test_step_flags_wake_a_sleeper_bound_their_waits_and_see_a_gone_peer():
     import socket
     import threading
 
-    from parl_algos.samplers._flags import FLAG_WORDS, FlagSignal
-    from parl_algos.samplers._shm import SharedArrays
-    from parl_algos.samplers._signal import Signal, SignalClosed
+    from parl_remote.shm import FLAG_BYTES, FlagSignal, Segment, Signal, SignalClosed
 
-    segment = SharedArrays.create([("flags", (FLAG_WORDS,), np.uint32)])
+    segment = Segment.create(FLAG_BYTES)
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    words = segment.arrays["flags"]
+    words = segment.buffer
     sampler = FlagSignal(Signal(a, 0.3), words, sampler=True, spin_s=20e-6)
     worker = FlagSignal(Signal(b, 10.0), words, sampler=False, spin_s=20e-6)
     try:
@@ -264,24 +267,21 @@ def test_step_flags_wake_a_sleeper_bound_their_waits_and_see_a_gone_peer():
     finally:
         sampler.close()
         worker.close()
-        segment.unlink()
         segment.close()
 
 
 @pytest.mark.skipif(
-    not __import__("parl_algos.samplers._flags").samplers._flags.flags_available(),
+    not __import__("parl_remote.shm").shm.flags_available(),
     reason="step flags are used on Linux x86-64 only",
 )
 def test_step_flags_spin_about_as_long_as_the_other_side_usually_takes():
     import socket
 
-    from parl_algos.samplers._flags import FLAG_WORDS, SPIN_FLOOR_S, FlagSignal
-    from parl_algos.samplers._shm import SharedArrays
-    from parl_algos.samplers._signal import Signal
+    from parl_remote.shm import FLAG_BYTES, SPIN_FLOOR_S, FlagSignal, Segment, Signal
 
-    segment = SharedArrays.create([("flags", (FLAG_WORDS,), np.uint32)])
+    segment = Segment.create(FLAG_BYTES)
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    words = segment.arrays["flags"]
+    words = segment.buffer
     sampler = FlagSignal(Signal(a, 10.0), words, sampler=True, spin_s=1e-3)
     worker = FlagSignal(Signal(b, 10.0), words, sampler=False, spin_s=50e-6, adaptive=False)
     try:
@@ -301,12 +301,11 @@ def test_step_flags_spin_about_as_long_as_the_other_side_usually_takes():
     finally:
         sampler.close()
         worker.close()
-        segment.unlink()
         segment.close()
 
 
 def test_short_slice_asks_for_short_slices_inside_and_restores_the_threads_own():
-    from parl_algos.samplers._signal import (
+    from parl_remote.wire._signal import (
         _SCHED_ATTR,
         _SCHED_CALLS,
         SHORT_SLICE_NS,

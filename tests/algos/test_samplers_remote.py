@@ -34,10 +34,27 @@ def cluster():
         parl.disconnect()
 
 
+def shm_fds() -> dict[str, str]:
+    """The samplers' segments this process owns (other test processes make their own
+    meanwhile): a memfd's name -> the path of this process's descriptor of it.
+
+    A segment's owner holds its descriptor until it closes it (mappings hold none: what an
+    array still maps is in `/proc/self/maps`, not here)."""
+    prefix, found = f"/memfd:parl-sampler-{os.getpid()}-", {}
+    for fd in os.listdir("/proc/self/fd"):
+        path = f"/proc/self/fd/{fd}"
+        try:
+            target = os.readlink(path)
+        except OSError:
+            continue
+        if target.startswith(prefix):
+            found[target[len("/memfd:") :].removesuffix(" (deleted)")] = path
+    return found
+
+
 def shm_names() -> set[str]:
-    """This process's shared-memory segments (other test processes make their own meanwhile)."""
-    mine = f"parl-sampler-{os.getpid()}-"
-    return {name for name in os.listdir("/dev/shm") if name.startswith(mine)}
+    """The names of the samplers' segments this process owns (`shm_fds`)."""
+    return set(shm_fds())
 
 
 def wait_until(predicate, timeout: float = 30.0, what: str = "condition"):
@@ -88,10 +105,11 @@ def test_serial_parallel_and_central_return_identical_batches(cluster):
         assert parallel.shared_memory == central.shared_memory == [True, True]
         for sampler in (central, alternating):  # steps signalled, not called
             assert all(signal is not None for signal in sampler._group.signals)
+        fds = shm_fds()
         ours = shm_names() - before
         assert len(ours) == 3 * 2  # one segment a worker, for each cluster sampler
         for name in ours:
-            assert os.stat(f"/dev/shm/{name}").st_mode & 0o777 == 0o600
+            assert os.stat(fds[name]).st_mode & 0o777 == 0o600
         run_alike([serial, parallel, central, alternating])
     assert shm_names() == before
     wait_until(lambda: no_actors(cluster), what="the workers to be freed")

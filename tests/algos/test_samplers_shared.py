@@ -3,16 +3,22 @@
 Where its workers are on this host, a batch's arrays are views of one shared-memory segment
 that the workers wrote into, lent to the batch: the segment is written again only once the
 batch (and every view of it) is gone, a user who keeps many batches gets them all right, and
-`close()` removes every segment's name while a batch still held stays readable. The batches
-stay those of `SerialSampler`, bit for bit.
+`close()` closes every segment while a batch still held stays readable. The batches stay those
+of `SerialSampler`, bit for bit. A sampler killed with its workers leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import itertools
 import os
+import re
+import select
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -27,6 +33,7 @@ from tests.algos.test_samplers_remote import (
     failing_env,
     shm_names,
 )
+from tests.conftest import REPO_ROOT
 
 ARRAYS = ("obs", "actions", "rewards", "terminated", "truncated", "next_obs")
 
@@ -46,7 +53,7 @@ def cluster():
 
 def mappings() -> list[tuple[int, int, str]]:
     """This process's sampler segments mapped here: `(start, end, name)`, removed ones too."""
-    prefix = f"/dev/shm/parl-sampler-{os.getpid()}-"
+    prefix = f"/memfd:parl-sampler-{os.getpid()}-"
     found = []
     with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
         for line in f:
@@ -54,7 +61,7 @@ def mappings() -> list[tuple[int, int, str]]:
             if len(fields) == 6 and fields[5].startswith(prefix):
                 start, end = (int(x, 16) for x in fields[0].split("-"))
                 name = fields[5].strip().removesuffix(" (deleted)")
-                found.append((start, end, os.path.basename(name)))
+                found.append((start, end, name.removeprefix("/memfd:")))
     return found
 
 
@@ -186,3 +193,74 @@ def test_a_collect_that_fails_gives_its_segment_back(cluster):
         assert segment_of(sampler.collect().obs) == made  # the failed collect's, free again
         assert_continues(sampler)
         assert len(pool.segments) == 2  # the one batch held and the one being collected
+
+
+KILLED = """
+import time
+
+import parl
+from parl.samplers import ParallelSampler
+from tests.algos.test_samplers import ENV_FN, LinearAgent
+
+parl.connect(cpu_num=2, log_to_driver=False)
+sizes = {"num_workers": 2, "envs_per_worker": 2, "horizon": 6, "seed": 3}
+sampler = ParallelSampler(ENV_FN, LinearAgent(), **sizes)
+held = sampler.collect()  # a batch lent from the pool, held
+assert sampler.shared_memory == [True, True]
+print(" ".join(str(pid) for pid, _ in sampler._group.where), flush=True)
+time.sleep(120)
+"""
+
+
+def held_anywhere(prefix: str) -> set[str]:
+    """The memfds named `prefix...` that any process of this host holds (a descriptor or a
+    mapping)."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith(f"/memfd:{prefix}"):
+                        found.add(target.split()[0])
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps", errors="replace") as f:
+            found |= {line.split()[5] for line in f if f"/memfd:{prefix}" in line}
+    return found
+
+
+def test_a_sampler_and_its_workers_killed_with_sigkill_leave_nothing_in_dev_shm():
+    """The sampler's process, its cluster and its workers killed at once, each holding the
+    segments (the sampler a lent batch, the workers their mappings): `/dev/shm` is as it was,
+    and no process of this host holds a segment of theirs."""
+    import psutil
+
+    before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        assert ready, "the sampler did not collect within 120 s"
+        workers = [int(pid) for pid in proc.stdout.readline().split()]
+        assert len(workers) == 2
+        prefix = f"parl-sampler-{proc.pid}-"
+        assert len(held_anywhere(prefix)) == 3  # each worker's and the batch's (it can fail)
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        pids = {proc.pid, *workers, *(p.pid for p in tree)}
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait(10)
+        assert not psutil.wait_procs([p for p in tree if p.is_running()], timeout=30)[1]
+        assert held_anywhere(prefix) == set()
+        after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+        killed = {str(pid) for pid in pids}  # a name of theirs would carry its owner's pid
+        assert {n for n in after - before if set(re.findall(r"\d+", n)) & killed} == set()
+    finally:
+        proc.kill()
+        proc.wait(10)
+        proc.stdout.close()

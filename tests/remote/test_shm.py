@@ -823,3 +823,63 @@ def test_a_staged_message_that_is_never_sent_frees_its_segment(new_store):
     actor.release_segments()
     client.release_segments()
     assert not segments(store.tag) and store.held == 0
+
+
+def test_a_public_segment_is_mapped_from_its_reference_and_refuses_what_is_not_it():
+    """`parl_remote.shm.Segment`: attach checks the reference names that segment (its name on
+    its owner's descriptor, this user's, private, large enough) before mapping it."""
+    from parl_remote.shm import Segment, SegmentRef
+
+    owner = Segment.create(100, prefix="parl-test")
+    try:
+        assert owner.owner and owner.size == 100 and owner.name.startswith("parl-test-")
+        assert os.stat(f"/proc/self/fd/{owner.ref.fd}").st_mode & 0o777 == 0o600
+        peer = Segment.attach(tuple(owner.ref))  # plain values, as a call carries them
+        peer.buffer[:5] = b"hello"
+        assert bytes(owner.buffer[:5]) == b"hello" and not peer.owner
+        name, pid, fd, size = owner.ref
+        for bad in (None, "x", (name, pid, fd), ("../x", pid, fd, size), (name, True, fd, size)):
+            with pytest.raises(ValueError, match="not a segment reference"):
+                Segment.attach(bad)
+        with pytest.raises(ValueError, match="holds 100 bytes"):
+            Segment.attach(SegmentRef(name, pid, fd, 101))
+        other = Segment.create(100, prefix="parl-test")
+        try:
+            with pytest.raises(ValueError, match="is not the segment"):
+                Segment.attach(SegmentRef(name, pid, other.ref.fd, size))
+        finally:
+            other.close()
+        with pytest.raises(ValueError, match="prefix"):
+            Segment.create(1, prefix="../x")
+        with pytest.raises(ValueError, match="size"):
+            Segment.create(-1)
+        view = np.frombuffer(peer.buffer, np.uint8)
+        peer.close()
+        owner.close()
+        assert peer.buffer is None and owner.buffer is None
+        with pytest.raises(OSError):
+            Segment.attach((name, pid, fd, size))  # its owner let go: none can attach now
+        assert bytes(view[:5]) == b"hello"  # what is still viewed stays mapped
+    finally:
+        owner.close()
+
+
+def test_a_segment_pool_lends_until_the_holder_goes_and_makes_at_most_its_limit():
+    from parl_remote.shm import SegmentPool
+
+    class Holder:
+        pass
+
+    pool = SegmentPool(4096, limit=2, prefix="parl-test")
+    first, second = pool.acquire(), pool.acquire()
+    assert first is not None and second is not None and first is not second
+    assert pool.acquire() is None  # the limit
+    holder = Holder()
+    pool.lend(first, holder)
+    pool.release(second)  # acquired, not lent: free at once
+    assert pool.acquire() is second and pool.acquire() is None
+    del holder  # the loan ends with its holder
+    assert pool.acquire() is first
+    pool.close()
+    assert pool.acquire() is None and pool.segments == []
+    assert first.buffer is None and second.buffer is None

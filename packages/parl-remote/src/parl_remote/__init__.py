@@ -16,7 +16,8 @@ await actor.aio.add(1, 2)            # the same, from async code
 `Registry` and the frozen status records (`ClusterStatus`, ...) are the reading side of the
 master's registry, for apps the master serves (the dashboard; see the entry-point group
 `parl_remote.master_apps`). `host_id()` names this host: processes whose ids are equal share
-its memory (the actors' connections and the samplers move large arrays through it).
+its memory (the actors' connections and the samplers move large arrays through it);
+`parl_remote.shm` is that memory's API (segments, pools, a wake-up signal).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ alternating sampler).
 A step crosses to each worker and back. For a worker on this host both halves are in shared
 memory (the caller writes the actions, the worker the observations, rewards and flags), and so
 is the hand-over: a word each way in the worker's segment, which the waiting side watches for a
-spin about as long as the other side usually takes before it sleeps on a futex (`_flags`;
-one byte each way on a Unix-domain socket where futexes are not used, `_signal`). No message,
+spin about as long as the other side usually takes before it sleeps on a futex
+(`parl_remote.shm.FlagSignal`; one byte each way on a Unix-domain socket where futexes are not
+used, `parl_remote.shm.Signal`). No message,
 no event loop: one `drive` call a collect runs the worker's side, and its result brings the
 episodes' records at the end. A worker on another host (or one whose signal could not connect)
 gets a `step` call a step instead. A worker that dies reads as end-of-file on its signal's
@@ -27,12 +28,11 @@ import gymnasium as gym
 import numpy as np
 
 from parl_algos.samplers._core import Batch, Rollout, act, stack_extras
-from parl_algos.samplers._flags import FlagSignal
 from parl_algos.samplers._group import WorkerGroup, _machine_fault
 from parl_algos.samplers._parallel import _ClusterSampler
-from parl_algos.samplers._signal import SignalClosed, short_slice
 from parl_algos.samplers._worker import ABORT, ERROR, READY, STEP, _on_cpu
 from parl_remote import RemoteActorDiedError, RemoteError
+from parl_remote.shm import FlagSignal, SignalClosed, short_slice
 
 __all__ = ["CentralSampler"]
 
@@ -83,7 +83,7 @@ class CentralSampler(_ClusterSampler):
     _spin_adaptive = True
     _pin_caller = True
     """With pinned workers, collect on the last one's CPU (`_caller_cpu`); False: left free."""
-    """Spin about as long as the other side usually takes (`_flags`), not always `_spin_s`."""
+    """Spin about as long as the other side usually takes (`FlagSignal`), not always `_spin_s`."""
 
     def __init__(
         self,

@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from parl_algos.rollout import Trajectory
-from parl_algos.samplers._flags import with_flags
+from parl_algos.samplers._arrays import with_flags
 
 __all__ = [
     "Batch",

@@ -1,7 +1,8 @@
 """The worker actors of a cluster sampler, their data plane, and what a dead worker means.
 
 `WorkerGroup` creates the workers (all at once), asks each for its spaces and host, gives every
-worker on this host shared-memory segments to write its rollouts into (`_shm`), and gathers the
+worker on this host shared-memory segments to write its rollouts into (`_arrays`, on
+`parl_remote.shm`'s segments), and gathers the
 results of calls made on all workers. Where every worker is on this host, it can also keep a
 pool of whole-batch segments (`batches`) that all workers write their columns into at once.
 
@@ -30,17 +31,19 @@ import gymnasium as gym
 import numpy as np
 
 import parl
+from parl_algos.samplers._arrays import ArrayPool, SharedArrays
 from parl_algos.samplers._core import Rollout, read_records, rollout_layout, segment_layout
-from parl_algos.samplers._flags import FlagSignal, flags_available
-from parl_algos.samplers._shm import (
-    SegmentPool,
-    SharedArrays,
+from parl_algos.samplers._worker import RemoteEnvWorker
+from parl_remote import ClusterError, RemoteActorDiedError, RemoteError, ResourceError
+from parl_remote.shm import (
+    FlagSignal,
+    Signal,
+    SignalListener,
+    flags_available,
+    host_id,
     shm_available,
     sweep_dead_owners,
 )
-from parl_algos.samplers._signal import Signal, SignalListener
-from parl_algos.samplers._worker import RemoteEnvWorker
-from parl_remote import ClusterError, RemoteActorDiedError, RemoteError, ResourceError, host_id
 
 __all__ = [
     "RESTART_SEED_STRIDE",
@@ -256,7 +259,7 @@ class WorkerGroup:
         """The worker actors by index; None where one was lost and not replaced."""
         self.segments: list[list[SharedArrays] | None] = [None] * num_workers
         self.signals: list[Signal | FlagSignal | None] = [None] * num_workers
-        self.batches: SegmentPool | None = None
+        self.batches: ArrayPool | None = None
         """Segments of `batch_layout` that the workers write their columns into (`EnvWorker.
         collect`'s `batch`): where every worker has shared memory and `batch_segments` > 0."""
         self.restarts = 0
@@ -302,14 +305,14 @@ class WorkerGroup:
         self._slots = slots
         self._share_memory({w: host for w, (_, _, host, *_) in enumerate(descriptions)})
         if batch_segments > 0 and all(self.shared):
-            self.batches = SegmentPool(self.batch_layout, batch_segments)
+            self.batches = ArrayPool(self.batch_layout, batch_segments)
 
     def _share_memory(self, hosts: dict[int, str]) -> None:
         """Offer segments to the workers `hosts` names (by index) that are on this host."""
         here = host_id()
         if not shm_available():
             return
-        sweep_dead_owners()  # what samplers killed before their close() left behind
+        sweep_dead_owners()  # named segments that owners of earlier versions left behind
         offered: dict[int, list[SharedArrays]] = {}
         try:
             for w, host in hosts.items():
@@ -318,7 +321,7 @@ class WorkerGroup:
                         SharedArrays.create(segment_layout(self.layout)) for _ in range(self._slots)
                     ]
             calls = {
-                w: self.workers[w].attach([segment.name for segment in segments])
+                w: self.workers[w].attach([tuple(segment.ref) for segment in segments])
                 for w, segments in offered.items()
             }
             accepted = dict(zip(calls, self.gather(list(calls.values()), list(calls)), strict=True))
@@ -343,7 +346,7 @@ class WorkerGroup:
 
         With `spin_s` (the sampler's spin, the workers' spin: the longest where `adaptive`)
         and where `flags_available()`, steps are handed over by flags in the segments
-        (`_flags`), the socket only watched; else one byte a step on the socket (`_signal`).
+        (`FlagSignal`), the socket only watched; else one byte a step on the socket (`Signal`).
         A worker that cannot connect keeps to step calls. `members`: only these workers (a
         replaced one gets its signal so).
         """
@@ -368,7 +371,7 @@ class WorkerGroup:
             for w, signal in listener.accept(connected, 10.0, timeout).items():
                 segments = self.segments[w]
                 if flags and spin_s is not None and segments is not None:
-                    words = segments[0].arrays["flags"]
+                    words = segments[0].arrays["flags"]  # a view that keeps the segment mapped
                     self.signals[w] = FlagSignal(
                         signal, words, sampler=True, spin_s=spin_s[0], adaptive=adaptive
                     )
@@ -599,5 +602,4 @@ class WorkerGroup:
 
 def _free(segments: list[SharedArrays]) -> None:
     for segment in segments:
-        segment.unlink()
         segment.close()

@@ -7,7 +7,7 @@
 Where every worker is on this host, `ParallelSampler`'s workers write straight into one
 shared-memory segment laid out as the whole batch, each its own columns of every row, and the
 batch's arrays are views of that segment: the caller copies nothing. The segment is lent to the
-batch (`SegmentPool`) and used again only once the user holds none of its arrays; a user who
+batch (`ArrayPool`) and used again only once the user holds none of its arrays; a user who
 keeps more batches than the pool holds gets the later ones copied into memory of their own, as
 workers on other hosts always do. Either way the batches are the same, bit for bit.
 """
@@ -161,10 +161,10 @@ class ParallelSampler(_ClusterSampler):
             for w, (arrays, *_) in enumerate(results):
                 group.copy_out(w, arrays, 0, out, group.columns(w))
         else:
-            name, width = segment.name, self.batch_size
+            ref, width = tuple(segment.ref), self.batch_size
 
             def collect(worker: Any, w: int) -> Any:  # a replacement elsewhere: no segments
-                return worker.collect(0, name, width) if group.shared[w] else worker.collect(0)
+                return worker.collect(0, ref, width) if group.shared[w] else worker.collect(0)
 
             try:
                 results = group.run(collect)

@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 import parl
+from parl_algos.samplers._arrays import SharedArrays
 from parl_algos.samplers._core import (
     EnvColumns,
     Rollout,
@@ -28,10 +29,7 @@ from parl_algos.samplers._core import (
     seed_process,
     segment_layout,
 )
-from parl_algos.samplers._flags import FlagSignal
-from parl_algos.samplers._shm import SharedArrays
-from parl_algos.samplers._signal import Signal, SignalClosed, connect_signal, short_slice
-from parl_remote import host_id
+from parl_remote.shm import FlagSignal, Signal, SignalClosed, connect_signal, host_id, short_slice
 
 __all__ = [
     "ABORT",
@@ -116,8 +114,8 @@ class EnvWorker:
         )
         self.rollouts = [Rollout.allocate(self.layout) for _ in range(slots)]
         self.segments: list[SharedArrays] = []
-        self.batches: dict[str, tuple[SharedArrays, Rollout]] = {}
-        """Batch segments mapped so far (by name), with this worker's columns of each."""
+        self.batches: dict[tuple, tuple[SharedArrays, Rollout]] = {}
+        """Batch segments mapped so far (by reference), with this worker's columns of each."""
         self.signal: Signal | FlagSignal | None = None
         self.index = index
         self.weights_version = 0
@@ -127,16 +125,21 @@ class EnvWorker:
         spaces = self.columns.observation_space, self.columns.action_space
         return *spaces, host_id(), os.getpid(), socket.gethostname()
 
-    def attach(self, names: list[str]) -> bool:
-        """Write rollouts into the shared-memory segments `names` (one a slot) from now on.
+    def attach(self, refs: list[tuple]) -> bool:
+        """Write rollouts into the shared-memory segments `refs` (one a slot) from now on.
 
-        Returns False (and keeps its own arrays) where they cannot be mapped here.
+        Each is a `parl_remote.shm.SegmentRef` as a plain tuple. Returns False (and keeps its
+        own arrays) where they cannot be mapped here.
         """
-        if len(names) != len(self.rollouts):
-            raise ValueError(f"attach: {len(names)} segments for {len(self.rollouts)} slots")
+        if len(refs) != len(self.rollouts):
+            raise ValueError(f"attach: {len(refs)} segments for {len(self.rollouts)} slots")
+        segments: list[SharedArrays] = []
         try:
-            segments = [SharedArrays.attach(name, segment_layout(self.layout)) for name in names]
+            for ref in refs:
+                segments.append(SharedArrays.attach(ref, segment_layout(self.layout)))
         except (OSError, ValueError):
+            for segment in segments:
+                segment.close()
             return False
         self.segments = segments
         self.rollouts = [Rollout(segment.arrays) for segment in segments]
@@ -152,7 +155,7 @@ class EnvWorker:
     ) -> bool:
         """Take step signals from the sampler's `SignalListener` at `path` (after `attach`).
 
-        With `spin_s`, steps come through the flags of slot 0's segment (`_flags`), spinning
+        With `spin_s`, steps come through the flags of slot 0's segment (`FlagSignal`), spinning
         up to that long before sleeping (`adaptive`: about as long as the sampler usually
         takes; else always that long); else one byte a step on the socket. Returns False (and
         keeps to step calls) where the socket cannot be reached.
@@ -216,10 +219,10 @@ class EnvWorker:
         self.agent.set_weights(weights)
         self.weights_version = version
 
-    def collect(self, slot: int = 0, batch: str | None = None, width: int = 0) -> WorkerResult:
+    def collect(self, slot: int = 0, batch: tuple | None = None, width: int = 0) -> WorkerResult:
         """Step every environment `horizon` times with the policy copy, into rollout `slot`.
 
-        With `batch`, the name of a shared-memory segment laid out as a rollout of `width`
+        With `batch`, the reference of a shared-memory segment laid out as a rollout of `width`
         columns, the steps go into this worker's columns of it instead (the records still into
         `slot`'s segment); a segment is mapped on its first use and kept mapped (a sampler
         names no more of them than its pool holds). Plain arguments: nothing to pickle.
@@ -231,18 +234,19 @@ class EnvWorker:
         arrays = None if self.segments else rollout.arrays()
         return arrays, extras, *self._records(slot), version
 
-    def _batch_rollout(self, name: str, width: int) -> Rollout:
-        """This worker's columns of the batch segment `name` (`width` columns in all)."""
-        mapped = self.batches.get(name)
+    def _batch_rollout(self, ref: tuple, width: int) -> Rollout:
+        """This worker's columns of the batch segment `ref` (`width` columns in all)."""
+        ref = tuple(ref)
+        mapped = self.batches.get(ref)
         if mapped is None:
             if not self.segments:
                 raise RuntimeError("a batch segment needs the worker's own segments: attach first")
             space = self.columns.observation_space, self.columns.action_space
-            segment = SharedArrays.attach(name, rollout_layout(self.horizon, width, *space))
+            segment = SharedArrays.attach(ref, rollout_layout(self.horizon, width, *space))
             n = self.columns.num_envs
             cols = slice(self.index * n, (self.index + 1) * n)
             rollout = Rollout({key: array[:, cols] for key, array in segment.arrays.items()})
-            mapped = self.batches[name] = segment, rollout
+            mapped = self.batches[ref] = segment, rollout
         return mapped[1]
 
     def begin(self, slot: int = 0) -> np.ndarray | None:

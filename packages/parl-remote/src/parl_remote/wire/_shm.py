@@ -45,6 +45,7 @@ import threading
 import msgspec
 
 from parl_remote._exceptions import ProtocolError
+from parl_remote.wire._segment import memfd_available
 
 __all__ = [
     "MAX_REF",
@@ -255,7 +256,7 @@ _STORE_LOCK = threading.Lock()
 
 def available() -> bool:
     """Whether this system has what segments need: `memfd_create` and `/proc/<pid>/fd`."""
-    return hasattr(os, "memfd_create") and os.path.isdir(f"/proc/{os.getpid()}/fd")
+    return memfd_available()
 
 
 def store(token: bytes | None) -> SegmentStore | None:

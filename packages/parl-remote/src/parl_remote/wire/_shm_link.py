@@ -11,7 +11,6 @@ import contextlib
 import mmap
 import os
 import pickle
-import stat
 import struct
 import threading
 import weakref
@@ -20,6 +19,7 @@ from typing import Any
 
 from parl_remote._exceptions import ProtocolError
 from parl_remote._util import loaded_module
+from parl_remote.wire._segment import create_memfd, open_memfd
 from parl_remote.wire._shm import (
     SegmentStore,
     decode_ref,
@@ -251,11 +251,10 @@ class SharedLink:
 def _create(name: str, size: int) -> _Segment | None:
     """A new segment of `size` bytes, its pages allocated and mapped; None if memory is short."""
     try:
-        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        fd = create_memfd(name, size)
     except OSError:
         return None
     try:
-        os.posix_fallocate(fd, 0, size)  # ENOSPC now, rather than SIGBUS when written
         mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE)
     except OSError:
         os.close(fd)
@@ -267,21 +266,12 @@ def _map(name: str, fd: int, size: int) -> mmap.mmap:
     """Map the peer's segment `name`, through its owner's descriptor `fd`, once it checks."""
     owner = int(name.rsplit("-", 2)[1])  # the name matched the store's pattern
     try:
-        mine = os.open(f"/proc/{owner}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
+        mine, total = open_memfd(name, owner, fd, size)
     except OSError as exc:
         raise ProtocolError(f"the shared-memory segment {name} cannot be opened: {exc}") from None
+    except ValueError as exc:
+        raise ProtocolError(str(exc)) from None
     try:
-        # What was opened, checked on this end's own descriptor: the owner's may have changed.
-        if os.readlink(f"/proc/self/fd/{mine}") != f"/memfd:{name} (deleted)":
-            raise ProtocolError(f"descriptor {fd} of process {owner} is not the segment {name}")
-        info = os.fstat(mine)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-            raise ProtocolError(f"the shared-memory segment {name} is not a file of ours")
-        if info.st_size < max(size, 1):
-            raise ProtocolError(
-                f"the shared-memory segment {name} holds {info.st_size} bytes, "
-                f"the reference says {size}"
-            )
-        return mmap.mmap(mine, info.st_size, flags=mmap.MAP_SHARED | _POPULATE)
+        return mmap.mmap(mine, total, flags=mmap.MAP_SHARED | _POPULATE)
     finally:
         os.close(mine)

@@ -1,24 +1,24 @@
-"""Step flags: a sampler and a worker of the same host hand steps over in shared memory.
+"""Flags: two processes of the same host hand turns over in shared memory.
 
-A lock-step exchange (the sampler wrote the actions; the worker wrote the observations) needs
+A lock-step exchange (a sampler wrote the actions; its worker wrote the observations) needs
 no message, only a word that the other side sees change. `FlagSignal` keeps one mailbox a
-direction in the worker's shared-memory segment, two 32-bit words each: the message and a
-count of messages sent. `send` writes the message, then the count, then wakes a sleeper of that
-word (a Linux futex: one system call, nothing to read). `recv` looks at the count first, then
-spins for a while (yielding the core every turn, so that on a busy machine the process it waits
-for gets to run), then sleeps on the futex in bounded slices. Waking a sleeper costs tens of
-microseconds (more on an idle virtual machine, whose halted CPU must be woken first), so the spin
-adapts: it lasts about as long as the other side usually takes (a running average of the
-waits, with some margin), up to `spin_s`; where the other side usually takes longer than that,
-`recv` spins only briefly (`SPIN_FLOOR_S`) and sleeps, since a wake-up is then a small share of
-the wait and a longer spin only takes a core from the others. The process that
-would wake it may have died: between slices `recv` looks at the Unix-domain socket that the two
-sides connected through (`_signal`, token-checked), which reads as end-of-file once the other
-end is gone, and it gives up after `timeout` in all.
+direction in a shared-memory segment (a flag block of `FLAG_WORDS` 32-bit words), two words
+each: the message and a count of messages sent. `send` writes the message, then the count, then
+wakes a sleeper of that word (a Linux futex: one system call, nothing to read). `recv` looks at
+the count first, then spins for a while (yielding the core every turn, so that on a busy machine
+the process it waits for gets to run), then sleeps on the futex in bounded slices. Waking a
+sleeper costs tens of microseconds (more on an idle virtual machine, whose halted CPU must be
+woken first), so the spin adapts: it lasts about as long as the other side usually takes (a
+running average of the waits, with some margin), up to `spin_s`; where the other side usually
+takes longer than that, `recv` spins only briefly (`SPIN_FLOOR_S`) and sleeps, since a wake-up
+is then a small share of the wait and a longer spin only takes a core from the others. The
+process that would wake it may have died: between slices `recv` looks at the Unix-domain socket
+that the two sides connected through (`_signal.Signal`, token-checked), which reads as
+end-of-file once the other end is gone, and it gives up after `timeout` in all.
 
 The words are written after the data they announce and read before it, and both sides use
 plain loads and stores: that is in order on x86-64 (total store order), so the flags are used
-there (`flags_available`); elsewhere the samplers keep to one byte a step on the socket.
+there (`flags_available`); elsewhere the two sides keep to one byte a turn on the socket.
 """
 
 from __future__ import annotations
@@ -30,15 +30,16 @@ import platform
 import select
 import struct
 import time
+from typing import Any
 
-import numpy as np
+from parl_remote.wire._signal import Signal, SignalClosed
 
-from parl_algos.samplers._signal import Signal, SignalClosed
-
-__all__ = ["FLAG_WORDS", "FlagSignal", "SPIN_FLOOR_S", "flags_available", "with_flags"]
+__all__ = ["FLAG_BYTES", "FLAG_WORDS", "FlagSignal", "SPIN_FLOOR_S", "flags_available"]
 
 FLAG_WORDS = 32
-"""32-bit words of a worker's flag block: two mailboxes, each on a 64-byte line of its own."""
+"""32-bit words of a flag block: two mailboxes, each on a 64-byte line of its own."""
+FLAG_BYTES = 4 * FLAG_WORDS
+"""The bytes of a flag block (64-byte aligned where it lies, so that each mailbox is a line)."""
 
 _SYS_FUTEX = {"x86_64": 202}
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
@@ -53,18 +54,13 @@ _MARGIN = 1.5  # an adaptive spin lasts the usual wait times this, plus the floo
 _AVERAGE = 1 / 8  # the weight of the latest wait in the running average
 
 
-def with_flags(layout: list) -> list:
-    """A segment's layout: `layout` and a flag block (`flags`) after it."""
-    return [*layout, ("flags", (FLAG_WORDS,), np.dtype(np.uint32))]
-
-
 def flags_available() -> bool:
     """Whether step flags work here (Linux on x86-64)."""
     return platform.system() == "Linux" and platform.machine() in _SYS_FUTEX
 
 
 @functools.cache
-def _futex() -> tuple[ctypes._CFuncPtr, int]:
+def _futex() -> tuple[Any, int]:
     libc = ctypes.CDLL(None, use_errno=True)
     syscall = libc.syscall
     syscall.restype = ctypes.c_long
@@ -74,10 +70,11 @@ def _futex() -> tuple[ctypes._CFuncPtr, int]:
 class _Mailbox:
     """Two words of a flag block: `[message, count]`; the count is the futex."""
 
-    def __init__(self, words: np.ndarray, first: int) -> None:
-        self._view = memoryview(words).cast("B").cast("I")
+    def __init__(self, words: memoryview, first: int) -> None:
+        self._view = words
         self._message, self._count = first, first + 1
-        self._addr = ctypes.c_void_p(words.ctypes.data + 4 * self._count)
+        self._word = ctypes.c_uint32.from_buffer(words, 4 * self._count)  # keeps words exported
+        self._addr = ctypes.c_void_p(ctypes.addressof(self._word))
 
     def post(self, message: int, count: int) -> None:
         view = self._view
@@ -109,9 +106,11 @@ class FlagSignal:
     Args:
         sock: the connected signal of the two sides (this object owns it): only watched, to
             see the other side go.
-        words: the flag block, `FLAG_WORDS` uint32 in shared memory (zeroed before either side
-            uses it).
-        sampler: True on the sampler's side (it sends on the first mailbox).
+        words: the flag block: `FLAG_BYTES` of shared memory, writable (a `memoryview` of a
+            `Segment`'s `buffer`, or an array of `FLAG_WORDS` uint32 on one), zeroed before
+            either side uses it.
+        sampler: True on the side that sends on the first mailbox (a sampler), False on
+            the other's (its worker).
         spin_s: the longest `recv` spins before it sleeps (adaptive), or how long (not).
         adaptive: spin about as long as the other side usually takes (up to `spin_s`; only
             `SPIN_FLOOR_S` where it usually takes longer), not always `spin_s`.
@@ -123,16 +122,20 @@ class FlagSignal:
     def __init__(
         self,
         sock: Signal,
-        words: np.ndarray,
+        words: Any,
         sampler: bool,
         spin_s: float,
         adaptive: bool = True,
     ) -> None:
-        if words.dtype != np.uint32 or words.shape != (FLAG_WORDS,):
-            raise ValueError(f"a flag block is {FLAG_WORDS} uint32 words, got {words!r:.60}")
-        down, up = _Mailbox(words, 0), _Mailbox(words, FLAG_WORDS // 2)
+        view = memoryview(words)
+        if view.readonly or not view.c_contiguous or view.nbytes != FLAG_BYTES:
+            raise ValueError(
+                f"a flag block is {FLAG_BYTES} writable contiguous bytes, got {words!r:.60}"
+            )
+        view = view.cast("B").cast("I")
+        down, up = _Mailbox(view, 0), _Mailbox(view, FLAG_WORDS // 2)
         self._out, self._in = (down, up) if sampler else (up, down)
-        self._sock = sock
+        self._sock: Signal | None = sock
         self._sent = self._out.count()
         self._received = self._in.count()
         self.timeout = sock.timeout

@@ -1,15 +1,16 @@
-"""A one-byte-a-step signal between a sampler and a worker actor of the same host.
+"""A wake-up signal of one byte a turn between two processes of the same host.
 
-`CentralSampler` moves observations and actions through shared memory; what is left of a step
-is telling the other side that its half is written. A remote call does that at the price of a
-pickled message and the event loops on both sides; one byte on a Unix-domain socket costs a
-system call each way. `SignalListener` binds a socket in a fresh private directory (mode 0700,
-the socket 0600), each worker connects with `connect_signal` and proves it got the address from
-the sampler by sending the listener's random token and its worker number; the directory is
-removed as soon as every worker is in. A `Signal` waits with a bound (`timeout`), never by
-spinning, and a peer that died reads as end-of-file at once: `SignalClosed`.
+Two processes that move their data through shared memory (a `CentralSampler` and its workers:
+observations and actions) have only to tell the other side that their half is written. A
+remote call does that at the price of a pickled message and the event loops on both sides; one
+byte on a Unix-domain socket costs a system call each way. `SignalListener` binds a socket in a
+fresh private directory (mode 0700, the socket 0600), each peer connects with `connect_signal`
+and proves it got the address from the listener's owner by sending the listener's random token
+and its number; the directory is removed as soon as every peer is in. A `Signal` waits with a
+bound (`timeout`), never by spinning, and a peer that died reads as end-of-file at once:
+`SignalClosed`.
 
-A lock-step exchange waits on the scheduler twice a step: on a busy machine, a woken process
+A lock-step exchange waits on the scheduler twice a turn: on a busy machine, a woken process
 queues behind others' time slices. `short_slice()` asks Linux's scheduler (EEVDF, 6.12 and
 later) for short slices for the calling thread while it exchanges signals: the same share of
 CPU time, handed out in smaller pieces, so that its wake-ups run sooner. Elsewhere it does
@@ -107,11 +108,11 @@ class Signal:
 
 
 class SignalListener:
-    """Where the workers of one sampler connect their signals: a private Unix-domain socket.
+    """Where the peers of one process connect their signals: a private Unix-domain socket.
 
     Attributes:
         path: the socket's path (in a directory of its own, mode 0700).
-        token: the random bytes a worker must send first.
+        token: the random bytes a peer must send first.
     """
 
     def __init__(self, backlog: int) -> None:
@@ -130,7 +131,7 @@ class SignalListener:
     def accept(
         self, expected: set[int], timeout: float, signal_timeout: float
     ) -> dict[int, Signal]:
-        """The signals of the workers `expected` that connected, by worker number.
+        """The signals of the peers `expected` that connected, by their number.
 
         Waits at most `timeout` seconds in all; a connection with a wrong token or an
         unexpected number is dropped.
@@ -153,7 +154,7 @@ class SignalListener:
                 if index in signals:
                     signals.pop(index).close()
                 signals[index] = Signal(conn, signal_timeout)
-        except OSError:  # a timeout: the workers that did not come use the call path
+        except OSError:  # a timeout: the peers that did not come get no signal
             pass
         return signals
 
@@ -165,10 +166,10 @@ class SignalListener:
 
 
 def connect_signal(path: str, token: bytes, index: int, timeout: float) -> Signal:
-    """Connect worker `index` to a `SignalListener` at `path`, proving it with `token`.
+    """Connect peer `index` to a `SignalListener` at `path`, proving it with `token`.
 
     Raises:
-        OSError: the socket cannot be reached (another host, or the sampler is gone).
+        OSError: the socket cannot be reached (another host, or the listener is gone).
         ValueError: a token of the wrong size.
     """
     if not isinstance(token, bytes) or len(token) != _TOKEN_BYTES:
