@@ -16,7 +16,8 @@ declaring `--cpus` slots) and of clients C, over a steady window of `--seconds`:
 - placement latency (`CreateActor` to `ActorAssigned`) and throughput (actors placed a second);
 - `xparl status` latency (a `StatusRequest` for the summary and the first page, on a new
   connection, as the CLI sends it) and the dashboard API's (a random page of `/api/cluster`
-  and the first of `/api/actors`, p99 over both), requested while the load runs.
+  and the first of `/api/actors`, p99 over both), requested while the load runs, the
+  dashboard's from a thread of their own, one after another.
 
 The smallest N is the baseline of the run: the growth per worker is the slope from it to the
 largest, and where one master saturates is where that slope takes its CPU to one core. The
@@ -39,6 +40,7 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -254,14 +256,24 @@ def measure(n: int, c: int, args: argparse.Namespace) -> dict:
             time.sleep(0.05)
         cpu0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
         status_ms, dash_ms = [], []
+        pages = max(1, math.ceil(n / PER_PAGE))
+
+        def browse() -> None:  # a person paging, beside the status requests: once at least
+            while True:
+                for path in (f"/api/cluster?page={random.randint(1, pages)}", "/api/actors"):
+                    dash_ms.append(_get_ms(dashboard + path))
+                if time.time() >= end - 0.3:
+                    return
+                time.sleep(0.1)
+
+        browsing = threading.Thread(target=browse)
+        browsing.start()
         while True:  # once at least, however long one takes
             status_ms.append(_status_ms(address, token.encode()))
-            pages = max(1, math.ceil(n / PER_PAGE))
-            for path in (f"/api/cluster?page={random.randint(1, pages)}", "/api/actors"):
-                dash_ms.append(_get_ms(dashboard + path))
             if time.time() >= end - 0.3:
                 break
             time.sleep(0.2)
+        browsing.join()
         cpu1, t1 = sum(proc.cpu_times()[:2]), time.monotonic()
         rss_mb = proc.memory_info().rss / 1e6
         results = []
