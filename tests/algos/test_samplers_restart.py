@@ -255,3 +255,38 @@ def test_replacements_count_each_actor_log_one_line_each_and_stop_past_max_resta
     with past, replacements.replacing(0, died):  # its failed replacement was a death counted
         raise AssertionError("past train.max_restarts=1 nothing is made")
     assert replacements.total == 1
+
+
+def dies_once_made(armed: str, mark: str) -> gym.Env:
+    """CartPole, but the first one made once `armed` exists kills its process (makes `mark`)."""
+    if os.path.exists(armed):
+        try:
+            os.close(os.open(mark, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return gym.make("CartPole-v1")
+
+
+def test_a_replacement_killed_as_it_starts_is_made_again(cluster, tmp_path, caplog):
+    wait_until(lambda: no_actors(cluster), what="a cluster without actors")
+    caplog.set_level(logging.WARNING, logger="parl_algos.samplers._group")
+    armed, mark = str(tmp_path / "armed"), str(tmp_path / "killed")
+    env_fn = functools.partial(dies_once_made, armed, mark)
+    with ParallelSampler(env_fn, LinearAgent(), **SIZES, restart=True) as sampler:
+        first = sampler.collect()
+        open(armed, "w").close()  # the next worker made dies making its environments
+        kill_worker(sampler, 1)
+        batch = sampler.collect()
+        assert os.path.exists(mark)  # the first replacement died as it started
+        assert sampler.restarts == 1  # replacements made: the second one
+        assert batch.obs.shape == first.obs.shape
+        for j in range(SIZES["envs_per_worker"]):  # the first stream: the one that died
+            column = SIZES["envs_per_worker"] + j  # made no environment of it
+            expected = first_obs(SIZES["seed"] + column + STRIDE)
+            np.testing.assert_array_equal(batch.obs[0, column], expected)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("worker 1's replacement failed as it started (" in line for line in lines), lines
+    assert sum("; replaced in" in line for line in lines) == 1, lines
+    wait_until(lambda: no_actors(cluster), what="every slot to be free again")

@@ -6,6 +6,8 @@ async modes, of DQN's async mode, of GA3C's central predictor, one of A3C's grad
 of R2D2's actors, and the evaluator. The run exits 0, its rows of progress.csv go on past the
 fault with strictly increasing env steps, the last counting the replaced actor, and log.log
 has the replacement's line. With `train.restart_actors = false` the first death ends the run.
+A run on a cluster of two workers survives its master killed and started again on the same
+port, and the loss of a whole worker with its actors meanwhile, and still reaches 475.
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ from __future__ import annotations
 import csv
 import os
 import re
+import signal
 import subprocess
+import time
 
+import psutil
 import pytest
 
 from tests.algos.test_train_failures import PARL_TRAIN, ROOT
+from tests.remote.conftest import make_cluster, wait_until
 
 KILLED_ONCE = "tests.algos.failing_env:KilledOnce-v0"
 SMALL = ["--no-progress", "--train.log_every", "256", "--train.checkpoint_every", "100000"]
@@ -123,3 +129,73 @@ def test_without_restarts_the_first_death_ends_the_run(tmp_path):
     result = parl_train(tmp_path, argv, kill_at=120)
     assert result.returncode == 1
     assert "an actor died" in result.stderr and "killed by SIGKILL" in result.stderr
+
+
+def _rows_of(run_dir) -> list[dict[str, str]]:
+    try:
+        with open(run_dir / "progress.csv", newline="") as f:
+            return list(csv.DictReader(f))
+    except FileNotFoundError:
+        return []
+
+
+@pytest.mark.slow
+def test_a_run_survives_its_master_restarting_and_a_whole_worker_lost_and_still_reaches_475(
+    tmp_path,
+):
+    """PPO sync on a cluster of two workers: once the run has rows, its master is killed, and
+    while it is down so is a worker that runs one of its actors, with every actor process under
+    that worker; the master then comes back on the same port. The lost actors are placed again
+    on the other worker once the master is back, and the run goes on to 475 within its budget.
+    """
+    cluster = make_cluster(tmp_path, workers=(2, 2), PARL_HEARTBEAT_S=0.2)
+    run_dir = tmp_path / "run"
+    env = {
+        **cluster.env,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+        "PARL_HEARTBEAT_S": "0.2",
+    }
+    command = [
+        PARL_TRAIN, "ppo/cartpole", "--mode", "sync", "--address", cluster.address,
+        "--train.eval_every", "0", "--train.stop_at_target", "true",
+        "--no-progress", "--logdir", str(run_dir),
+    ]  # fmt: skip
+    run = subprocess.Popen(
+        command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_until(
+            lambda: len(_rows_of(run_dir)) >= 2 or run.poll() is not None,
+            timeout=180,
+            what="the run's rows",
+        )
+        assert run.poll() is None, run.communicate()[1][-3000:]
+        status = cluster.status()
+        [hosting, *_] = [a["worker_id"] for a in status["actors"] if a["class_name"] == "EnvWorker"]
+        [victim] = [w["pid"] for w in status["workers"] if w["worker_id"] == hosting]
+        before = len(_rows_of(run_dir))
+        os.kill(cluster.master.pid, signal.SIGKILL)
+        cluster.master.stop()
+        worker = psutil.Process(victim)
+        for process in [worker, *worker.children(recursive=True)]:
+            process.kill()
+        time.sleep(3)  # the run finds its actor dead while the master is away
+        cluster.start_master()  # the same port
+        _, stderr = run.communicate(timeout=400)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+        cluster.stop()
+    assert run.returncode == 0, stderr[-3000:]
+    written = _rows_of(run_dir)
+    steps = [int(r["env_step"]) for r in written]
+    assert steps == sorted(set(steps)) and len(written) > before  # on past the faults
+    assert int(written[-1]["actor_restarts"]) >= 1
+    log = (run_dir / "log.log").read_text()
+    took = [float(x) for x in re.findall(r"; replaced in ([\d.]+) s", log)]
+    assert took and max(took) >= 2.0, log[-3000:]  # a replacement waited for the master
+    done = log[log.rindex("done: RunResult(") :]
+    reached = re.search(r"reached_at=(\w+)", done).group(1)
+    assert reached != "None" and int(reached) <= 100_000, done  # 475 within the shipped budget

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 import parl
+import parl_remote
 from parl_remote.engines.xparl import _cluster
 from tests.remote.conftest import client_env, free_port, make_cluster, wait_until
 
@@ -175,7 +176,9 @@ def test_a_restarted_master_gets_its_cluster_back(tmp_path):
             os.kill(cluster.master.pid, signal.SIGKILL)
             cluster.master.stop()
             assert actor.pid() == pid  # the data plane does not pass through the master
-            with pytest.raises(parl.RemoteError, match="master at .* is unreachable"):
+            with pytest.raises(
+                parl_remote.MasterUnreachableError, match="master at .* is unreachable"
+            ):
                 wait_until(lambda: not parl_client().connected, what="the client to notice")
                 Worky()
             cluster.start_master()  # same port

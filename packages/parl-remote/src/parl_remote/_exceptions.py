@@ -14,6 +14,8 @@ The tree::
     ├── NotConnectedError            no cluster: call `parl.connect` first, or it was lost
     └── ClusterError                 the cluster refused or failed a request
         ├── AuthenticationError      wrong or missing cluster token (refused on both ends)
+        ├── MasterUnreachableError   the master cannot be reached now (stopped, restarting,
+        │                            the network down); the client reconnects by itself
         └── ProtocolError            a peer sent bytes that break the protocol
 
 An exception raised by a user's method is re-raised in the caller as its own type whenever it
@@ -26,6 +28,7 @@ __all__ = [
     "AuthenticationError",
     "ClusterError",
     "FutureGetRepeatedlyError",
+    "MasterUnreachableError",
     "NotConnectedError",
     "ProtocolError",
     "RemoteActorDiedError",
@@ -75,6 +78,13 @@ class ClusterError(RemoteError):
 
 class AuthenticationError(ClusterError):
     """The peer does not know the cluster token (or we do not)."""
+
+
+class MasterUnreachableError(ClusterError):
+    """The master cannot be reached now: actors already made keep working.
+
+    The client reconnects by itself; a request made again once it has can succeed.
+    """
 
 
 class ProtocolError(ClusterError):

@@ -34,7 +34,13 @@ import parl
 from parl_algos.samplers._arrays import ArrayPool, SharedArrays
 from parl_algos.samplers._core import Rollout, read_records, rollout_layout, segment_layout
 from parl_algos.samplers._worker import RemoteEnvWorker
-from parl_remote import ClusterError, RemoteActorDiedError, RemoteError, ResourceError
+from parl_remote import (
+    ClusterError,
+    MasterUnreachableError,
+    RemoteActorDiedError,
+    RemoteError,
+    ResourceError,
+)
 from parl_remote.shm import (
     FlagSignal,
     Signal,
@@ -92,8 +98,9 @@ class Restarts:
         max_restarts: the most replacements of one worker within `window_s`; one more failure
             in that window stops the sampler (`SamplerWorkerError` for an environment that
             raised, `parl.RemoteActorDiedError` for a worker that died).
-        restart_timeout: the longest wait for a free slot for the new actor (past it, more by
-            at most one placement wait of the cluster, `PARL_RESOURCE_WAIT_S`).
+        restart_timeout: the longest wait for a free slot for the new actor, or for the
+            master while it cannot be reached (restarting); past it, more by at most one
+            placement wait of the cluster, `PARL_RESOURCE_WAIT_S`.
         window_s: the sliding window of `max_restarts`, in seconds.
     """
 
@@ -274,6 +281,7 @@ class WorkerGroup:
             for _ in range(num_workers)
         ]
         self._signal_args: tuple[Any, ...] | None = None  # connect_signals' arguments
+        self._starting: int | None = None  # the worker `_replace` sets up
         connect(address, num_workers)
 
         def create(index: int, replaced: int = 0) -> Any:
@@ -414,41 +422,35 @@ class WorkerGroup:
         Raises as `fail` does without restarts; `SamplerWorkerError` (from `exc`) or
         `RemoteActorDiedError` past `max_restarts` in the window; `RemoteActorDiedError` where
         no slot freed in time and `required`. Every raise but of a plain error closes the group.
+        A replacement that fails before it is ready (killed as it starts, its environment
+        raising at once) is one more failure of worker `w`, and is made again.
         """
         policy = self.policy
         if not policy.restart or not self.workers:
             self.fail(w, exc)
         machine = _machine_fault(exc)
         now = time.monotonic()
-        failures = self._failures[w]
-        if not failures.failed():
-            self.close()
-            # The error's message carries the worker's traceback; its frames here would keep
-            # the failed call, and with it the failed worker's actor, alive.
-            exc.with_traceback(None)
-            if not machine:
-                raise SamplerWorkerError(
-                    f"{self.owner}: worker {w}'s environment failed {failures.failures} times "
-                    f"within {policy.window_s:g} s (max_restarts={policy.max_restarts}), the "
-                    f"last time with {type(exc).__name__}: {exc}; the sampler is closed",
-                    worker=w,
-                    failures=failures.failures,
-                    max_restarts=policy.max_restarts,
-                    window_s=policy.window_s,
-                ) from exc
-            raise RemoteActorDiedError(
-                f"{self.owner}: worker {w} died {failures.failures} times within "
-                f"{policy.window_s:g} s (max_restarts={policy.max_restarts}), the last time: "
-                f"{exc}; the sampler is closed"
-            ) from None
+        self._count_failure(w, exc)
         pid, name = self.where[w]
         what = f"died: {_why(exc)}" if machine else f"failed: {type(exc).__name__}: {exc}"
-        self._drop(w)
-        try:
-            replaced = self._replace(w, now + policy.restart_timeout)
-        except BaseException:
-            self.close()
-            raise
+        while True:
+            self._drop(w)
+            try:
+                replaced = self._replace(w, time.monotonic() + policy.restart_timeout)
+                break
+            except MasterUnreachableError:  # past restart_timeout
+                self.close()
+                raise
+            except RemoteError as again:  # the new worker failed before it was ready
+                again.with_traceback(None)  # its frames hold the new worker's actor
+                logger.warning(
+                    "%s: worker %d's replacement failed as it started (%s); once more",
+                    self.owner, w, _why(again),
+                )  # fmt: skip
+                self._count_failure(w, again)
+            except BaseException:
+                self.close()
+                raise
         took = time.monotonic() - now
         if replaced:
             logger.warning(
@@ -471,6 +473,31 @@ class WorkerGroup:
         )  # fmt: skip
         return False
 
+    def _count_failure(self, w: int, exc: BaseException) -> None:
+        """Count a failure of worker `w`; past `max_restarts` in the window, close and raise."""
+        policy, failures = self.policy, self._failures[w]
+        if failures.failed():
+            return
+        self.close()
+        # The error's message carries the worker's traceback; its frames here would keep
+        # the failed call, and with it the failed worker's actor, alive.
+        exc.with_traceback(None)
+        if not _machine_fault(exc):
+            raise SamplerWorkerError(
+                f"{self.owner}: worker {w}'s environment failed {failures.failures} times "
+                f"within {policy.window_s:g} s (max_restarts={policy.max_restarts}), the "
+                f"last time with {type(exc).__name__}: {exc}; the sampler is closed",
+                worker=w,
+                failures=failures.failures,
+                max_restarts=policy.max_restarts,
+                window_s=policy.window_s,
+            ) from exc
+        raise RemoteActorDiedError(
+            f"{self.owner}: worker {w} died {failures.failures} times within "
+            f"{policy.window_s:g} s (max_restarts={policy.max_restarts}), the last time: "
+            f"{exc}; the sampler is closed"
+        ) from None
+
     def _drop(self, w: int) -> None:
         """Let worker `w`'s actor, signal and segments go (the segments' names unlinked)."""
         signal, self.signals[w] = self.signals[w], None
@@ -484,6 +511,14 @@ class WorkerGroup:
     def _replace(self, w: int, deadline: float) -> bool:
         """A new worker `w` with the last weights, segments and signal; False: no slot in time."""
         replaced = self._replaced[w] + 1
+        self._starting = w
+        try:
+            return self._start(w, replaced, deadline)
+        finally:
+            self._starting = None
+
+    def _start(self, w: int, replaced: int, deadline: float) -> bool:
+        """`_replace`'s work: a call of the new worker that fails raises as it is."""
         while True:
             try:
                 worker = self._create(w, replaced)
@@ -491,8 +526,11 @@ class WorkerGroup:
             except ResourceError:
                 if time.monotonic() >= deadline:
                     return False
-        self._replaced[w] = replaced
-        self.restarts += 1
+            except MasterUnreachableError:  # it is restarting, or its network is down
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)  # the client reconnects by itself
+        self._replaced[w] = replaced  # its seed stream is never used again
         self.workers[w] = worker
         if self.weights is not None and worker is not None:
             weights, version = self.weights
@@ -502,6 +540,7 @@ class WorkerGroup:
         self._share_memory({w: host})
         if self._signal_args is not None:
             self.connect_signals(*self._signal_args, members=[w])
+        self.restarts += 1
         return True
 
     @property
@@ -534,6 +573,8 @@ class WorkerGroup:
         try:
             return future.get()
         except RemoteError as exc:
+            if w == self._starting:
+                raise  # a replacement's own failure: `recover` tries again
             self.fail(w, exc)
 
     def fail(self, w: int, exc: BaseException) -> None:

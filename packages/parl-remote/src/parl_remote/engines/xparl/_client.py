@@ -32,6 +32,7 @@ from parl_remote._config import load_token, settings
 from parl_remote._exceptions import (
     AuthenticationError,
     ClusterError,
+    MasterUnreachableError,
     NotConnectedError,
     ProtocolError,
     ResourceError,
@@ -357,7 +358,9 @@ class Client:
         for waiter in self._requests.take_all():
             if not waiter.done():
                 waiter.set_exception(
-                    ClusterError(f"the connection to the PARL master at {self.address} was lost")
+                    MasterUnreachableError(
+                        f"the connection to the PARL master at {self.address} was lost"
+                    )
                 )
 
     def _echo(self, lines: list[Any]) -> None:
@@ -371,7 +374,7 @@ class Client:
     async def _request(self, msg_for_id: Any, timeout: float) -> Any:
         conn = self.link.conn
         if conn is None or conn.closed:
-            raise ClusterError(
+            raise MasterUnreachableError(
                 f"the PARL master at {self.address} is unreachable (it stopped, or the network is "
                 "down); actors already created keep working, and new ones can be created once it "
                 "is back (the client reconnects by itself)"
