@@ -258,3 +258,80 @@ def test_the_objectives_of_progress_rows():
     assert objective_of_rows(rows, "steps_to_target", target=50.0, budget=1024) == 768.0
     assert objective_of_rows(rows, "steps_to_target", target=90.0, budget=1024) == 1024.0
     assert objective_of_rows([(256, None)], "final", target=None, budget=1024) is None
+
+
+def test_a_trial_whose_heartbeat_stopped_is_failed_and_asked_again(tmp_path):
+    """A trial left running on another host: its driver's pid says nothing here, its heartbeat
+    does (its actor, or the host, went)."""
+    import optuna
+
+    from parl_algos.train._sweep import _DRIVER, _experimental, _requeue_orphans, _storage
+
+    storage = _storage(f"sqlite:///{tmp_path / 'study.db'}", grace_s=1)
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    lr = optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)
+    with _experimental():
+        running, beating = study.ask({"agent.lr": lr}), study.ask({"agent.lr": lr})
+    study_id = storage.get_study_id_from_name("s")
+    for trial in (running, beating):
+        trial.set_user_attr(_DRIVER, {"host": "another-host", "pid": 1})
+        storage.record_heartbeat(
+            storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+        )
+    assert _requeue_orphans(study) == 0  # both beat within the grace period
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _requeue_orphans(study) == 0:
+        storage.record_heartbeat(  # the other one's actor is still there
+            storage.get_trial_id_from_study_id_trial_number(study_id, beating.number)
+        )
+        time.sleep(0.5)
+    states = {t.number: t.state.name for t in study.get_trials()}
+    assert states == {0: "FAIL", 1: "RUNNING", 2: "WAITING"}
+    with _experimental():
+        again = study.ask({"agent.lr": lr})
+    assert again.number == 2 and again.params == running.params
+
+
+@pytest.mark.slow  # a sweep whose actor is killed, and its trial run again
+def test_a_trial_whose_actor_is_killed_runs_again(tmp_path):
+    import psutil
+
+    sweep_dir = tmp_path / "sweep"
+    argv = ["ppo/cartpole", "--sweep", _space(tmp_path, SPACE), "--trials", "1"]
+    argv += ["--parallel", "1", "--train.total_steps", "2048", *TINY, "--logdir", str(sweep_dir)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        child = subprocess.Popen(
+            [PARL_TRAIN, *argv], stdout=stdout, stderr=stderr, env=env, start_new_session=True
+        )
+    first = sweep_dir / "trial-0000" / "progress.csv"
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and child.poll() is None:
+            if first.exists() and len(_steps(first.parent)) >= 3:
+                break
+            time.sleep(0.05)
+        assert child.poll() is None, err.read_text()[-3000:]
+        hosts = [  # the actor running trial 0: it holds its run's log.log open
+            p
+            for p in psutil.Process(child.pid).children(recursive=True)
+            if "parl_remote.actor._host" in " ".join(p.cmdline())
+            and any(f.path.startswith(str(first.parent)) for f in p.open_files())
+        ]
+        assert hosts, "no actor process found"
+        for p in hosts:
+            p.kill()
+        assert child.wait(timeout=240) == 0, err.read_text()[-3000:]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if _group_alive(child.pid):
+            os.killpg(child.pid, signal.SIGKILL)
+    assert "sweep: trial 0's actor died" in out.read_text()
+    trials = {t["number"]: t for t in _trials(sweep_dir)}
+    assert [t["state"] for t in trials.values()] == ["FAIL", "COMPLETE"]
+    keys = ["agent.lr", "agent.clip_coef", "agent.update_epochs", "agent.n_steps"]
+    assert [trials["1"][k] for k in keys] == [trials["0"][k] for k in keys]  # run again
+    assert _steps(trials["1"]["run_dir"])[-1] >= 2048

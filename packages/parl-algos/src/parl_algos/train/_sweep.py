@@ -26,7 +26,10 @@ and stops when Optuna's pruner says so: a pruned trial's rows end before its bud
 The study lives in Optuna's storage (`study.db`, SQLite, in the sweep directory, or the
 `--storage` URL), so the same command continues a sweep that was stopped: trials that
 finished are kept, trials left running by a process that is gone are marked failed and run
-again with their parameters, and `--trials` counts the completed and pruned trials in all.
+again with their parameters, and `--trials` counts the completed and pruned trials in all. A
+running trial's actor records Optuna's heartbeat in the storage (`HEARTBEAT_S`); a trial
+whose heartbeat is older than `HEARTBEAT_GRACE_S` was left by an actor or host that went,
+wherever it ran, and is run again too, as is a trial whose actor dies while the sweep runs.
 At the end the sweep directory holds `trials.csv` (a row a trial), `best.toml` (the best
 trial's complete config, runnable as `parl-train DIR/best.toml`), `sweep.png` (the
 objective by trial and the parameters' importances) and a summary table on the terminal.
@@ -34,6 +37,7 @@ objective by trial and the parameters' importances) and a summary table on the t
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import dataclasses
@@ -41,10 +45,12 @@ import math
 import os
 import socket
 import statistics
+import threading
 import time
 import tomllib
 import traceback
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,9 +66,12 @@ from parl_algos.train._config import (
 from parl_algos.train._run import Run, env_name
 from parl_algos.train._skeleton import run
 from parl_algos.train._spec import AlgorithmSpec, check_config
+from parl_remote import RemoteActorDiedError
 
 __all__ = [
     "DISTRIBUTIONS",
+    "HEARTBEAT_GRACE_S",
+    "HEARTBEAT_S",
     "OBJECTIVES",
     "PRUNERS",
     "Param",
@@ -92,6 +101,10 @@ _SWEEP_KEYS = ("objective", "sampler", "pruner", "startup_trials", "warmup_steps
 _INSTALL = "pip install 'parl-algos[sweep]'"
 _DRIVER = "parl_driver"  # user attribute of a trial: the host and pid of the process asking it
 _POLL_S = 0.2
+HEARTBEAT_S = 10
+"""Seconds between two heartbeats of a running trial, recorded in the study's storage."""
+HEARTBEAT_GRACE_S = 60
+"""A running trial without a heartbeat for this long is failed and run again."""
 
 
 @dataclass(frozen=True)
@@ -357,11 +370,35 @@ def _pruner(space: Space) -> Any:
     return pruners.NopPruner()
 
 
-def _storage(url: str) -> Any:
-    """Optuna's RDB storage at `url`; SQLite waits for a writer instead of failing at once."""
+def _storage(url: str, grace_s: int = HEARTBEAT_GRACE_S) -> Any:
+    """Optuna's RDB storage at `url`, with heartbeats; SQLite waits for a writer.
+
+    A running trial's actor records its heartbeat every `HEARTBEAT_S`; a trial whose last
+    heartbeat is older than `grace_s` was left by a process that is gone, wherever it ran.
+    """
     optuna = _optuna()
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    with _experimental():
+        return optuna.storages.RDBStorage(
+            url,
+            engine_kwargs=kwargs,
+            heartbeat_interval=HEARTBEAT_S,
+            grace_period=max(grace_s, 1),
+            heartbeat_stale_trial_callback=_requeue_stale,
+        )
+
+
+@contextlib.contextmanager
+def _experimental() -> Iterator[None]:
+    """Optuna's heartbeats without its warnings: experimental, and meant for `Study.optimize`.
+
+    The trials' heartbeats are recorded here, by their actors (ask-and-tell has none of its
+    own), which the second warning at each `Study.ask` does not know.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", _optuna().exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", "Heartbeat of storage is supposed", UserWarning)
+        yield
 
 
 # -- the objective ------------------------------------------------------------------------------
@@ -491,6 +528,18 @@ class TrialRunner:
             storage.get_study_id_from_name(job.study_name), job.number
         )
         trial = optuna.trial.Trial(study, trial_id)
+        stop = threading.Event()
+        beat = threading.Thread(
+            target=_heartbeats, args=(storage, trial_id, stop), name="heartbeat", daemon=True
+        )
+        beat.start()
+        try:
+            return self._run_trial(job, trial)
+        finally:
+            stop.set()
+            beat.join()
+
+    def _run_trial(self, job: TrialJob, trial: Any) -> TrialOutcome:
         values: list[float | None] = []
         budget, target = job.config.train.total_steps, job.config.train.target_return
         for index, (seed, logdir) in enumerate(
@@ -539,6 +588,17 @@ class TrialRunner:
         return TrialOutcome(tuple(values), False)
 
 
+def _heartbeats(storage: Any, trial_id: int, stop: threading.Event) -> None:
+    """Record the trial's heartbeat every `HEARTBEAT_S` until `stop` is set."""
+    while True:
+        try:
+            storage.record_heartbeat(trial_id)
+        except Exception as exc:  # a busy database: the next beat may pass
+            logger.warning("sweep: trial heartbeat not recorded (%s)", exc)
+        if stop.wait(HEARTBEAT_S):
+            return
+
+
 RemoteTrialRunner = parl.remote_class(wait=False)(TrialRunner)
 """`TrialRunner` as an actor whose calls return futures."""
 
@@ -571,16 +631,31 @@ def _alive(driver: Any) -> bool:
 
 
 def _requeue_orphans(study: Any) -> int:
-    """Fail the trials left running by a process that is gone; ask them again. How many."""
-    TrialState = _optuna().trial.TrialState
-    orphans = [
-        t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if not _alive(t.user_attrs.get(_DRIVER))
-    ]
+    """Fail the trials left running by a process that is gone; ask them again. How many.
+
+    Gone: a driver of this host that no longer runs, or, wherever it ran, a trial whose last
+    heartbeat is older than the storage's grace period (its actor, or its host, went).
+    """
+    optuna = _optuna()
+    TrialState = optuna.trial.TrialState
+
+    def running() -> list[Any]:
+        return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+
+    before = {t.number for t in running()}
+    with _experimental():
+        optuna.storages.fail_stale_trials(study)  # each asked again by _requeue_stale
+    left = running()
+    orphans = [t for t in left if not _alive(t.user_attrs.get(_DRIVER))]
     for t in orphans:
         _fail_and_requeue(study, t.number, t.params)
-    return len(orphans)
+    return len(before) - len(left) + len(orphans)
+
+
+def _requeue_stale(study: Any, trial: Any) -> None:
+    """Ask a trial that `fail_stale_trials` failed again, with its parameters."""
+    study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+    logger.info("trial %d lost its heartbeat: it runs again", trial.number)
 
 
 def _finish(study: Any, trial: Any, *args: Any, **kwargs: Any) -> None:
@@ -640,9 +715,10 @@ def sweep(
     url = storage or f"sqlite:///{os.path.abspath(os.path.join(sweep_dir, 'study.db'))}"
     study_name = os.path.abspath(sweep_dir)
     base_text = dump_config(dataclasses.replace(config, train=_trial_train(config, sweep_dir)))
+    rdb = _storage(url)
     study = optuna.create_study(
         study_name=study_name,
-        storage=_storage(url),
+        storage=rdb,
         sampler=_sampler(space, config.train.seed),
         pruner=_pruner(space),
         direction=space.direction,
@@ -657,6 +733,7 @@ def sweep(
                 f"{sweep_dir} holds a sweep of another {key}; continue it with its own "
                 "command, or give this one another --logdir"
             )
+    study_id = rdb.get_study_id_from_name(study_name)
     requeued = _requeue_orphans(study)
     if requeued:
         out(f"sweep: {requeued} interrupted trial(s) run again")
@@ -677,13 +754,17 @@ def sweep(
     runners = [RemoteTrialRunner() for _ in range(min(parallel, max(trials - done_count(), 0)))]
     idle = list(runners)
     running: dict[int, tuple[Any, Any, Any]] = {}  # trial number -> (trial, runner, future)
-    failures = 0
+    failures = lost = 0
     interrupted = False
     try:
         while done_count() < trials:
             while idle and done_count() + len(running) < trials:
-                trial = study.ask(distributions)
+                with _experimental():
+                    trial = study.ask(distributions)
                 trial.set_user_attr(_DRIVER, {"host": socket.gethostname(), "pid": os.getpid()})
+                rdb.record_heartbeat(  # the actor's go on from here
+                    rdb.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+                )
                 trial_dir = os.path.join(sweep_dir, f"trial-{trial.number:04d}")
                 trial.set_user_attr("run_dir", trial_dir)
                 trial_config = apply_params(config, trial.params)
@@ -718,8 +799,22 @@ def sweep(
                 continue
             for number in finished:
                 trial, runner, future = running.pop(number)
+                try:
+                    outcome: TrialOutcome = future.get()
+                except RemoteActorDiedError as exc:  # its process or its host went
+                    del future
+                    runners.remove(runner)
+                    runner = RemoteTrialRunner()
+                    runners.append(runner)
+                    idle.append(runner)
+                    lost += 1
+                    if lost > trials:
+                        raise
+                    _fail_and_requeue(study, number, trial.params)
+                    line = (str(exc).strip().splitlines() or [""])[0]
+                    out(f"sweep: trial {number}'s actor died ({line}); it runs again")
+                    continue
                 idle.append(runner)
-                outcome: TrialOutcome = future.get()
                 failures += _tell(study, trial, outcome, out)
                 if failures >= trials:
                     raise RuntimeError(
