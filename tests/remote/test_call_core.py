@@ -25,7 +25,7 @@ from parl_remote.client._call_core import (
 )
 from parl_remote.wire import _serialize as ser
 from parl_remote.wire.protocol import messages as m
-from parl_remote.wire.protocol.connection import NEED_DATA, Connection
+from parl_remote.wire.protocol.connection import NEED_DATA, Connection, hold
 
 ASSIGNED = m.ActorAssigned(7, "a1", "10.0.0.2", 5000, 4242, "w1")
 BIG = ser.OUT_OF_BAND_MIN // 8  # float64 items of an array that travels out of band
@@ -55,7 +55,7 @@ def test_calls_get_increasing_ids_from_one_counter_across_threads():
     ids = []
 
     def make(n):
-        ids.extend(core.call(m.CallKind.METHOD, "f", (), {}, copy=False)[0].id for _ in range(n))
+        ids.extend(core.call(m.CallKind.METHOD, "f", (), {})[0].id for _ in range(n))
 
     threads = [threading.Thread(target=make, args=(500,)) for _ in range(4)]
     for t in threads:
@@ -67,7 +67,7 @@ def test_calls_get_increasing_ids_from_one_counter_across_threads():
 
 def test_a_method_call_pickles_its_arguments_and_decodes_on_the_actor():
     core = _core()
-    call, buffers = core.call(m.CallKind.METHOD, "add", (1, 2), {"c": 3}, copy=False)
+    call, buffers = core.call(m.CallKind.METHOD, "add", (1, 2), {"c": 3})
     assert (call.id, call.name, call.kind) == (1, "add", m.CallKind.METHOD)
     assert buffers == []
     received, received_buffers = _over_the_wire(call, buffers)
@@ -77,35 +77,36 @@ def test_a_method_call_pickles_its_arguments_and_decodes_on_the_actor():
 
 def test_attribute_reads_and_writes():
     core = _core()
-    get, buffers = core.call(m.CallKind.GETATTR, "k", (), {}, copy=False)
+    get, buffers = core.call(m.CallKind.GETATTR, "k", (), {})
     assert get.kind is m.CallKind.GETATTR and pickle.loads(get.payload) is None and not buffers
-    put, _ = core.call(m.CallKind.SETATTR, "k", (5,), {}, copy=False)
+    put, _ = core.call(m.CallKind.SETATTR, "k", (5,), {})
     assert put.kind is m.CallKind.SETATTR and pickle.loads(put.payload) == 5
 
 
 def test_blocking_calls_send_views_of_the_callers_arrays_and_others_copy_them_once():
     core = _core()
     x = np.arange(BIG, dtype=np.float64)
-    _, views = core.call(m.CallKind.METHOD, "learn", (x,), {}, copy=False)
-    _, copies = core.call(m.CallKind.METHOD, "learn", (x,), {}, copy=True)
+    _, views = core.call(m.CallKind.METHOD, "learn", (x,), {})
+    copies = hold(None, core.call(m.CallKind.METHOD, "learn", (x,), {})[1]).buffers  # sent later
     assert len(views) == len(copies) == 1
     x[0] = -1.0  # the caller goes on with its array after the call returned
     assert np.frombuffer(views[0].raw(), dtype=np.float64)[0] == -1.0  # a view: not copied
     assert np.frombuffer(copies[0], dtype=np.float64)[0] == 0.0  # a copy: unchanged
     small = np.zeros(4)
-    _, none = core.call(m.CallKind.METHOD, "learn", (small,), {}, copy=True)
+    _, none = core.call(m.CallKind.METHOD, "learn", (small,), {})
     assert none == []  # small arrays travel inside the pickle
 
 
 def test_init_carries_the_class_the_arguments_and_the_bundle():
     core = _core()
     payload, buffers = init_payload(Point, "Point", (np.ones(BIG),), {"y": 2})
-    init, sent = core.init(payload, buffers, b"zip", copy=True)
+    init, sent = core.init(payload, buffers, b"zip")
+    sent = hold(None, sent).buffers  # sent later: copied
     assert (init.actor_id, init.bundle) == ("a1", b"zip") and isinstance(sent[0], bytes)
     received, received_buffers = _over_the_wire(init, sent)
     cls, args, kwargs = ser.loads(received.payload, received_buffers)
     assert cls is Point and kwargs == {"y": 2} and args[0].shape == (BIG,)
-    assert core.init(payload, buffers, b"", copy=False)[1] is buffers
+    assert core.init(payload, buffers, b"")[1] is buffers  # sent now: as they are
 
 
 def test_init_checks_the_arguments_against_the_class():
@@ -118,9 +119,9 @@ def test_init_checks_the_arguments_against_the_class():
 def test_unpicklable_arguments_are_named():
     core = _core()
     with pytest.raises(RemoteSerializeError, match=r"Learner.learn\(\).*argument 1, <unlocked"):
-        core.call(m.CallKind.METHOD, "learn", (1, threading.Lock()), {}, copy=False)
+        core.call(m.CallKind.METHOD, "learn", (1, threading.Lock()), {})
     with pytest.raises(RemoteSerializeError, match="the value for 'k'"):
-        core.call(m.CallKind.SETATTR, "k", (threading.Lock(),), {}, copy=False)
+        core.call(m.CallKind.SETATTR, "k", (threading.Lock(),), {})
 
 
 def test_results_become_values_with_their_arrays():

@@ -22,7 +22,8 @@ TWINS = {
     "BlockingDriver": "PipelinedDriver",
     "request": "arequest",
 }
-EXTRA = {"submit"}  # pipelined only: how future-mode calls enter the event loop
+# Pipelined only: how future-mode calls enter the event loop, with the arrays they hold.
+EXTRA = {"hold", "submit", "submit_held"}
 
 
 def _classes() -> dict[str, ast.ClassDef]:
@@ -90,19 +91,20 @@ def test_the_blocking_driver_comes_first_and_every_method_has_its_twin_in_order(
     assert module_functions == ["request"] and module_coroutines == ["arequest"]
 
 
-def test_creating_differs_only_in_copying_the_arrays_that_leave_later():
+def test_creating_differs_only_in_holding_the_arrays_that_leave_later():
     by_name = _classes()
     blocking = _body(by_name["BlockingDriver"], "create")
     pipelined = [_unasync(line) for line in _body(by_name["PipelinedDriver"], "acreate")]
-    assert [line.replace("copy=True", "copy=False") for line in pipelined] == blocking
+    assert [line.replace("self.hold(buffers).buffers", "buffers") for line in pipelined] == blocking
 
 
 def test_a_call_decides_nothing_of_its_own():
     # Both build the call and read its reply through the core; only the sending differs.
     by_name = _classes()
-    for cls, name, copy in (("BlockingDriver", "call", False), ("PipelinedDriver", "acall", True)):
+    for cls, name, held in (("BlockingDriver", "call", False), ("PipelinedDriver", "acall", True)):
         body = "\n".join(_body(by_name[cls], name))
-        assert f"self.core.call(kind, name, args, kwargs, copy={copy}" in body
+        assert "self.core.call(kind, name, args, kwargs)" in body
+        assert ("self.hold(buffers)" in body) == held  # sent later: the connection holds them
         assert "self.core.died_error()" in body and "m." not in body
 
 

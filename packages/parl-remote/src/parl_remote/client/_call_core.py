@@ -5,7 +5,8 @@ two, blocking and pipelined, in `engines/xparl/_drivers.py`; Ray's calls in `eng
 
 - `ActorCore` is the bookkeeping of one actor: its call ids (one counter for every call to it,
   whichever driver carries it), the `Init` and `Call` messages (arguments pickled with their
-  arrays out of band; copied once when the caller may reuse them before they are sent), the
+  arrays out of band, as views of the caller's memory: whether they are copied, or written
+  into shared memory, before a later send is the connection's to decide, `connection.hold`), the
   reading of `Ready` / `Result` / `Error` replies into values or exceptions, and the actor's
   fate (dead, and why) with the texts of the errors a caller then sees.
 - `Replies` matches replies to the requests waiting for them on one connection, by the id that
@@ -20,7 +21,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import pickle
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from parl_remote._exceptions import (
@@ -133,14 +134,6 @@ def _named_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str,
     return named
 
 
-def _shared(buffers: list[pickle.PickleBuffer], shared_from: int) -> bool:
-    return 0 < shared_from <= sum(b.raw().nbytes for b in buffers)
-
-
-def _copied(buffers: Iterable[Any]) -> list[Any]:
-    return [bytes(b) for b in buffers]
-
-
 def _ignore(names: tuple[str, ...]) -> None:
     pass
 
@@ -165,14 +158,9 @@ class ActorCore:
         return f"{self.class_name} actor {self.actor_id} at {self.host}:{self.port}"
 
     # -- requests ------------------------------------------------------------------------------
-    def init(
-        self, payload: bytes, buffers: list[Any], bundle: bytes, *, copy: bool
-    ) -> tuple[Any, ...]:
-        """`(Init, buffers)` building the actor from `init_payload`'s pickle and the code bundle.
-
-        With `copy`, the arrays are copied: the message may leave after the caller went on.
-        """
-        return m.Init(self.actor_id, payload, bundle), _copied(buffers) if copy else buffers
+    def init(self, payload: bytes, buffers: list[Any], bundle: bytes) -> tuple[Any, ...]:
+        """`(Init, buffers)` building the actor from `init_payload`'s pickle and the code bundle."""
+        return m.Init(self.actor_id, payload, bundle), buffers
 
     def call(
         self,
@@ -180,20 +168,12 @@ class ActorCore:
         name: str,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        *,
-        copy: bool,
-        shared_from: int = 0,
-        stage: Any = None,
     ) -> tuple[Any, ...]:
         """`(Call, buffers)` for a method call, an attribute read or an attribute write.
 
-        Arrays among the arguments travel out of band as views of the caller's memory; with
-        `copy` (a call sent later, or kept in flight while the caller goes on) each is copied
-        once, so the caller may change its arrays after the call returns -- unless they total
-        at least `shared_from` (> 0) bytes: sent at once through shared memory, whose segment
-        is their one copy. A call sent later by another thread names the shared memory of the
-        connection that will carry it (`stage`, a `_shm_link.SharedLink`): arrays large enough
-        for it are written into one of its segments now, their one copy.
+        Arrays among the arguments travel out of band as views of the caller's memory: a
+        driver that sends the call after returning to its caller holds them first
+        (`connection.hold`: into a segment of the connection's shared memory, or copied).
         """
         buffers: list[Any]
         # Arguments are not checked against the signature here (it would cost more than the
@@ -209,11 +189,6 @@ class ActorCore:
                 data, buffers = ser.dumps(args[0])
         except Exception as exc:
             raise self._unsendable(kind, name, args, kwargs) from exc
-        if buffers:
-            if stage is not None and _shared(buffers, stage.threshold):
-                buffers = stage.stage(buffers) or _copied(buffers)
-            elif copy and not _shared(buffers, shared_from):
-                buffers = _copied(buffers)
         return m.Call(next(self.ids), name, data, kind), buffers
 
     def _unsendable(

@@ -248,7 +248,7 @@ class RayClient:
                     _awaitable(ref.handle.ready.remote()), settings.resource_wait_s
                 )
                 ref.placed(*where)
-                msg, buffers = ref.core.init(payload, buffers, self.bundle.data(), copy=False)
+                msg, buffers = ref.core.init(payload, buffers, self.bundle.data())
                 reply = await _awaitable(ref.handle.init.remote(msg, buffers, tuple(carried)))
             except TimeoutError:
                 raise self._unplaced(spec) from None

@@ -74,7 +74,7 @@ class _RayCalls:
         self, payload: bytes, buffers: list[Any], bundle: bytes, carried: list[Any]
     ) -> tuple[str, ...]:
         """Build the actor; raise what its constructor raised. Returns the shadowed methods."""
-        msg, buffers = self.core.init(payload, buffers, bundle, copy=False)
+        msg, buffers = self.core.init(payload, buffers, bundle)
         reply = self.wait(self.handle.init.remote(msg, buffers, tuple(carried)))
         hidden: tuple[str, ...] = self.value(reply, INIT)
         return hidden
@@ -89,7 +89,7 @@ class _RayCalls:
         if core.dead is not None:
             raise core.died_error()
         with _carrying() as carried:
-            msg, buffers = core.call(kind, name, args, kwargs, copy=False)
+            msg, buffers = core.call(kind, name, args, kwargs)
         request: tuple[Any, ...] = (msg.id, msg.name, msg.payload, int(msg.kind), msg.args)
         if carried:
             request += (tuple(carried),)

@@ -19,6 +19,7 @@ from parl_remote.client._future import RemoteFuture
 from parl_remote.client._spec import _ClassSpec, _running_loop
 from parl_remote.engines.xparl._drivers import BlockingDriver, ClientView, PipelinedDriver
 from parl_remote.wire.protocol import messages as m
+from parl_remote.wire.protocol.connection import Held, hold
 
 __all__: list[str] = []
 
@@ -96,23 +97,17 @@ class _ActorRef:
         if self.core.dead is not None:
             future.fail(self.core.died_error())
             return future
+        msg, buffers = self.core.call(kind, name, args, kwargs)
         with self.lock:
             driver = self.drivers.get(self.client.loop)
-        conn = driver.conn if driver is not None and not driver.closed else None
-        stage = conn.proto.shm if conn is not None else None  # open, to a peer of this host
-        msg, buffers = self.core.call(kind, name, args, kwargs, copy=True, stage=stage)
-        self.client.run_soon(self._submit, msg, buffers, future, stage)
+        # It leaves later, from the client's loop: its arrays are held now, for the connection
+        # open now (the driver's to decide), so that the caller may change them at once.
+        held = driver.hold(buffers) if driver is not None else hold(None, buffers)
+        self.client.run_soon(self._submit, msg, held, future)
         return future
 
-    def _submit(self, msg: m.Call, buffers: list[Any], future: RemoteFuture, stage: Any) -> None:
-        driver = self.pipelined(self.client.loop)
-        conn = driver.conn
-        if stage is not None and buffers and (conn is None or conn.proto.shm is not stage):
-            # The connection it was staged for is gone: the arrays leave on another, copied
-            # out of that connection's segment, which is free again.
-            staged, buffers = buffers, [bytes(b) for b in buffers]
-            stage.unstage(staged)
-        driver.submit(msg, buffers, future)
+    def _submit(self, msg: m.Call, held: Held, future: RemoteFuture) -> None:
+        self.pipelined(self.client.loop).submit_held(msg, held, future)
 
 
 def _close_all(

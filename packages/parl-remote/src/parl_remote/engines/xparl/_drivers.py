@@ -6,11 +6,14 @@ loop and no thread hop, arrays sent from and received into their own memory.
 `PipelinedDriver` serves `await actor.aio.method(...)` and future-mode calls: one asyncio
 connection per event loop and actor, many calls in flight on it, replies matched by id.
 
-What a call means (its message, id, copies, result, error, the actor's fate) is decided by the
+What a call means (its message, id, result, error, the actor's fate) is decided by the
 `ActorCore` both share; the drivers only move bytes, and mirror each other name for name, sync
 first (`create`/`acreate`, `call`/`acall`, `request`/`arequest`, `close`), so that what differs
 between them is I/O. One difference is deliberate: `acall` sends at once and returns a future,
-so calls leave in the order they are made and a caller may keep many in flight.
+so calls leave in the order they are made and a caller may keep many in flight; what it sends
+may leave after it returns, so its arrays are held first (`hold`): where they go, a segment of
+the connection's shared memory or a copy, is the connection's to decide
+(`connection.hold`), for future-mode calls too (`submit_held`).
 
 `request` / `arequest` are the same pair for one request to the master (`xparl`'s, and the
 client's), matched with the same `Replies`.
@@ -31,6 +34,7 @@ from parl_remote.client._call_core import INIT, ActorCore, Replies, message_id
 from parl_remote.wire._serialize import _INT_MAX, _INT_MIN, _PLAIN_MAX, _PLAIN_OTHER
 from parl_remote.wire._transport import AsyncConnection, SyncConnection, open_async
 from parl_remote.wire.protocol import messages as m
+from parl_remote.wire.protocol.connection import Held, hold
 
 __all__ = ["BlockingDriver", "ClientView", "PipelinedDriver", "arequest", "request"]
 
@@ -125,7 +129,7 @@ class BlockingDriver:
 
         Returns the names of methods that the instance's attributes hide.
         """
-        msg, buffers = self.core.init(payload, buffers, bundle, copy=False)
+        msg, buffers = self.core.init(payload, buffers, bundle)
         reply, rbuffers = self.request(msg, buffers)
         hidden: tuple[str, ...] = self.core.result(reply, rbuffers, INIT)
         return hidden
@@ -171,7 +175,7 @@ class BlockingDriver:
                     if type(reply) is _RESULT and not reply.payload and not reply.shadowed:
                         return reply.value  # a plain value, sent as itself
                     return core.result(reply, rbuffers, name)
-        msg, buffers = self.core.call(kind, name, args, kwargs, copy=False)
+        msg, buffers = self.core.call(kind, name, args, kwargs)  # sent now: views will do
         reply, rbuffers = self.request(msg, buffers)
         return core.result(reply, rbuffers, name)
 
@@ -284,8 +288,8 @@ class PipelinedDriver:
 
         Returns the names of methods that the instance's attributes hide.
         """
-        msg, buffers = self.core.init(payload, buffers, bundle, copy=True)
-        reply, rbuffers = await self.arequest(msg, buffers)
+        msg, buffers = self.core.init(payload, buffers, bundle)
+        reply, rbuffers = await self.arequest(msg, self.hold(buffers).buffers)
         hidden: tuple[str, ...] = self.core.result(reply, rbuffers, INIT)
         return hidden
 
@@ -297,12 +301,24 @@ class PipelinedDriver:
         if self.core.dead is not None:
             future.set_exception(self.core.died_error())
             return future
-        conn = self.conn  # open, and to a peer of this host: large arrays leave at once
-        store = conn.proto.shm if conn is not None and not self.closed else None
-        shared_from = store.threshold if store is not None else 0
-        msg, buffers = self.core.call(kind, name, args, kwargs, copy=True, shared_from=shared_from)
+        msg, buffers = self.core.call(kind, name, args, kwargs)
+        if buffers:  # it may leave after this returns (queued, or in the transport's buffer)
+            buffers = self.hold(buffers).buffers
         self.submit(msg, buffers, _Awaited(self, future, name))
         return future
+
+    def hold(self, buffers: list[Any]) -> Held:
+        """`buffers` made safe to send later, on this driver's connection (`connection.hold`).
+
+        Any thread may call it (a future-mode call holds its arrays before it returns).
+        """
+        conn = self.conn
+        return hold(conn.proto if conn is not None and not self.closed else None, buffers)
+
+    def submit_held(self, msg: Any, held: Held, waiter: Any) -> None:
+        """`submit` with buffers that `hold` made, perhaps for a connection gone since."""
+        conn = self.conn
+        self.submit(msg, held.to(conn.proto if conn is not None else None), waiter)
 
     async def arequest(self, msg: Any, buffers: list[Any]) -> tuple[Any, tuple[Any, ...]]:
         """Send `msg` (behind the calls before it) and return its reply."""

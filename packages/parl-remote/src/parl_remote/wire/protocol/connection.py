@@ -55,9 +55,11 @@ __all__ = [
     "Connection",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "HANDSHAKE_LIMIT",
+    "Held",
     "NEED_DATA",
     "RETURN_FLAG",
     "SHM_FLAG",
+    "hold",
 ]
 
 _HEADER = struct.Struct("<II")
@@ -74,6 +76,48 @@ RETURN_FLAG = 1 << 30
 
 # receive states
 _HEAD, _LENGTHS, _ENVELOPE, _BUFFERS = range(4)
+
+
+class Held:
+    """Out-of-band buffers made safe to send later, whatever their caller does meanwhile.
+
+    `hold` makes them, and decides where they go: into a segment that the connection open at
+    the time lends its peer, where they are large enough for its shared memory (that
+    connection's `send` then copies nothing more: the segment is their one copy), else copied.
+    `to(proto)` gives the buffers to send on `proto` (None: no connection open yet): on another
+    connection than they were staged for, they are copied out of that segment, which is free
+    again at once.
+    """
+
+    __slots__ = ("buffers", "link")
+
+    def __init__(self, buffers: list[Any], link: Any) -> None:
+        self.buffers = buffers
+        self.link = link  # the `SharedLink` they were staged in, or None
+
+    def to(self, proto: Connection | None) -> list[Any]:
+        """The buffers to send on `proto` (the connection that carries them; None: queued)."""
+        link = self.link
+        if link is not None and (proto is None or proto.shm is not link):
+            staged = self.buffers
+            self.buffers, self.link = [bytes(b) for b in staged], None
+            link.unstage(staged)
+        return self.buffers
+
+
+def hold(proto: Connection | None, buffers: list[Any]) -> Held:
+    """`buffers` (out of band, views of the caller's memory) made safe to send later (`Held`).
+
+    `proto`: the connection expected to carry them (None: none is open).
+    """
+    if not buffers:
+        return Held(buffers, None)
+    link = proto.shm if proto is not None else None
+    if link is not None and link.took(buffers):
+        staged = link.stage(buffers)
+        if staged is not None:
+            return Held(staged, link)
+    return Held([bytes(b) for b in buffers], None)
 
 
 class Connection(Handshake):
