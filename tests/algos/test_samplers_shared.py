@@ -228,6 +228,7 @@ def held_anywhere(prefix: str) -> set[str]:
     return found
 
 
+@pytest.mark.slow  # a cluster of its own, started and killed: 15 s at a load of 4 on 2 cores
 def test_a_sampler_and_its_workers_killed_with_sigkill_leave_nothing_in_dev_shm():
     """The sampler's process, its cluster and its workers killed at once, each holding the
     segments (the sampler a lent batch, the workers their mappings): `/dev/shm` is as it was,
