@@ -1,0 +1,279 @@
+"""Elastic training under fire: `parl-train` while a random sampling actor is killed every T s.
+
+Each run is `parl-train CONFIG --mode MODE --actors 2` on CartPole until an evaluation of the
+greedy policy (5 episodes every 2,000 env steps, on the run's evaluator actor) has a mean
+return of 475, on a cluster of its own: a master and one worker of 3 slots, the slots
+`parl-train` gives itself without `--address`. Undisturbed first, then with one of the run's
+`EnvWorker` actors, chosen at random among the live ones that the master lists, killed with
+SIGKILL every T seconds from the first row of progress.csv on (`--train.max_restarts` is set
+out of reach: the kills are the benchmark's, not faults to stop at). The target is the
+evaluation's rather than the training episodes' (the config's): with a kill every T seconds,
+a worker's 500-step episodes end only where it outlives them, so on a slow machine the mean
+of the training episodes stops moving. Every figure is set beside the undisturbed run of the
+same invocation:
+
+- time to 475: the run's own `reached_seconds` (training time, the clock of its rows), its
+  ratio to the undisturbed run's;
+- env steps lost to faults: the environments count every step they take (`CountedCartPole-v1`,
+  CartPole-v1 that writes its count to a file of its process's own, which outlives a SIGKILL);
+  the steps taken and not counted by the run, less the undisturbed run's (the steps under way
+  when a run ends, the evaluations');
+- replacement latency: each replacement's log line (`... died: ...; replaced in X s`): from
+  the death seen to the new actor ready, its weights and shared memory set (its first batch
+  follows with the next collect).
+
+    nice python benchmarks/chaos.py                  # 3 runs x (undisturbed, T=5, T=2)
+    python benchmarks/chaos.py --runs ppo-sync --periods 5 --seed 2
+
+The table goes to the result file `chaos` (`benchmarks/results/chaos.json`, see
+`_results.py`), one row a disturbed run, the load average around it in its note; each run's
+rows are written as soon as its three runs are done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+__all__ = ["CountedCartPole", "main"]
+
+_COUNTS = "PARL_CHAOS_COUNTS"
+RUNS = {
+    "ppo-sync": ("ppo/cartpole", "sync", "PPO"),
+    "ppo-async": ("ppo/cartpole", "async", "PPO"),
+    "dqn-async": ("dqn/cartpole", "async", "DQN"),
+}
+PARL_TRAIN = os.path.join(os.path.dirname(sys.executable), "parl-train")
+EVAL_EVERY = 2000
+"""Env steps between two evaluations of the greedy policy, whose mean return is the target's."""
+
+
+class CountedCartPole(CartPoleEnv):
+    """CartPole-v1 that keeps the steps of its process in `$PARL_CHAOS_COUNTS/<pid>`.
+
+    Every step rewrites the file's 20 digits in place: the page cache keeps the last count
+    when the process is killed.
+    """
+
+    _fd: int | None = None
+    _steps = 0
+
+    def step(self, action: Any) -> Any:
+        cls = type(self)
+        if cls._fd is None:
+            path = os.path.join(os.environ[_COUNTS], str(os.getpid()))
+            cls._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        cls._steps += 1
+        os.pwrite(cls._fd, b"%020d" % cls._steps, 0)
+        return super().step(action)
+
+
+gym.register(
+    "CountedCartPole-v1", entry_point=CountedCartPole, max_episode_steps=500, reward_threshold=475.0
+)
+
+
+def _steps_taken(directory: str) -> int:
+    total = 0
+    for name in os.listdir(directory):
+        with open(os.path.join(directory, name), "rb") as f:
+            total += int(f.read() or b"0")
+    return total
+
+
+class Killer(threading.Thread):
+    """Every `period` s from the first progress row on, SIGKILL a random live `EnvWorker`."""
+
+    def __init__(self, cluster: Any, period: float, progress: str, seed: int) -> None:
+        super().__init__(name="chaos-killer", daemon=True)
+        self.cluster, self.period, self.progress = cluster, period, progress
+        self.random = random.Random(seed)
+        self.kills = 0
+        self.stop = threading.Event()
+
+    def _workers(self) -> list[int]:
+        from parl_remote.cli import _request
+        from parl_remote.wire.protocol import messages as m
+
+        token = self.cluster.env["PARL_CLUSTER_TOKEN"].encode()
+        status = _request(self.cluster.address, lambda rid: m.StatusRequest(rid), token=token)
+        return [
+            a["pid"]
+            for a in status.status["actors"]
+            if a["class_name"] == "EnvWorker" and a["state"] != "dead" and a["pid"]
+        ]
+
+    def _rows(self) -> bool:
+        """Whether progress.csv has a row (training is under way, every actor made)."""
+        try:
+            with open(self.progress, encoding="utf-8") as f:
+                return len(f.read().splitlines()) > 1
+        except FileNotFoundError:
+            return False
+
+    def run(self) -> None:
+        while not self._rows():
+            if self.stop.wait(0.2):
+                return
+        while not self.stop.wait(self.period):
+            try:
+                pids = self._workers()
+                if pids:
+                    os.kill(self.random.choice(pids), signal.SIGKILL)
+                    self.kills += 1
+            except (OSError, RuntimeError):  # gone already, or the master busy: next period
+                continue
+
+
+def run_once(name: str, period: float | None, seed: int, timeout: float) -> dict[str, Any]:
+    """One run of `RUNS[name]` with a kill every `period` s (None: undisturbed)."""
+    from _cluster_util import BenchCluster  # here: actors import this module for the env
+
+    config, mode, _ = RUNS[name]
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    with tempfile.TemporaryDirectory() as counts, tempfile.TemporaryDirectory() as logdir:
+        os.environ.update({"PYTHONPATH": path, _COUNTS: counts})  # the cluster's processes too
+        cluster = BenchCluster(3)
+        load = [os.getloadavg()[0]]
+        killer = None
+        try:
+            command = [
+                PARL_TRAIN, config, "--mode", mode, "--actors", "2",
+                "--address", cluster.address, "--env.id", "chaos:CountedCartPole-v1",
+                "--train.seed", str(seed), "--train.eval_every", str(EVAL_EVERY),
+                "--train.target_on", "eval", "--train.stop_at_target", "true",
+                "--train.max_restarts", "1000000", "--no-progress", "--logdir", logdir,
+            ]  # fmt: skip
+            env = {**cluster.env, "OMP_NUM_THREADS": "1"}
+            proc = subprocess.Popen(
+                command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
+            if period is not None:
+                progress = os.path.join(logdir, "progress.csv")
+                killer = Killer(cluster, period, progress, seed)
+                killer.start()
+            try:
+                _, stderr = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, stderr = proc.communicate()
+            load.append(os.getloadavg()[0])
+            if killer is not None:
+                killer.stop.set()
+                killer.join()
+            with open(os.path.join(logdir, "log.log"), encoding="utf-8") as f:
+                log = f.read()
+            if proc.returncode != 0:
+                what = f"{name}, a kill every {period} s: exit {proc.returncode}"
+                raise RuntimeError(f"{what}\n{stderr[-2000:]}\nlog.log:\n{log[-6000:]}")
+            with open(os.path.join(logdir, "progress.csv"), newline="") as f:
+                rows = list(csv.DictReader(f))
+        finally:
+            cluster.stop()
+        taken = _steps_taken(counts)
+    done = log[log.rindex("done: RunResult(") :]
+    fields = dict(re.findall(r"(\w+)=([-\w.]+)", done[: done.index(")")]))
+    steps = [int(r["env_step"]) for r in rows]
+    reached = fields["reached_at"] != "None"
+    return {
+        "reached_seconds": float(fields["reached_seconds"]) if reached else None,
+        "seconds": float(fields["seconds"]),
+        "env_steps": int(fields["env_steps"]),
+        "uncounted": taken - int(fields["env_steps"]),
+        "kills": killer.kills if killer is not None else 0,
+        "restarts": int(rows[-1]["actor_restarts"]) if rows else 0,
+        "replaced_in": [float(x) for x in re.findall(r"; replaced in ([\d.]+) s", log)],
+        "rows_increasing": steps == sorted(set(steps)),
+        "load": (min(load), max(load)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", default=",".join(RUNS), help=f"of {', '.join(RUNS)}")
+    parser.add_argument("--periods", default="5,2", help="seconds between two kills")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds a run may take")
+    args = parser.parse_args()
+    names = args.runs.split(",")
+    unknown = sorted(set(names) - set(RUNS))
+    if unknown:
+        parser.error(f"--runs: {', '.join(unknown)} not among {', '.join(RUNS)}")
+    periods = [float(p) for p in args.periods.split(",")]
+    from _results import Row, command_line, record
+
+    header = (
+        f"{'run':<10} {'kill every':>10} {'to 475 s':>9} {'ratio':>6} {'kills':>6} "
+        f"{'replaced':>8} {'lost steps':>10} {'replace med/max s':>18} {'load':>9}"
+    )
+    print(header)
+    rows = []
+    for name in names:
+        _, mode, algorithm = RUNS[name]
+        base = run_once(name, None, args.seed, args.timeout)
+        results = [(None, base)]
+        for period in periods:
+            try:
+                results.append((period, run_once(name, period, args.seed, args.timeout)))
+            except RuntimeError as exc:  # killed faster than replaced: no progress in time
+                print(f"{name:<10} {period:>8g} s  failed: {str(exc).splitlines()[0]}", flush=True)
+        for period, r in results:
+            lost = r["uncounted"] - base["uncounted"]
+            ratio = (
+                r["reached_seconds"] / base["reached_seconds"]
+                if r["reached_seconds"] and base["reached_seconds"]
+                else float("nan")
+            )
+            took = r["replaced_in"]
+            latency = f"{statistics.median(took):.2f}/{max(took):.2f}" if took else "-"
+            reached = f"{r['reached_seconds']:.1f}" if r["reached_seconds"] else "missed"
+            print(
+                f"{name:<10} {('-' if period is None else f'{period:g} s'):>10} {reached:>9} "
+                f"{ratio:>6.2f} {r['kills']:>6} {r['restarts']:>8} {lost:>10} {latency:>18} "
+                f"{r['load'][0]:>4.1f}-{r['load'][1]:<4.1f}",
+                flush=True,
+            )
+            if period is None or not (r["reached_seconds"] and base["reached_seconds"]):
+                continue
+            rows.append(
+                Row(
+                    task="CartPole-v1",
+                    algorithm=f"{algorithm} {mode}, 2 actors, one killed every {period:g} s",
+                    metric="seconds of training to a greedy evaluation of 475",
+                    better="lower",
+                    ours=round(r["reached_seconds"], 1),
+                    peer="the same run undisturbed",
+                    peer_value=round(base["reached_seconds"], 1),
+                    seeds=[args.seed],
+                    command=command_line(),
+                    note=(
+                        f"{r['kills']} kills, {r['restarts']} replacements, each ready in "
+                        f"{latency} s (median/max, from the death seen), {lost} env steps lost "
+                        f"to faults ({lost / max(r['kills'], 1):.0f} a kill); rows strictly "
+                        f"increasing: {r['rows_increasing']}; 1-minute load "
+                        f"{min(r['load'][0], base['load'][0]):.1f}-"
+                        f"{max(r['load'][1], base['load'][1]):.1f} on this 2-core machine"
+                    ),
+                )
+            )
+        path = record("chaos", rows, title="Elastic training: a run whose actors are killed")
+        if path:
+            print(f"result rows: {path}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
