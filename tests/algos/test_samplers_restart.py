@@ -269,6 +269,7 @@ def dies_once_made(armed: str, mark: str) -> gym.Env:
     return gym.make("CartPole-v1")
 
 
+@pytest.mark.slow  # two actors killed and made again: the default suite's budget is spent
 def test_a_replacement_killed_as_it_starts_is_made_again(cluster, tmp_path, caplog):
     wait_until(lambda: no_actors(cluster), what="a cluster without actors")
     caplog.set_level(logging.WARNING, logger="parl_algos.samplers._group")
