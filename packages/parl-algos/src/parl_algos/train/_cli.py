@@ -288,10 +288,18 @@ def _failure(exc: Exception, logdir: str) -> str:
     return f"{what} ({todo})"
 
 
-def _log_traceback(exc: Exception, logdir: str) -> None:
+def _failed(exc: Exception, logdir: str, debug: bool) -> int:
+    """Say why the command failed in one line; return its exit code.
+
+    The traceback goes to `logdir`'s log.log, and to the terminal with `--debug`.
+    """
     os.makedirs(logdir, exist_ok=True)
     with open(os.path.join(logdir, "log.log"), "a", encoding="utf-8") as f:
         f.write("".join(traceback.format_exception(exc)))
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    print(f"parl-train: error: {_failure(exc, logdir)}", file=sys.stderr)
+    return 2 if isinstance(exc, ConfigError) else FAILED_EXIT_CODE
 
 
 class _ToParlLogger(logging.Handler):
@@ -331,11 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = run(config, get_spec(config.algorithm), logdir, resume=resume)
     except Exception as exc:
-        _log_traceback(exc, logdir)
-        if debug:
-            traceback.print_exception(exc, file=sys.stderr)
-        print(f"parl-train: error: {_failure(exc, logdir)}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else FAILED_EXIT_CODE
+        return _failed(exc, logdir, debug)
     if result.interrupted:
         print(
             f"parl-train: interrupted at env step {result.env_steps}; continue with "
@@ -376,11 +380,7 @@ def _sweep(config: Config, ns: argparse.Namespace, resume: bool, *, debug: bool)
             storage=ns.storage,
         )
     except Exception as exc:
-        _log_traceback(exc, sweep_dir)
-        if debug:
-            traceback.print_exception(exc, file=sys.stderr)
-        print(f"parl-train: error: {_failure(exc, sweep_dir)}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else FAILED_EXIT_CODE
+        return _failed(exc, sweep_dir, debug)
     return INTERRUPTED_EXIT_CODE if result.interrupted else 0
 
 
@@ -412,11 +412,7 @@ def _pbt(config: Config, ns: argparse.Namespace, resume: bool, *, debug: bool) -
             pbt_dir=pbt_dir,
         )
     except Exception as exc:
-        _log_traceback(exc, pbt_dir)
-        if debug:
-            traceback.print_exception(exc, file=sys.stderr)
-        print(f"parl-train: error: {_failure(exc, pbt_dir)}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else FAILED_EXIT_CODE
+        return _failed(exc, pbt_dir, debug)
     return 0
 
 

@@ -54,10 +54,16 @@ import torch
 
 import parl
 from parl_algos.train._config import Config, ConfigError, dump_config
-from parl_algos.train._run import Run, env_name, latest_checkpoint
+from parl_algos.train._run import Run, latest_checkpoint
 from parl_algos.train._skeleton import run
 from parl_algos.train._spec import AlgorithmSpec, Trainer, check_config
-from parl_algos.train._sweep import Param, apply_params, read_space_table, space_params
+from parl_algos.train._sweep import (
+    Param,
+    apply_params,
+    default_sweep_dir,
+    read_space_table,
+    space_params,
+)
 
 __all__ = [
     "FIXED_KEYS",
@@ -379,10 +385,7 @@ RemoteMemberRunner = parl.remote_class(wait=False)(MemberRunner)
 
 def default_pbt_dir(config: Config, space_path: str, root: str = "train_log") -> str:
     """`train_log/<algorithm>-<env>/pbt-<space file's name>`."""
-    stem = os.path.splitext(os.path.basename(space_path))[0]
-    return os.path.join(
-        root, f"{config.algorithm.lower()}-{env_name(config.env.id)}", f"pbt-{stem}"
-    )
+    return default_sweep_dir(config, space_path, root, kind="pbt")
 
 
 def _fmt(value: Any) -> str:

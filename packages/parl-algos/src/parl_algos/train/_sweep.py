@@ -606,11 +606,16 @@ RemoteTrialRunner = parl.remote_class(wait=False)(TrialRunner)
 # -- the sweep ------------------------------------------------------------------------------------
 
 
-def default_sweep_dir(config: Config, space_path: str, root: str = "train_log") -> str:
-    """`train_log/<algorithm>-<env>/sweep-<space file's name>`: the same for the same command."""
+def default_sweep_dir(
+    config: Config, space_path: str, root: str = "train_log", kind: str = "sweep"
+) -> str:
+    """`train_log/<algorithm>-<env>/<kind>-<space file's name>`: the same for the same command.
+
+    `kind` is "sweep", or "pbt" for a population.
+    """
     stem = os.path.splitext(os.path.basename(space_path))[0]
     return os.path.join(
-        root, f"{config.algorithm.lower()}-{env_name(config.env.id)}", f"sweep-{stem}"
+        root, f"{config.algorithm.lower()}-{env_name(config.env.id)}", f"{kind}-{stem}"
     )
 
 
