@@ -159,7 +159,7 @@ class CallRunner:
         per call is looked up once, here.
         """
         methods, backlog, durations = self.methods, self._backlog, self._durations
-        queue, plain, frame = self._queue_call, ser.plain, conn.proto.framer()
+        queue, plain, frame = self._queue_call, ser.plain, conn.proto.frame
 
         def lane(msg: m.Call) -> None:
             try:
@@ -280,9 +280,12 @@ class CallRunner:
             self._send(conn, m.Error(call_id, "serialize", type(exc).__name__, text))
             return
         self._send(conn, m.Result(call_id, data, shadowed=news), buffers)
-        if buffers and not conn.closed and conn.transport.get_write_buffer_size():  # type: ignore[union-attr]  # open
-            if conn.proto.shm is not None and conn.proto.shm.took(buffers):
-                return  # into a segment, or copied when none was free: nothing points into them
+        if (
+            buffers
+            and not conn.closed
+            and conn.transport.get_write_buffer_size()  # type: ignore[union-attr]  # open
+            and conn.proto.sends_views(buffers)
+        ):
             # The reply still points into the result's memory: run nothing that could change it
             # until the kernel has it all.
             self._gated = True
@@ -354,6 +357,9 @@ class CallConnection(AsyncConnection):
     Every other read takes the general path of `AsyncConnection`, to `on_message`.
     """
 
+    lane: ClassVar[bool] = True
+    """Whether connections made from now on have the lane (a benchmark measures it off)."""
+
     def __init__(
         self,
         proto: Any,
@@ -362,6 +368,8 @@ class CallConnection(AsyncConnection):
         on_close: CloseHandler | None = None,
     ) -> None:
         super().__init__(proto, on_message, on_close, exact_flow=True)
+        if not self.lane:
+            return
         # The loop calls this instance's `buffer_updated`: small calls first (`lane_for`).
         self.buffer_updated = proto.dispatcher(  # type: ignore[method-assign]  # same signature
             _CALL, runner.lane_for(self), super().buffer_updated

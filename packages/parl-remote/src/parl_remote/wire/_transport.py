@@ -82,6 +82,7 @@ class SyncConnection:
         self.sock = sock
         self.proto = proto
         self.closed = False
+        self._round_trip: Callable[[Any], Any] | None = None  # made once authenticated
 
     @classmethod
     def open(
@@ -173,6 +174,32 @@ class SyncConnection:
                 else:
                     views[i] = views[i][sent:]
                     sent = 0
+
+    def exchange(
+        self, msg: Any, buffers: list[Any] | tuple[Any, ...] = ()
+    ) -> tuple[Any, tuple[Any, ...]]:
+        """`send(msg, buffers)`, then `receive()`: the first event after a request, its reply.
+
+        A message without buffers and a reply read whole in one read make one round trip of
+        the protocol's (`Connection.exchanger`): framed, written, read and decoded in one
+        function, as every blocking call and request is. For an authenticated connection.
+        """
+        if buffers:
+            self.send(msg, buffers)
+            return self.receive()
+        round_trip = self._round_trip
+        if round_trip is None:
+            proto, sock = self.proto, self.sock
+            round_trip = self._round_trip = proto.exchanger(sock.sendall, sock.recv_into)
+        try:
+            reply = round_trip(msg)
+        except TimeoutError:
+            self.close()
+            raise
+        except OSError as exc:  # ConnectionError too: the peer closed it
+            self.close()
+            raise ConnectionClosed(f"the connection broke: {exc}") from exc
+        return self.receive() if reply is None else (reply, ())
 
     def receive(self) -> tuple[Any, tuple[Any, ...]]:
         """Block until the next event: `(message, buffers)`, or, once, `AUTHENTICATED`.
@@ -271,23 +298,26 @@ class AsyncConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         proto = self.proto
+        msg = proto.whole_message(nbytes)
+        if msg is not None:  # the common case: a small message read on its own
+            try:
+                self.on_message(self, msg, ())
+            except Exception as exc:
+                self._failed(exc)
+            return
         try:
-            first = proto.received(nbytes)
+            proto.buffer_updated(nbytes)
         except (ProtocolError, AuthenticationError) as exc:
             self._flush_handshake()
             self.abort(exc)
             return
         if proto.has_output:
             self._flush_handshake()
-        if first is NEED_DATA:
+        if not proto.has_events:
             return
-        on_message = self.on_message
         events = proto.take_events()
+        on_message = self.on_message
         try:
-            if not events and first is not AUTHENTICATED:  # one message: a small call's path
-                on_message(self, first[0], first[1])
-                return
-            events.insert(0, first)
             for i, event in enumerate(events):
                 self.pending = len(events) - i - 1
                 if event is AUTHENTICATED:
@@ -297,15 +327,22 @@ class AsyncConnection(asyncio.BufferedProtocol):
                 on_message(self, event[0], event[1])
                 if self.closed:
                     return
-        except (ProtocolError, AuthenticationError) as exc:
-            self.abort(exc)
-        except Exception:
-            logger.exception(
-                "closing the connection from %s after an internal error", self.peername
-            )
-            self.close()
+        except Exception as exc:
+            self._failed(exc)
         finally:
             self.pending = 0
+
+    def _failed(self, exc: Exception) -> None:
+        """Handling a message raised `exc`: a peer's fault is logged and closes the connection."""
+        if isinstance(exc, ProtocolError | AuthenticationError):
+            self.abort(exc)
+            return
+        logger.error(
+            "closing the connection from %s after an internal error",
+            self.peername,
+            exc_info=exc,
+        )
+        self.close()
 
     def _flush_handshake(self) -> None:
         out = self.proto.data_to_send()
@@ -349,8 +386,12 @@ class AsyncConnection(asyncio.BufferedProtocol):
         With `batch=True` the write waits for the end of this turn of the event loop, so that
         many messages sent in one turn leave in one system call.
         """
-        if self.closed or self.transport is None or self.transport.is_closing():
+        transport = self.transport
+        if self.closed or transport is None or transport.is_closing():
             raise ConnectionClosed(f"the connection to {self.peername} is closed")
+        if not (buffers or batch or self._batch):  # the common case: one frame, written now
+            transport.write(self.proto.frame(msg))
+            return
         frames = self.proto.send(msg, buffers)
         if batch:
             if not self._batch:
@@ -360,7 +401,7 @@ class AsyncConnection(asyncio.BufferedProtocol):
             self._batch.extend(frames)
             self._flush_batch()
         else:
-            self.transport.writelines(frames)
+            transport.writelines(frames)
 
     def flush(self) -> None:
         """Write batched messages now."""

@@ -26,14 +26,11 @@ import contextlib
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable
 from typing import Any, NoReturn, Protocol, cast
 
 from parl_remote._exceptions import ProtocolError
 from parl_remote.client._call_core import INIT, ActorCore, Replies, message_id
-from parl_remote.wire._serialize import _INT_MAX, _INT_MIN, _PLAIN_MAX, _PLAIN_OTHER
 from parl_remote.wire._transport import AsyncConnection, SyncConnection, open_async
-from parl_remote.wire.protocol import messages as m
 from parl_remote.wire.protocol.connection import Held, hold
 
 __all__ = ["BlockingDriver", "ClientView", "PipelinedDriver", "arequest", "request"]
@@ -63,15 +60,6 @@ class ClientView(Protocol):
         """Free the actor."""
 
 
-_METHOD, _RESULT, _CALL = m.CallKind.METHOD, m.Result, m.Call
-
-
-class _Connection(SyncConnection):
-    """A blocking driver's connection, with the lane of its small calls (`Connection.exchanger`)."""
-
-    exchange: Callable[[m.Message], Any]
-
-
 def request(
     conn: SyncConnection, msg: Any, buffers: list[Any] | tuple[Any, ...] = ()
 ) -> tuple[Any, tuple[Any, ...]]:
@@ -80,8 +68,7 @@ def request(
     Returns `(reply, buffers)`. Raises ConnectionError (or OSError) if the connection breaks.
     """
     key = message_id(msg)
-    conn.send(msg, buffers)
-    reply = conn.receive()
+    reply = conn.exchange(msg, buffers)
     while message_id(reply[0]) != key:
         reply = conn.receive()
     return reply
@@ -120,8 +107,8 @@ class BlockingDriver:
     def __init__(self, core: ActorCore, client: ClientView) -> None:
         self.core = core
         self.client = client
-        self.pool: deque[_Connection] = deque()  # idle connections, the last used on top
-        self.conns: set[_Connection] = set()
+        self.pool: deque[SyncConnection] = deque()  # idle connections, the last used on top
+        self.conns: set[SyncConnection] = set()
         self.lock = threading.Lock()
 
     def create(self, payload: bytes, buffers: list[Any], bundle: bytes) -> tuple[str, ...]:
@@ -135,49 +122,12 @@ class BlockingDriver:
         return hidden
 
     def call(self, kind: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run `name` on the actor and return its result: one round trip.
-
-        A method call with plain arguments on an idle connection takes its lane: the `Call`
-        is framed, written and its reply read by the connection's `exchange`, and a plain
-        value read whole in one read comes straight back. Every other call is pickled and
-        sent by `request`.
-        """
-        core, pool = self.core, self.pool
-        if core.dead is not None:
+        """Run `name` on the actor and return its result: one round trip (`request`)."""
+        if self.core.dead is not None:
             raise self.core.died_error()
-        if kind is _METHOD and not kwargs and pool:  # perhaps a small call: its lane
-            for value in args:  # `_serialize.plain_args`, inlined: this runs for every call
-                cls = type(value)
-                if cls is int:
-                    if not _INT_MIN <= value <= _INT_MAX:
-                        break
-                elif cls is str:
-                    if not (value.isascii() and len(value) <= _PLAIN_MAX):
-                        break
-                elif cls not in _PLAIN_OTHER:
-                    break
-            else:
-                try:
-                    conn = pool.pop()
-                except IndexError:  # taken meanwhile by another thread: the general way
-                    pass
-                else:
-                    rbuffers: tuple[Any, ...] = ()
-                    try:
-                        reply = conn.exchange(_CALL(next(core.ids), name, b"", _METHOD, args))
-                        if reply is None:  # not one whole frame: read on through the protocol
-                            reply, rbuffers = conn.receive()
-                            if not conn.proto.idle:
-                                raise ProtocolError("more arrived than the reply to one call")
-                    except BaseException as exc:
-                        self._broken(conn, exc)
-                    pool.append(conn)
-                    if type(reply) is _RESULT and not reply.payload and not reply.shadowed:
-                        return reply.value  # a plain value, sent as itself
-                    return core.result(reply, rbuffers, name)
         msg, buffers = self.core.call(kind, name, args, kwargs)  # sent now: views will do
         reply, rbuffers = self.request(msg, buffers)
-        return core.result(reply, rbuffers, name)
+        return self.core.result(reply, rbuffers, name)
 
     def request(self, msg: Any, buffers: list[Any]) -> tuple[Any, tuple[Any, ...]]:
         """Send `msg` on an idle connection (a new one if none is idle); return its reply.
@@ -189,8 +139,7 @@ class BlockingDriver:
         except IndexError:
             conn = self._open()
         try:
-            conn.send(msg, buffers)
-            reply = conn.receive()
+            reply = conn.exchange(msg, buffers)
             if not conn.proto.idle:
                 raise ProtocolError("more arrived than the reply to one request")
         except BaseException as exc:
@@ -198,7 +147,7 @@ class BlockingDriver:
         self.pool.append(conn)
         return reply
 
-    def _broken(self, conn: _Connection, exc: BaseException) -> NoReturn:
+    def _broken(self, conn: SyncConnection, exc: BaseException) -> NoReturn:
         """A request on `conn` failed with `exc`: close `conn`, raise what its caller sees.
 
         A connection that broke raises what the master says of the actor; anything else (an
@@ -224,23 +173,19 @@ class BlockingDriver:
         reason = self.core.dead
         return self.client.fate(self.core.actor_id) if reason is None else reason
 
-    def _open(self) -> _Connection:
+    def _open(self) -> SyncConnection:
         core = self.core
         try:
-            conn = cast(
-                _Connection,
-                _Connection.open(
-                    core.host, core.port, token=self.client.token, role="client", expect="actor"
-                ),
+            conn = SyncConnection.open(
+                core.host, core.port, token=self.client.token, role="client", expect="actor"
             )
         except (OSError, ConnectionError) as exc:
             raise core.fate_error(self._fate()) from exc
-        conn.exchange = conn.proto.exchanger(conn.sock.sendall, conn.sock.recv_into)
         with self.lock:
             self.conns.add(conn)
         return conn
 
-    def _discard(self, conn: _Connection) -> None:
+    def _discard(self, conn: SyncConnection) -> None:
         conn.close()
         with self.lock:
             self.conns.discard(conn)

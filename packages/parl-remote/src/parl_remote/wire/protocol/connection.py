@@ -112,8 +112,8 @@ def hold(proto: Connection | None, buffers: list[Any]) -> Held:
     """
     if not buffers:
         return Held(buffers, None)
-    link = proto.shm if proto is not None else None
-    if link is not None and link.took(buffers):
+    if proto is not None and proto.shm is not None and not proto.sends_views(buffers):
+        link = proto.shm
         staged = link.stage(buffers)
         if staged is not None:
             return Held(staged, link)
@@ -202,22 +202,14 @@ class Connection(Handshake):
         frame = _HEADER.pack(len(envelope), 0) + envelope
         return frame if shm is None or not shm.owed else shm.returns(RETURN_FLAG) + frame
 
-    def framer(self) -> Callable[[m.Message], bytes]:
-        """`frame` in one function made once, for an authenticated connection's small replies.
+    def sends_views(self, buffers: list[Any] | tuple[Any, ...]) -> bool:
+        """Whether `send(msg, buffers)` gave frames that point into `buffers` themselves.
 
-        What it needs is bound here; a message that cannot leave on its own (segments are
-        owed to the peer, or it is too large) goes as `frame` makes it.
+        False where they go through shared memory: written into a segment, or copied when
+        none was free (`send`), as `hold` decides too; then the caller may change them at once.
         """
-        limit, shm = self.max_message_bytes, self.shm
-        encode, pack = m.encoder.encode, _HEADER.pack
-
-        def frame(msg: m.Message) -> bytes:
-            envelope = encode(msg)
-            if len(envelope) <= limit and (shm is None or not shm.owed):
-                return pack(len(envelope), 0) + envelope
-            return self.frame(msg)  # segments handed back first; or too large: raises
-
-        return frame
+        shm = self.shm
+        return shm is None or not shm.took(buffers)
 
     def _too_large(self, size: int) -> str:
         return (
@@ -300,8 +292,7 @@ class Connection(Handshake):
         None: `next_event()` then has the reply, or more is to be read. A message that cannot
         leave on its own (segments are owed to the peer, or it is too large) goes as `frame`
         makes it. For an authenticated connection that is `idle`, one request at a time: the
-        blocking driver's lane for small calls (`engines/xparl/_drivers.py`). The I/O is the
-        caller's.
+        blocking shell's round trip (`SyncConnection.exchange`). The I/O is the caller's.
         """
         limit, shm, head = self.max_message_bytes, self.shm, _HEADER.size
         scratch = self._scratch[: limit + head]  # a read taken whole is never over the limit
@@ -374,6 +365,11 @@ class Connection(Handshake):
         except (ProtocolError, AuthenticationError) as exc:
             self._fail(exc)
             raise
+
+    @property
+    def has_events(self) -> bool:
+        """Whether `next_event` has an event now (`take_events` would return some)."""
+        return bool(self._events)
 
     def take_events(self) -> list[Any]:
         """Return (and forget) every event available now, in one list.
