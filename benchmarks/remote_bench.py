@@ -11,7 +11,8 @@ absolute times do.
         server in a session of its own, as an xparl worker runs its actors (under load the
         kernel schedules a process of another session later than one of the caller's own:
         1.14x for the same echo server at load 14; `parl.connect()`'s local cluster keeps a
-        lone actor, as W1's, in the client's session)
+        lone actor, as W1's, in the client's session); a third times the actor's small-call
+        lane against the same calls without it, two actors in alternating blocks
     W2  4 actors, 1000 calls in flight (future and awaitable modes),  target >= 0.25x raw pipelined
         in calls/s, against two raw pipelines: one writing each wave of 1000 requests with
         one system call (the floor), one writing each request as it comes (a plain client)
@@ -31,6 +32,7 @@ absolute times do.
     python benchmarks/remote_bench.py --quick    # fewer repetitions
     python benchmarks/remote_bench.py --w3       # the shared-memory table alone
     python benchmarks/remote_bench.py --w4       # the creation rows alone
+    python benchmarks/remote_bench.py --lanes    # the actor's small-call lane on against off
     python benchmarks/remote_bench.py --w4 --preload torch,numpy
                                                  # the same, the warm processes told to
                                                  # import torch and numpy first (the first
@@ -244,20 +246,74 @@ def w1_rows(
     return rows
 
 
+@parl.remote_class
+class LaneActor:
+    """W1's class, whose process can make its next connections without the small-call lane."""
+
+    def add(self, a, b):
+        return a + b
+
+    def set_lane(self, on):
+        from parl_remote.actor._calls import CallConnection
+
+        CallConnection.lane = on
+
+
+def lane_rows(blocks: int, n: int = 200) -> list[tuple[str, ...]]:
+    """The actor's small-call lane on against off, in alternating blocks of `n` calls.
+
+    Two actors of one class, the second serving its calls on a connection made without the
+    lane (`CallConnection.lane`): the median of the blocks' ratios, as W1's.
+    """
+    on, off = LaneActor(), LaneActor()
+    off.set_lane(False)
+    off._parl_ref.blocking.pool.clear()  # its next call opens a connection without the lane
+    off.add(1, 2)
+    off.set_lane(True)
+    parl_latency(on, n), parl_latency(off, n)  # warm up both
+    ratios, with_lane, without = [], [], []
+    for _ in range(blocks):
+        a, b = parl_latency(on, n), parl_latency(off, n)
+        ratios.append(statistics.median(a) / statistics.median(b))
+        with_lane += a
+        without += b
+    ratio = statistics.median(ratios)
+    ours, peer = statistics.median(with_lane), statistics.median(without)
+    record_latency(
+        "blocking remote call, the actor's small-call lane",
+        ours,
+        "the same calls with the actor's lane off (its general path)",
+        peer,
+        f"{blocks * n} calls each, in alternating blocks; the median of the blocks' ratios "
+        f"{ratio:.3f}",
+    )
+    return [("W1 actor's lane on vs off (us)", us(ours), us(peer), f"{ratio:5.2f}x", "")]
+
+
 def record_w1(ours: float, raw: float, calls: int) -> None:
     """W1's medians as a result row (`benchmarks/results/remote-calls.json`)."""
+    record_latency(
+        "blocking remote call",
+        ours,
+        "raw uvloop + msgspec echo server, blocking-socket client",
+        raw,
+        f"{calls} calls each, in alternating blocks",
+    )
+
+
+def record_latency(algorithm: str, ours: float, peer: str, theirs: float, note: str) -> None:
+    """A row of `add(1, 2)`'s median latency against a peer's, with the load now."""
     row = Row(
         task="add(1, 2)",
-        algorithm="blocking remote call",
+        algorithm=algorithm,
         metric="µs a call (median)",
         better="lower",
         ours=round(ours * 1e6, 1),
-        peer="raw uvloop + msgspec echo server, blocking-socket client",
-        peer_value=round(raw * 1e6, 1),
+        peer=peer,
+        peer_value=round(theirs * 1e6, 1),
         seeds=[],
         command=command_line(),
-        note=f"{calls} calls each, in alternating blocks; load average "
-        + "{:.2f} {:.2f} {:.2f}.".format(*os.getloadavg()),
+        note=f"{note}; load average " + "{:.2f} {:.2f} {:.2f}.".format(*os.getloadavg()),
     )
     record("remote-calls", [row])
 
@@ -505,6 +561,9 @@ def main() -> None:
     parser.add_argument("--w3", action="store_true", help="only the shared-memory table (W3)")
     parser.add_argument("--w4", action="store_true", help="only the actor-creation rows (W4)")
     parser.add_argument(
+        "--lanes", action="store_true", help="only the actor's small-call lane on against off"
+    )
+    parser.add_argument(
         "--settle", type=float, default=8.0, help="seconds between W4's user-module actors"
     )
     parser.add_argument(
@@ -555,12 +614,14 @@ def main() -> None:
             time.sleep(args.settle)
         w4_user: list[tuple[str, ...]] = []
         n_w4 = args.n or max(3, int(10 * scale))
-        if not args.w3:  # first, while no actor has imported numpy or torch yet
+        if not (args.w3 or args.lanes):  # first, while no actor has imported numpy or torch yet
             w4_times = user_class_times(client, n_w4, args.settle)
             w4_user = user_class_rows(w4_times, None)
         if args.w4:
             parl.disconnect()  # PARL's run gets the machine to itself
             rows += user_class_rows(w4_times, parl2_times(args.parl2, n_w4, args.settle))
+        elif args.lanes:
+            rows += lane_rows(n_blocks)
         elif args.w3:
             w3 = shm_table(Actor(), socket_only_actor(), raw_port, scale, ours)
             if args.ray:
@@ -569,6 +630,7 @@ def main() -> None:
             one = Actor()
             wait_for_quiet()
             rows += w1_rows(one, echo_port, n_blocks, own_port=own_port)
+            rows += lane_rows(n_blocks)
 
             raw_tp = raw_pipelined(echo_port, n_calls, 1000)
             raw_each = raw_pipelined(echo_port, n_calls, 1000, batched=False)
