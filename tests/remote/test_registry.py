@@ -241,3 +241,31 @@ def test_the_totals_kept_as_things_change_are_the_sums_over_every_record(seed):
         assert totals.cpu_used == sum(len(w.actors) for w in workers), step
         assert totals.mem_used == sum(hosts[h][0] for h in seen), step
         assert totals.mem_total == sum(hosts[h][1] for h in seen), step
+
+
+def test_a_page_of_actors_is_what_filtering_every_record_then_slicing_gives():
+    rng = random.Random(0)
+    registry = _many(workers=20, actors=80)
+    for actor in rng.sample(list(registry.actors.values()), 30):
+        registry.end_actor(actor, "released")
+    for actor in rng.sample(list(registry.actors.values()), 20):
+        registry.actor_initialized(actor)  # idle; the others are still starting
+    every = registry.actor_statuses()
+    in_order = [a for a in every if a.state != "dead"]
+    in_order += [a for a in reversed(every) if a.state == "dead"]
+    for client, state in itertools.product((None, "c1", "nobody"), (None, "live", "dead", "idle")):
+        matched = [
+            a
+            for a in in_order
+            if (client is None or a.client_id == client)
+            and (state is None or (a.state != "dead" if state == "live" else a.state == state))
+        ]
+        for offset, limit in ((0, None), (0, 7), (45, 10), (200, 5)):
+            page = registry.actor_page(offset=offset, limit=limit, client=client, state=state)
+            stop = None if limit is None else offset + limit
+            want = [a.actor_id for a in matched[offset:stop]]
+            assert [a.actor_id for a in page.actors] == want, (client, state, offset, limit)
+            assert page.live == sum(a.state != "dead" for a in matched)
+            assert page.ended == sum(a.state == "dead" for a in matched)
+    assert registry.client_ids() == ["c0", "c1", "c2"]
+    assert registry.actor_page().as_dict()["actors"][0]["gpus"] == []

@@ -69,22 +69,14 @@ def actors_data(
         state: keep only actors in this state; "live" keeps every state but dead.
         page: which `PER_PAGE` of the matching actors to list; `live` and `ended` count them all.
     """
-    statuses = registry.actor_statuses()
-    live = [a for a in statuses if a.state != "dead"]
-    ended = [a for a in reversed(statuses) if a.state == "dead"]
-    matched = [
-        actor
-        for actor in (*live, *ended)
-        if not (client and actor.client_id != client)
-        and not (state and (actor.state == "dead" if state == "live" else actor.state != state))
-    ]
-    n_ended = sum(1 for a in matched if a.state == "dead")
-    start = _offset(page)
+    found = registry.actor_page(
+        offset=_offset(page), limit=PER_PAGE, client=client or None, state=state or None
+    )
     return {
-        "actors": [_actor_row(registry, a) for a in matched[start : start + PER_PAGE]],
-        "live": len(matched) - n_ended,
-        "ended": n_ended,
-        "page": _page(page, len(matched)),
+        "actors": [_actor_row(registry, a) for a in found.actors],
+        "live": found.live,
+        "ended": found.ended,
+        "page": _page(page, found.live + found.ended),
     }
 
 
@@ -102,9 +94,7 @@ def _actor_row(registry: Registry, actor: ActorStatus) -> dict[str, Any]:
 
 def client_ids(registry: Registry) -> list[str]:
     """Every client id that owns a live or recently ended actor, or is connected, sorted."""
-    ids = {a.client_id for a in registry.actor_statuses()}
-    ids.update(c.client_id for c in registry.client_statuses())
-    return sorted(ids)
+    return registry.client_ids()
 
 
 def clients_data(registry: Registry, page: int = 1) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from parl_remote.client._future import RemoteFuture
 from parl_remote.client._remote_class import ActorHandle, AsyncActorHandle, kill, remote_class
 from parl_remote.master._registry import Registry
 from parl_remote.master._status import (
+    ActorPage,
     ActorStatus,
     ClientStatus,
     ClusterStatus,
@@ -53,6 +54,7 @@ from parl_remote.wire._shm import host_id
 
 __all__ = [
     "ActorHandle",
+    "ActorPage",
     "ActorStatus",
     "AsyncActorHandle",
     "AuthenticationError",

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parl_remote.master._status import (
+    ActorPage,
     ActorStatus,
     ClientStatus,
     ClusterStatus,
@@ -508,6 +509,53 @@ class Registry:
         """
         now = time.time()
         return tuple(a.status(now) for a in (*self.actors.values(), *self._ended(ended)))
+
+    def actor_page(
+        self,
+        *,
+        offset: int = 0,
+        limit: int | None = None,
+        client: str | None = None,
+        state: str | None = None,
+    ) -> ActorPage:
+        """A page of the actors that match: live ones (oldest first), then ended (latest first).
+
+        Only the page's records are made, so that a page of a busy cluster costs the same as
+        one of a small one; counting what matches a filter is a pass over the actors' states.
+
+        Args:
+            offset: how many of the matching actors to skip.
+            limit: how many to list at most; None for every one.
+            client: keep only the actors of this client id.
+            state: keep only actors in this state; "live" keeps every state but dead.
+        """
+        live: Iterable[ActorInfo] = self.actors.values()  # none of them is dead
+        ended: Iterable[ActorInfo] = reversed(self.ended)
+        if state is not None and state != "live":
+            live = () if state == "dead" else (a for a in live if a.state == state)
+        if state is not None and state != "dead":
+            ended = ()
+        if client is not None:
+            live = (a for a in live if a.client_id == client)
+            ended = (a for a in ended if a.client_id == client)
+        if client is None and state in (None, "live", "dead"):
+            n_live = 0 if state == "dead" else len(self.actors)
+            n_ended = 0 if state == "live" else len(self.ended)
+        else:
+            live, ended = list(live), list(ended)
+            n_live, n_ended = len(live), len(ended)
+        offset = max(offset, 0)
+        stop = None if limit is None else offset + max(limit, 0)
+        now = time.time()
+        page = itertools.islice(itertools.chain(live, ended), offset, stop)
+        return ActorPage(tuple(a.status(now) for a in page), n_live, n_ended)
+
+    def client_ids(self) -> list[str]:
+        """Every client id that owns a live or recently ended actor, or is connected, sorted."""
+        ids = {a.client_id for a in self.actors.values()}
+        ids.update(a.client_id for a in self.ended)
+        ids.update(self.clients)
+        return sorted(ids)
 
     def _ended(self, ended: int | None) -> list[ActorInfo]:
         kept = len(self.ended) if ended is None else min(max(ended, 0), len(self.ended))

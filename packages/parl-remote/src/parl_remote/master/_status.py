@@ -15,6 +15,7 @@ from typing import Any
 from parl_remote.wire.protocol.messages import ActorStateName
 
 __all__ = [
+    "ActorPage",
     "ActorStatus",
     "ClientStatus",
     "ClusterStatus",
@@ -25,17 +26,23 @@ __all__ = [
 ]
 
 
-def _lists(value: Any) -> Any:
+def _plain(value: Any) -> Any:
+    if isinstance(value, _Record):
+        return value.as_dict()
     if isinstance(value, tuple):
-        return [_lists(v) for v in value]
+        return [_plain(v) for v in value]
     return value
 
 
 @dataclass(frozen=True)
 class _Record:
     def as_dict(self) -> dict[str, Any]:
-        """Plain data, tuples as lists: the `StatusReply` and JSON form."""
-        return dataclasses.asdict(self, dict_factory=lambda kv: {k: _lists(v) for k, v in kv})
+        """Plain data, tuples as lists: the `StatusReply` and JSON form.
+
+        The fields are immutable (numbers, strings, tuples, records), so nothing is copied
+        but the tuples, which become lists.
+        """
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,18 @@ class ActorStatus(_Record):
     """When it ended (Unix time); None while it lives."""
     uptime_s: float
     """Seconds it has lived (or lived)."""
+
+
+@dataclass(frozen=True)
+class ActorPage(_Record):
+    """A page of the actors that match a filter, with how many match in all."""
+
+    actors: tuple[ActorStatus, ...]
+    """The page: live actors first (oldest first), then recently ended ones (latest first)."""
+    live: int
+    """Live actors that match."""
+    ended: int
+    """Recently ended actors that match."""
 
 
 @dataclass(frozen=True)
