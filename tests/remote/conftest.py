@@ -19,6 +19,7 @@ import pytest
 
 import parl_remote
 from parl_remote._config import settings
+from parl_remote.cli import STATUS_PAGE
 from parl_remote.engines.xparl import _cluster
 
 
@@ -149,12 +150,14 @@ class Cluster:
                 pids += [c.pid for c in psutil.Process(info.pid).children(recursive=True)]
         return pids
 
-    def status(self) -> dict:
+    def status(self, offset: int = 0, limit: int | None = STATUS_PAGE) -> dict:
+        """What `xparl status` asks for: the totals and a page of each list."""
         from parl_remote.cli import _request
         from parl_remote.wire.protocol import messages as m
 
         token = self.env["PARL_CLUSTER_TOKEN"].encode()
-        return _request(self.address, lambda rid: m.StatusRequest(rid), token=token).status
+        request = lambda rid: m.StatusRequest(rid, offset, limit)  # noqa: E731
+        return _request(self.address, request, token=token).status
 
     def stop(self) -> None:
         pids = self.processes()

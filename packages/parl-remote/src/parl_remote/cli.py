@@ -34,15 +34,13 @@ from parl_remote._util import (
 )
 from parl_remote.actor._preload import preload_names
 from parl_remote.engines.xparl import _cluster
+from parl_remote.engines.xparl._client import STATUS_PAGE
 from parl_remote.engines.xparl._drivers import request
 from parl_remote.security import _tls
 from parl_remote.wire._transport import SyncConnection
 from parl_remote.wire.protocol import messages as m
 
 __all__ = ["STATUS_PAGE", "console_main", "format_status", "main"]
-
-STATUS_PAGE = 20
-"""How many workers, clients and actors `xparl status` lists (the summary counts every one)."""
 
 _WILDCARDS = ("0.0.0.0", "::", "")
 

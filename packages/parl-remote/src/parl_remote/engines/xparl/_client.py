@@ -48,7 +48,10 @@ from parl_remote.wire._link import MasterLink
 from parl_remote.wire._transport import AsyncConnection
 from parl_remote.wire.protocol import messages as m
 
-__all__ = ["Client"]
+__all__ = ["STATUS_PAGE", "Client"]
+
+STATUS_PAGE = 20
+"""How many workers, clients and live actors a status lists (the summary counts every one)."""
 
 logger = logging.getLogger(__name__)
 
@@ -528,10 +531,19 @@ class Client:
             asyncio.run_coroutine_threadsafe(self._fate(actor_id, wait), self.loop)
         )
 
-    def status(self, timeout: float = 10.0) -> dict[str, Any]:
-        """The cluster's state, as `xparl status` shows it."""
+    def status(
+        self, timeout: float = 10.0, *, offset: int = 0, limit: int | None = STATUS_PAGE
+    ) -> dict[str, Any]:
+        """The cluster's state, as `xparl status` shows it: the totals and a page of records.
+
+        Args:
+            timeout: seconds to wait for the master's reply.
+            offset: list the workers, clients and live actors from this one on.
+            limit: how many of each to list at most (the totals count them all); None for
+                every one, which for a large cluster is a large reply.
+        """
         self._check_open()
-        coro = self._request(lambda rid: m.StatusRequest(rid), timeout)
+        coro = self._request(lambda rid: m.StatusRequest(rid, offset, limit), timeout)
         reply: m.StatusReply = asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout + 1)
         return reply.status
 
