@@ -33,6 +33,7 @@ from parl_remote._loop import run
 from parl_remote._util import owner_alive, write_json_atomic
 from parl_remote.actor._preload import learn, preload_names
 from parl_remote.master._apps import serve_master_app
+from parl_remote.master._collector import Collector
 from parl_remote.master._placement import Placement, Send
 from parl_remote.master._registry import ActorInfo, ClientInfo, Registry, WorkerInfo
 from parl_remote.wire._transport import AsyncConnection, serve_async
@@ -42,7 +43,8 @@ __all__ = ["Master", "main"]
 
 logger = logging.getLogger(__name__)
 
-_SWEEP_SLICE = 256  # peers the liveness sweep visits between two turns of the loop
+_SWEEP_SLICE = 64  # peers the liveness sweep visits between two turns of the loop
+_COLLECT_S = 1.0  # between two steps of the garbage collector (`_collector`)
 
 
 class Master:
@@ -50,6 +52,8 @@ class Master:
 
     `preload` names installed modules that every warm process of the cluster imports before
     any actor asked for them (`xparl start --preload`), beside what actors import.
+    `collect_garbage` runs the garbage collector in short steps (`_collector`), for a process
+    that is only a master.
     """
 
     def __init__(
@@ -62,8 +66,10 @@ class Master:
         ready_file: str | None = None,
         monitor_port: int | None = None,
         preload: Iterable[str] = (),
+        collect_garbage: bool = False,
     ) -> None:
         self.host, self.port = host, port
+        self.collect_garbage = collect_garbage
         self.token = token
         self.owner_pid = owner_pid
         self.ready_file = ready_file
@@ -98,6 +104,8 @@ class Master:
         self.port = self._server.sockets[0].getsockname()[1]
         self.registry.set_master_info(host=self.host, port=self.port, pid=os.getpid())
         self._spawn(self._liveness())
+        if self.collect_garbage:
+            self._spawn(self._collect())
         if self.owner_pid:
             self._spawn(self._watch_owner())
         logger.info("master listening on %s:%d", self.host, self.port)
@@ -148,6 +156,15 @@ class Master:
                 self.stop(f"its owner process {self.owner_pid} exited")
                 return
             await asyncio.sleep(0.5)
+
+    async def _collect(self) -> None:
+        collector = Collector()
+        try:
+            while True:
+                await asyncio.sleep(_COLLECT_S)
+                collector.step()
+        finally:
+            collector.close()
 
     async def _liveness(self) -> None:
         """Ping everyone; drop workers and clients that have been silent too long.
@@ -520,6 +537,7 @@ def main(argv: list[str] | None = None) -> None:
         ready_file=args.ready_file,
         monitor_port=args.monitor_port,
         preload=args.preload,
+        collect_garbage=True,
     )
     try:
         run(master.run())
