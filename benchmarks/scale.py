@@ -17,11 +17,16 @@ declaring `--cpus` slots) and of clients C, over a steady window of `--seconds`:
 - `xparl status` latency (a `StatusRequest` for the summary and the first page, on a new
   connection, as the CLI sends it) and the dashboard API's (a random page of `/api/cluster`
   and the first of `/api/actors`, p99 over both), requested while the load runs, the
-  dashboard's from a thread of their own, one after another.
+  dashboard's from a thread of their own, one after another;
+- what the machine gave the master: the share of the window it waited for a CPU while it had
+  work (its threads' run-queue delay, from `/proc/PID/task/*/schedstat`), and the CPU its
+  simulated peers took beside it. On a machine shared with the simulators (and whatever else
+  runs), latencies are the master's work plus that wait.
 
 The smallest N is the baseline of the run: the growth per worker is the slope from it to the
-largest, and where one master saturates is where that slope takes its CPU to one core. The
-last line, for the largest N: `scale: workers=N master_cpu=C master_rss_mb=M
+largest (per heartbeat: the slope with the fewest clients, over a heartbeat a worker every
+`PARL_HEARTBEAT_S`), and where one master saturates is where that slope takes its CPU to one
+core. The last line, for the largest N: `scale: workers=N master_cpu=C master_rss_mb=M
 heartbeat_p99_s=H placements_per_s=P dashboard_p99_ms=D`. Result rows (`_results.record`)
 compare the largest N with the smallest.
 
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -51,6 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import Row, command_line, record
 
 from parl_dashboard._data import PER_PAGE
+from parl_remote._config import settings
 from parl_remote.engines.xparl import _cluster
 from parl_remote.wire.protocol import messages as m
 
@@ -66,7 +73,6 @@ def _pct(samples: list[float], q: float) -> float:
 
 # -- a simulator process ---------------------------------------------------------------------------
 async def _simulate(args: argparse.Namespace) -> dict:
-    from parl_remote._config import settings
     from parl_remote.wire._transport import open_async
 
     host, port = args.address.rsplit(":", 1)
@@ -206,6 +212,26 @@ def _status_ms(address: str, token: bytes) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+def _run_delay_s(pid: int) -> float:
+    """Seconds the threads of `pid` have waited on a run queue while runnable (0 if unknown)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else ():
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
+
+
+def _cpu_s(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            total += sum(proc.cpu_times()[:2])
+    return total
+
+
 def _get_ms(url: str) -> float:
     """A dashboard API request's milliseconds; infinite if it timed out."""
     t0 = time.perf_counter()
@@ -252,9 +278,11 @@ def measure(n: int, c: int, args: argparse.Namespace) -> dict:
             cmd += ["--go", str(go), "--start", str(start), "--end", str(end)]
             sims.append((subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL), out))
         proc = psutil.Process(master.pid)
+        peers = [psutil.Process(sim.pid) for sim, _ in sims]
         while time.time() < start:
             time.sleep(0.05)
         cpu0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
+        wait0, sim0 = _run_delay_s(master.pid), _cpu_s(peers)
         status_ms, dash_ms = [], []
         pages = max(1, math.ceil(n / PER_PAGE))
 
@@ -275,6 +303,7 @@ def measure(n: int, c: int, args: argparse.Namespace) -> dict:
             time.sleep(0.2)
         browsing.join()
         cpu1, t1 = sum(proc.cpu_times()[:2]), time.monotonic()
+        wait1, sim1 = _run_delay_s(master.pid), _cpu_s(peers)
         rss_mb = proc.memory_info().rss / 1e6
         results = []
         for sim, out in sims:
@@ -295,6 +324,8 @@ def measure(n: int, c: int, args: argparse.Namespace) -> dict:
         "workers": n,
         "clients": c,
         "master_cpu": (cpu1 - cpu0) / (t1 - t0),
+        "master_wait": (wait1 - wait0) / (t1 - t0),
+        "peers_cpu": (sim1 - sim0) / (t1 - t0),
         "master_rss_mb": rss_mb,
         "heartbeat_p50_s": _pct(lag, 0.5),
         "heartbeat_p99_s": _pct(lag, 0.99),
@@ -318,6 +349,8 @@ _COLUMNS = (
     ("workers", "{:>7}"),
     ("clients", "{:>7}"),
     ("master_cpu", "{:>10.2f}"),
+    ("master_wait", "{:>11.2f}"),
+    ("peers_cpu", "{:>9.2f}"),
     ("master_rss_mb", "{:>13.0f}"),
     ("heartbeat_p50_s", "{:>15.4f}"),
     ("heartbeat_p99_s", "{:>15.4f}"),
@@ -364,10 +397,23 @@ def main() -> None:
             f"growth per worker ({small['workers']} -> {large['workers']}, {top_c} clients): "
             f"{cpu_slope * 1e3:.3f} cores per 1,000 workers, {rss_slope * 1e3:.3f} KB each"
         )
+        low_c = min(cs)  # the fewest placements: the workers' own cost
+        quiet = {r["workers"]: r for r in rows if r["clients"] == low_c}
+        beat_slope = (quiet[max(ns)]["master_cpu"] - quiet[min(ns)]["master_cpu"]) / span
+        print(
+            f"per heartbeat (a worker's every {settings.heartbeat_s:g} s, with its share of "
+            f"the pings; {low_c} clients): {beat_slope * settings.heartbeat_s * 1e6:.1f} us "
+            "of the master's CPU"
+        )
         if cpu_slope > 0:
             saturate = small["workers"] + (1.0 - small["master_cpu"]) / cpu_slope
             print(f"one master reaches one core at about {saturate:,.0f} workers")
-    print(f"load average {load:.1f} on {os.cpu_count()} cores")
+    print(
+        f"the machine at {large['workers']} workers: the master busy {large['master_cpu']:.2f} "
+        f"of a core and waiting for one {large['master_wait']:.2f} of the time it had work, "
+        f"its simulated peers {large['peers_cpu']:.2f} cores, load average {load:.1f} on "
+        f"{os.cpu_count()} cores"
+    )
     _record(small, large, args, load)
     print(
         f"scale: workers={large['workers']} master_cpu={large['master_cpu']:.2f} "
@@ -385,6 +431,7 @@ def _record(small: dict, large: dict, args: argparse.Namespace, load: float) -> 
     peer = f"the same master with {small['workers']} workers"
     figures = [
         ("master CPU (cores)", "lower", "master_cpu", 3),
+        ("master waiting for a CPU (share of the window)", "lower", "master_wait", 3),
         ("master resident memory (MB)", "lower", "master_rss_mb", 1),
         ("heartbeat lag p99 (ms)", "lower", "heartbeat_p99_s", 3),
         ("actors placed per second", "higher", "placements_per_s", 1),
