@@ -269,3 +269,18 @@ def test_a_page_of_actors_is_what_filtering_every_record_then_slicing_gives():
             assert page.ended == sum(a.state == "dead" for a in matched)
     assert registry.client_ids() == ["c0", "c1", "c2"]
     assert registry.actor_page().as_dict()["actors"][0]["gpus"] == []
+
+
+def test_only_actors_ended_away_from_their_worker_are_remembered_and_only_for_a_while():
+    registry = Registry("cluster", lost_for_s=60.0)
+    worker = WorkerInfo("w1", "box", "10.0.0.1", 1, 4, [], 100)
+    registry.add_worker(worker)
+    for i in range(3):
+        registry.add_actor(ActorInfo(f"a{i}", "Learner", "c1", "w1"))
+    registry.end_actor(registry.actors["a0"], "its process exited")  # its worker's word
+    registry.remove_worker(worker)
+    registry.end_actor(registry.actors["a1"], "its worker was lost")
+    assert list(registry.lost_ids) == ["a1"]  # the worker may come back with it
+    registry.lost_ids["a1"] -= 61.0  # as if it ended a minute ago
+    registry.end_actor(registry.actors["a2"], "its worker was lost")
+    assert list(registry.lost_ids) == ["a2"]

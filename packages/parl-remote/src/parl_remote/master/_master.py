@@ -74,7 +74,11 @@ class Master:
         self.owner_pid = owner_pid
         self.ready_file = ready_file
         self.monitor_port = monitor_port
-        self.registry = Registry(uuid.uuid4().hex[:12], settings.log_lines_per_actor)
+        self.registry = Registry(
+            uuid.uuid4().hex[:12],
+            settings.log_lines_per_actor,
+            lost_for_s=settings.master_grace_s + settings.heartbeat_timeout_s,
+        )
         self.placement = Placement(self.registry)
         self._deadline: asyncio.TimerHandle | None = None  # of the oldest waiting request
         self._adopted: dict[str, float] = {}  # actor id -> when its client must be back
@@ -403,10 +407,7 @@ class Master:
             conn.send(m.Preload(list(self.preload)))
         grace = time.monotonic() + settings.client_grace_s
         for record in msg.actors:
-            if (
-                record.actor_id in self.registry.ended_ids
-                or record.actor_id in self.registry.actors
-            ):
+            if record.actor_id in self.registry.lost_ids or record.actor_id in self.registry.actors:
                 # Declared dead while the worker was cut off: stop it, so no ghost keeps a slot.
                 conn.send(m.StopActor(record.actor_id, "its worker was declared lost"))
                 continue

@@ -235,20 +235,28 @@ class Registry:
     Args:
         cluster_id: the id of the master, new each time it starts.
         log_lines_per_actor: how many of each actor's output lines are retained.
+        lost_for_s: how long the ids of actors that ended away from their worker (it was lost,
+            or cut off) are kept in `lost_ids`: as long as such a worker may come back with
+            them (`PARL_MASTER_GRACE_S`, and the silence that declared it lost).
     """
 
-    def __init__(self, cluster_id: str, log_lines_per_actor: int = 10_000) -> None:
+    def __init__(
+        self, cluster_id: str, log_lines_per_actor: int = 10_000, *, lost_for_s: float = 310.0
+    ) -> None:
         self.cluster_id = cluster_id
         self.started_at = time.time()
         self.workers: dict[str, WorkerInfo] = {}
         self.vacancy: VacancyIndex[WorkerInfo] = VacancyIndex()
         """The workers by vacant slots, for placement (kept by the methods that change them)."""
         self._totals = _Totals()
-        """The workers by vacant slots, for placement (kept by the methods that change them)."""
+        """The cluster's sums, kept by the methods that change what they sum."""
         self.clients: dict[str, ClientInfo] = {}
         self.actors: dict[str, ActorInfo] = {}
         self.ended: deque[ActorInfo] = deque(maxlen=_ENDED)
-        self.ended_ids: set[str] = set()
+        self.lost_ids: dict[str, float] = {}
+        """Actors that ended while their worker was not registered -> when (monotonic), oldest
+        first: a worker that comes back with one of them is told to stop it."""
+        self._lost_for_s = lost_for_s
         self.logs: dict[str, deque[Any]] = {}
         self.log_counts: dict[str, int] = {}
         self._log_lines = log_lines_per_actor
@@ -423,9 +431,10 @@ class Registry:
             self.logs.pop(old.actor_id, None)
             self.log_counts.pop(old.actor_id, None)
         self.ended.append(actor)
-        self.ended_ids.add(actor.actor_id)
         worker = self.workers.get(actor.worker_id)
-        if worker is not None:
+        if worker is None:
+            self._lost(actor.actor_id)
+        else:
             before = len(worker.actors)
             worker.actors.discard(actor.actor_id)
             self._totals.cpu_used -= before - len(worker.actors)
@@ -436,6 +445,22 @@ class Registry:
         if client is not None:
             client.actors.discard(actor.actor_id)
         self._changed()
+
+    def _lost(self, actor_id: str) -> None:
+        """Keep the id of an actor ended away from its worker for `lost_for_s` (then forget it).
+
+        The others ended with their worker's word (its process exited, or could not start),
+        so their worker never brings them back: keeping every ended id would grow without
+        bound on a cluster that places actors all day.
+        """
+        now = time.monotonic()
+        lost = self.lost_ids
+        while lost:
+            oldest = next(iter(lost))
+            if lost[oldest] >= now - self._lost_for_s:
+                break
+            del lost[oldest]
+        lost[actor_id] = now
 
     def find_actor(self, actor_id: str) -> ActorInfo | None:
         """A live actor, or a recently ended one."""
