@@ -184,7 +184,7 @@ def test_bad_pbt_arguments_stop_the_command_before_anything_starts(args, message
     [
         (4, 0, None, "--pbt-interval=0 must be at least 1 and less than the budget"),
         (4, 4096, None, "(train.total_steps=2048)"),
-        (4, 512, ("train.mode", "sync"), "PBT trains each member in single mode"),
+        (4, 512, ("train.mode", "sync"), "PBT trains each run in single mode"),
         (1, 512, None, "--population=1: PBT needs at least 2 members"),
     ],
 )

@@ -8,12 +8,15 @@ lives in a real SQLite file.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from pathlib import Path
@@ -23,6 +26,7 @@ import pytest
 from parl_algos.train import ConfigError, load_config
 from parl_algos.train._sweep import objective_of_rows, read_space
 from tests.algos.train_cli import parl_train
+from tests.remote.conftest import one_ray_at_a_time
 
 ROOT = Path(__file__).resolve().parents[2]
 PARL_TRAIN = str(Path(sys.executable).with_name("parl-train"))
@@ -173,23 +177,60 @@ startup_trials = 1
 """
 
 
-@pytest.mark.slow  # two sweeps of several trials each
-def test_pruned_trials_stop_before_their_budget(tmp_path):
-    """A learning rate of 1e-9 does not learn: the median pruner stops such a trial."""
+def _actors_holding(pid: int, paths: list[Path]) -> dict[Path, int]:
+    """The pid of the actor process under `pid` that holds each of `paths` open, if any."""
+    import psutil
+
+    held = {}
+    for p in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            opened = {f.path for f in p.open_files()}
+            for path in paths:
+                if str(path) in opened:
+                    held[path] = p.pid
+    return held
+
+
+@pytest.mark.slow  # a sweep of 4 trials of 2 seeds each
+def test_a_trials_seeds_run_side_by_side_and_pruned_trials_stop_before_their_budget(tmp_path):
+    """A learning rate of 1e-9 does not learn: the median pruner stops such a trial, both of
+    its seeds (they run side by side, each in an actor of its own)."""
     sweep_dir = tmp_path / "sweep"
     args = ["--sweep", _space(tmp_path, PRUNED), "--trials", "4", "--parallel", "1"]
-    budget = ["--train.total_steps", "3072", "--train.checkpoint_every", "1024"]
-    proc = parl_train("ppo/cartpole", *args, *budget, *TINY, "--logdir", str(sweep_dir))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    args += ["--seeds", "2", "--train.total_steps", "4096", "--train.checkpoint_every", "1024"]
+    argv = ["ppo/cartpole", *args, *TINY, "--logdir", str(sweep_dir)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        child = subprocess.Popen(
+            [PARL_TRAIN, *argv], stdout=stdout, stderr=stderr, env=env, start_new_session=True
+        )
+    logs = [sweep_dir / "trial-0000" / f"seed-{seed}" / "log.log" for seed in (1, 2)]
+    side_by_side: dict[Path, int] = {}
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and child.poll() is None and len(side_by_side) < 2:
+            side_by_side = _actors_holding(child.pid, logs)
+            time.sleep(0.05)
+        assert child.wait(timeout=300) == 0, err.read_text()[-3000:]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if _group_alive(child.pid):
+            os.killpg(child.pid, signal.SIGKILL)
+    assert len(set(side_by_side.values())) == 2, side_by_side  # two actors at once
     trials = _trials(sweep_dir)
     assert len(trials) == 4
     pruned = [t for t in trials if t["state"] == "PRUNED"]
     assert pruned and all(float(t["agent.lr"]) == 1e-9 for t in pruned)
-    for t in pruned:  # stopped at a checkpoint before the budget
-        assert _steps(t["run_dir"])[-1] in (1024, 2048)
+    for t in pruned:  # each seed stopped at a checkpoint before the budget
+        for seed in (1, 2):
+            assert _steps(Path(t["run_dir"]) / f"seed-{seed}")[-1] in (1024, 2048, 3072)
     for t in trials:
         if t["state"] == "COMPLETE":
-            assert _steps(t["run_dir"])[-1] >= 3072
+            for seed in (1, 2):
+                assert _steps(Path(t["run_dir"]) / f"seed-{seed}")[-1] >= 4096
 
 
 @pytest.mark.parametrize(
@@ -335,3 +376,56 @@ def test_a_trial_whose_actor_is_killed_runs_again(tmp_path):
     keys = ["agent.lr", "agent.clip_coef", "agent.update_epochs", "agent.n_steps"]
     assert [trials["1"][k] for k in keys] == [trials["0"][k] for k in keys]  # run again
     assert _steps(trials["1"]["run_dir"])[-1] >= 2048
+
+
+@pytest.mark.slow  # a Ray of its own starts, then two trials on it
+@pytest.mark.xdist_group("ray")
+def test_a_sweep_runs_its_trials_as_actors_of_ray(tmp_path, tmp_path_factory):
+    """`--backend ray`: the embedded cluster is a local Ray of `--parallel` CPUs, each trial an
+    actor in a Ray worker process (under the raylet), and the sweep ends as on xparl."""
+    import psutil
+
+    pytest.importorskip("ray", reason='Ray is not installed: pip install "parl-remote[ray]"')
+    sweep_dir = tmp_path / "sweep"
+    argv = ["ppo/cartpole", "--sweep", _space(tmp_path, SPACE), "--trials", "2"]
+    argv += ["--parallel", "2", "--train.total_steps", "2048", *TINY, "--backend", "ray"]
+    ray_tmp = tempfile.mkdtemp(prefix="pr", dir="/tmp")  # short: Ray's unix sockets are in it
+    os.makedirs(f"{ray_tmp}/home")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "RAY_TMPDIR": ray_tmp}
+    env |= {"HOME": f"{ray_tmp}/home", "RAY_USAGE_STATS_ENABLED": "0", "RAY_worker_niceness": "0"}
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    logs = [sweep_dir / f"trial-000{n}" / "log.log" for n in (0, 1)]
+    hosts: dict[Path, int] = {}
+    with one_ray_at_a_time(tmp_path_factory):
+        with open(out, "wb") as stdout, open(err, "wb") as stderr:
+            child = subprocess.Popen(
+                [PARL_TRAIN, *argv, "--logdir", str(sweep_dir)],
+                stdout=stdout,
+                stderr=stderr,
+                env=env,
+                start_new_session=True,  # the sweep and its Ray: one group, stopped by its id
+            )
+        try:
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline and child.poll() is None and not hosts:
+                hosts = _actors_holding(child.pid, logs)
+                time.sleep(0.05)
+            ancestors = set()
+            for pid in hosts.values():
+                with contextlib.suppress(psutil.Error):
+                    ancestors |= {p.name() for p in psutil.Process(pid).parents()}
+            assert child.wait(timeout=300) == 0, err.read_text()[-3000:]
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            if _group_alive(child.pid):
+                os.killpg(child.pid, signal.SIGKILL)
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert hosts and "raylet" in ancestors, (hosts, ancestors)
+    trials = _trials(sweep_dir)
+    assert [t["state"] for t in trials] == ["COMPLETE", "COMPLETE"]
+    for t in trials:
+        assert _steps(t["run_dir"])[-1] >= 2048
+    config = tomllib.loads((Path(trials[0]["run_dir"]) / "config.toml").read_text())
+    assert config["train"]["mode"] == "single" and "best trial" in out.read_text()

@@ -45,7 +45,7 @@ from parl_algos.train._registry import get_spec, load_config
 from parl_algos.train._run import INTERRUPTED_EXIT_CODE, default_logdir, latest_checkpoint
 from parl_algos.train._skeleton import run
 from parl_algos.train._spec import check_config
-from parl_algos.train._sweep import default_sweep_dir, read_space, sweep
+from parl_algos.train._sweep import check_single, default_sweep_dir, read_space, sweep
 from parl_remote import ClusterError, NotConnectedError, RemoteActorDiedError, RemoteError
 
 __all__ = [
@@ -358,11 +358,7 @@ def _sweep(config: Config, ns: argparse.Namespace, resume: bool, *, debug: bool)
         for flag in ("trials", "parallel", "seeds"):
             if getattr(ns, flag) < 1:
                 raise ConfigError(f"--{flag}={getattr(ns, flag)} must be at least 1")
-        if config.train.mode != "single" or config.train.backend != "xparl":
-            raise ConfigError(
-                "a sweep runs each trial in single mode as an actor of xparl's cluster; "
-                f"got train.mode={config.train.mode!r}, train.backend={config.train.backend!r}"
-            )
+        check_single(config, "a sweep")
         space = read_space(ns.sweep, config)
         sweep_dir = config.train.logdir or default_sweep_dir(config, ns.sweep)
     except ConfigError as exc:

@@ -53,13 +53,15 @@ import numpy as np
 import torch
 
 import parl
-from parl_algos.train._config import Config, ConfigError, dump_config
+from parl_algos.train._config import Config, ConfigError, TrainSection, dump_config
 from parl_algos.train._run import Run, latest_checkpoint
 from parl_algos.train._skeleton import run
 from parl_algos.train._spec import AlgorithmSpec, Trainer, check_config
 from parl_algos.train._sweep import (
     Param,
     apply_params,
+    check_single,
+    connect_cluster,
     default_sweep_dir,
     read_space_table,
     space_params,
@@ -396,7 +398,7 @@ def check_population(config: Config, population: int, interval: int, pbt_dir: st
     """Raise ConfigError unless `population` members of `config` can train in `pbt_dir`.
 
     At least 2 members; an interval of at least 1 env step and less than the budget (so that
-    the members exploit at least once); single mode on xparl; a directory without a
+    the members exploit at least once); single mode; a directory without a
     population in it.
     """
     budget = config.train.total_steps
@@ -407,11 +409,7 @@ def check_population(config: Config, population: int, interval: int, pbt_dir: st
             f"--pbt-interval={interval} must be at least 1 and less than the budget "
             f"(train.total_steps={budget}), so that the members exploit at least once"
         )
-    if config.train.mode != "single" or config.train.backend != "xparl":
-        raise ConfigError(
-            "PBT trains each member in single mode as an actor of xparl's cluster; "
-            f"got train.mode={config.train.mode!r}, train.backend={config.train.backend!r}"
-        )
+    check_single(config, "PBT")
     if os.path.exists(os.path.join(pbt_dir, "lineage.csv")):
         raise ConfigError(f"{pbt_dir} holds a population already; give another --logdir")
 
@@ -457,6 +455,7 @@ def pbt(
             seed=config.train.seed + i,
             logdir=dirs[i],
             address=None,
+            backend=TrainSection.backend,  # a member needs no cluster of its own
             progress=False,
         )
         check_config(made, spec)
@@ -471,10 +470,7 @@ def pbt(
             writer.writerow([0, i, 0, "", "", *(repr(params[i][k]) for k in keys)])
     for i in range(population):
         out(f"pbt: member {i} starts: {', '.join(f'{k}={_fmt(params[i][k])}' for k in keys)}")
-    if config.train.address is None:  # a member's lines go to its run directory's log.log
-        parl.connect(cpu_num=population, log_to_driver=False)
-    else:
-        parl.connect(config.train.address, log_to_driver=False)
+    connect_cluster(config, population)
     runners = [RemoteMemberRunner() for _ in range(population)]
     stops = [*range(interval, budget, interval), budget]
     retune = [False] * population

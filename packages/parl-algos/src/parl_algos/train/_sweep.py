@@ -17,11 +17,12 @@ how to search:
 
 `read_space` checks it against the config before anything starts (a key the config lacks, a
 distribution of another type than the key's, an empty range: one `ConfigError` naming the
-key). `sweep` drives the study with Optuna's ask-and-tell interface: it asks a trial, runs it
-as an actor of the cluster (`TrialRunner`, `parallel` at a time) and tells Optuna its
-objective, the median over the trial's seeds of what its runs' progress rows say. A trial
-reports the objective of its rows so far at each of its checkpoints, to the study's storage,
-and stops when Optuna's pruner says so: a pruned trial's rows end before its budget.
+key). `sweep` drives the study with Optuna's ask-and-tell interface: it asks a trial, runs its
+seeds side by side as actors of the cluster (`TrialRunner`, `parallel` trials at a time: an
+embedded cluster has `parallel * seeds` slots) and tells Optuna its objective, the median over
+the trial's seeds of what its runs' progress rows say. A trial's runs
+report the objective of their rows so far at each of their checkpoints, to the study's storage,
+and stop when Optuna's pruner says so: a pruned trial's rows end before its budget.
 
 The study lives in Optuna's storage (`study.db`, SQLite, in the sweep directory, or the
 `--storage` URL), so the same command continues a sweep that was stopped: trials that
@@ -60,6 +61,7 @@ from parl_algos.train._config import (
     SECTIONS,
     Config,
     ConfigError,
+    TrainSection,
     dump_config,
     section_from_table,
 )
@@ -83,6 +85,8 @@ __all__ = [
     "TrialOutcome",
     "TrialRunner",
     "apply_params",
+    "check_single",
+    "connect_cluster",
     "default_sweep_dir",
     "objective_of_rows",
     "read_space",
@@ -100,6 +104,7 @@ PRUNERS = ("median", "none", "halving")
 _SWEEP_KEYS = ("objective", "sampler", "pruner", "startup_trials", "warmup_steps")
 _INSTALL = "pip install 'parl-algos[sweep]'"
 _DRIVER = "parl_driver"  # user attribute of a trial: the host and pid of the process asking it
+_PRUNED = "pruned_at"  # user attribute of a trial: the env step a seed's run was pruned at
 _POLL_S = 0.2
 HEARTBEAT_S = 10
 """Seconds between two heartbeats of a running trial, recorded in the study's storage."""
@@ -470,7 +475,10 @@ def _reporting(run_cls: type[Run], reporter: Callable[[int], bool]) -> type[Run]
 
 @dataclass(frozen=True)
 class TrialJob:
-    """What an actor needs to run one trial."""
+    """What an actor needs to run one seed of a trial: `seeds[index]`.
+
+    The trial's seeds run side by side, each in an actor of its own.
+    """
 
     config: Config
     spec: AlgorithmSpec
@@ -480,6 +488,7 @@ class TrialJob:
     storage: str
     study_name: str
     number: int
+    index: int = 0
 
 
 @dataclass(frozen=True)
@@ -487,7 +496,7 @@ class TrialOutcome:
     """What a trial's runs came to.
 
     Attributes:
-        values: each seed's objective, in the order run (fewer when pruned).
+        values: each seed's objective, in seed order (fewer when one failed).
         pruned: Optuna's pruner stopped it.
         error: the first line of what failed (the traceback is in the run's log.log).
     """
@@ -505,11 +514,12 @@ def run_dirs(trial_dir: str, seeds: Sequence[int]) -> list[str]:
 
 
 class TrialRunner:
-    """Runs trials of a sweep in an actor of the cluster, one at a time, in `single` mode.
+    """Runs one seed of a trial of a sweep at a time, in an actor of the cluster, in `single` mode.
 
-    Each of a trial's runs reports the objective of its progress rows at its checkpoints to
-    the study's storage (as `<seed index> * total_steps + env step`, so that runs of the same
-    seed are compared at the same steps) and stops when the study's pruner says so.
+    The run reports the objective of its progress rows at its checkpoints to the study's
+    storage (as `<seed index> * total_steps + env step`, so that runs of the same seed are
+    compared at the same steps) and stops when the study's pruner says so, or when another
+    seed of its trial was pruned (the trial's `pruned` attribute in the storage).
     """
 
     def __init__(self) -> None:
@@ -518,7 +528,7 @@ class TrialRunner:
         torch.set_num_threads(1)  # one slot, one core
 
     def run_trial(self, job: TrialJob) -> TrialOutcome:
-        """Run `job`'s seeds one after another; their objectives, or where they stopped."""
+        """Run `job`'s seed; its objective, or where it stopped."""
         optuna = _optuna()
         storage = _storage(job.storage)
         study = optuna.load_study(
@@ -534,58 +544,68 @@ class TrialRunner:
         )
         beat.start()
         try:
-            return self._run_trial(job, trial)
+            return self._run_seed(
+                job, trial, lambda: _PRUNED in storage.get_trial_user_attrs(trial_id)
+            )
         finally:
             stop.set()
             beat.join()
 
-    def _run_trial(self, job: TrialJob, trial: Any) -> TrialOutcome:
-        values: list[float | None] = []
+    def _run_seed(
+        self, job: TrialJob, trial: Any, sibling_pruned: Callable[[], bool]
+    ) -> TrialOutcome:
         budget, target = job.config.train.total_steps, job.config.train.target_return
-        for index, (seed, logdir) in enumerate(
-            zip(job.seeds, run_dirs(job.trial_dir, job.seeds), strict=True)
-        ):
-            config = copy.deepcopy(job.config)
-            config.train.seed = seed
-            config.train.logdir = logdir
-            config.train.progress = False
-            rows = os.path.join(logdir, "progress.csv")
-            pruned: list[int] = []  # the env step the pruner stopped this run at
+        index = job.index
+        logdir = run_dirs(job.trial_dir, job.seeds)[index]
+        config = copy.deepcopy(job.config)
+        config.train.seed = job.seeds[index]
+        config.train.logdir = logdir
+        config.train.progress = False
+        rows = os.path.join(logdir, "progress.csv")
+        pruned: list[int] = []  # the env step the pruner stopped this run at
 
-            def report(
-                env_step: int, index: int = index, rows: str = rows, pruned: list[int] = pruned
-            ) -> bool:
-                value = objective_of_rows(
-                    _read_rows(rows), job.space.objective, target=target, budget=budget
-                )
-                if value is None or env_step >= budget:  # the last checkpoint: nothing to stop
-                    return False
-                trial.report(value, index * budget + env_step)
-                if trial.should_prune():
-                    pruned.append(env_step)
-                return bool(pruned)
-
-            spec = dataclasses.replace(job.spec, run_cls=_reporting(job.spec.run_cls, report))
-            try:
-                result = run(config, spec, logdir)
-            except Exception as exc:
-                os.makedirs(logdir, exist_ok=True)
-                with open(os.path.join(logdir, "log.log"), "a", encoding="utf-8") as f:
-                    f.write("".join(traceback.format_exception(exc)))
-                line = (str(exc).strip().splitlines() or [""])[0]
-                return TrialOutcome(tuple(values), False, f"{type(exc).__name__}: {line}")
-            values.append(
-                objective_of_rows(
-                    _read_rows(rows), job.space.objective, target=target, budget=budget
-                )
+        def report(env_step: int) -> bool:
+            value = objective_of_rows(
+                _read_rows(rows), job.space.objective, target=target, budget=budget
             )
-            if pruned:
-                return TrialOutcome(tuple(values), True)
-            if result.interrupted:
-                return TrialOutcome(
-                    tuple(values), False, f"interrupted at env step {result.env_steps}"
-                )
-        return TrialOutcome(tuple(values), False)
+            if value is None or env_step >= budget:  # the last checkpoint: nothing to stop
+                return False
+            if sibling_pruned():
+                pruned.append(env_step)
+                return True
+            trial.report(value, index * budget + env_step)
+            if trial.should_prune():
+                trial.set_user_attr(_PRUNED, env_step)  # the trial's other seeds stop too
+                pruned.append(env_step)
+            return bool(pruned)
+
+        spec = dataclasses.replace(job.spec, run_cls=_reporting(job.spec.run_cls, report))
+        try:
+            result = run(config, spec, logdir)
+        except Exception as exc:
+            os.makedirs(logdir, exist_ok=True)
+            with open(os.path.join(logdir, "log.log"), "a", encoding="utf-8") as f:
+                f.write("".join(traceback.format_exception(exc)))
+            line = (str(exc).strip().splitlines() or [""])[0]
+            return TrialOutcome((), False, f"{type(exc).__name__}: {line}")
+        value = objective_of_rows(
+            _read_rows(rows), job.space.objective, target=target, budget=budget
+        )
+        if pruned:
+            return TrialOutcome((value,), True)
+        if result.interrupted:
+            return TrialOutcome((value,), False, f"interrupted at env step {result.env_steps}")
+        return TrialOutcome((value,), False)
+
+
+def _combined(outcomes: Sequence[TrialOutcome]) -> TrialOutcome:
+    """A trial's outcome from its seeds' (in seed order): pruned if one was, its first error."""
+    errors = [o.error for o in outcomes if o.error is not None]
+    return TrialOutcome(
+        tuple(v for o in outcomes for v in o.values),
+        any(o.pruned for o in outcomes),
+        errors[0] if errors else None,
+    )
 
 
 def _heartbeats(storage: Any, trial_id: int, stop: threading.Event) -> None:
@@ -604,6 +624,36 @@ RemoteTrialRunner = parl.remote_class(wait=False)(TrialRunner)
 
 
 # -- the sweep ------------------------------------------------------------------------------------
+
+
+def check_single(config: Config, what: str) -> None:
+    """Raise ConfigError unless `config` trains in `single` mode (`what`: "a sweep", "PBT").
+
+    Sweeps and populations are parallel across their runs: each run is one actor, the cluster's
+    slots run many side by side. A run in sync or async mode would want slots of its own for
+    its sampling actors, taken from the other runs of the same cluster; the same slots give
+    more when each runs a whole trial.
+    """
+    if config.train.mode != "single":
+        raise ConfigError(
+            f"{what} trains each run in single mode, one actor a run, and puts the cluster's "
+            f"slots to running runs side by side (train.mode={config.train.mode!r}); give "
+            "--mode single, and --parallel K (a sweep) or --population P for more at a time"
+        )
+
+
+def connect_cluster(config: Config, slots: int) -> None:
+    """Connect to the cluster the runs of a sweep or a population go to, on `train.backend`.
+
+    `train.address` (xparl's master, or what `ray.init` takes), else an embedded cluster of
+    `slots` slots (a local Ray of `slots` CPUs with `backend = "ray"`). A run's lines go to its
+    run directory's log.log, not to this terminal.
+    """
+    train = config.train
+    if train.address is None:
+        parl.connect(cpu_num=slots, backend=train.backend, log_to_driver=False)
+    else:
+        parl.connect(train.address, backend=train.backend, log_to_driver=False)
 
 
 def default_sweep_dir(
@@ -684,6 +734,15 @@ def _fail_and_requeue(study: Any, number: int, params: dict[str, Any]) -> None:
     logger.info("trial %d was interrupted: it runs again", number)
 
 
+@dataclass
+class _Running:
+    """A trial being run: its seeds' actors and futures, and the outcomes of those done."""
+
+    trial: Any
+    seeds: dict[int, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
+    outcomes: dict[int, TrialOutcome] = dataclasses.field(default_factory=dict)
+
+
 def sweep(
     config: Config,
     spec: AlgorithmSpec,
@@ -703,9 +762,9 @@ def sweep(
         spec: its algorithm's spec.
         space: the checked space (`read_space`).
         trials: completed and pruned trials the study should hold in the end.
-        parallel: trials run at a time, each an actor.
-        seeds: runs a trial, seeds `train.seed`, `train.seed + 1`, ...; the median is its
-            objective.
+        parallel: trials run at a time, each with an actor a seed.
+        seeds: runs a trial, side by side, seeds `train.seed`, `train.seed + 1`, ...; the
+            median is its objective.
         sweep_dir: the sweep's directory (its trials, outputs and default storage).
         storage: Optuna's storage URL (None: `sqlite:///<sweep_dir>/study.db`).
         out: where the terminal's lines go.
@@ -752,22 +811,29 @@ def sweep(
     def done_count() -> int:
         return len(study.get_trials(deepcopy=False, states=done_states))
 
-    if config.train.address is None:  # a trial's lines go to its run directory's log.log
-        parl.connect(cpu_num=parallel, log_to_driver=False)
-    else:
-        parl.connect(config.train.address, log_to_driver=False)
-    runners = [RemoteTrialRunner() for _ in range(min(parallel, max(trials - done_count(), 0)))]
-    idle = list(runners)
-    running: dict[int, tuple[Any, Any, Any]] = {}  # trial number -> (trial, runner, future)
+    connect_cluster(config, parallel * seeds)
+    slots = min(parallel, max(trials - done_count(), 0)) * len(seed_list)
+    idle = [RemoteTrialRunner() for _ in range(slots)]
+    running: dict[int, _Running] = {}
+    ending: list[tuple[Any, Any]] = []  # (runner, future) of the seeds of a trial run again
     failures = lost = 0
     interrupted = False
+
+    def replacement() -> Any:
+        """A new actor for one that died (bounded: a trial is not run again for ever)."""
+        nonlocal lost
+        lost += 1
+        if lost > trials * len(seed_list):
+            raise RuntimeError(f"{lost} trial actors died; see the trials' log.log")
+        return RemoteTrialRunner()
+
     try:
         while done_count() < trials:
-            while idle and done_count() + len(running) < trials:
+            while len(idle) >= len(seed_list) and done_count() + len(running) < trials:
                 with _experimental():
                     trial = study.ask(distributions)
                 trial.set_user_attr(_DRIVER, {"host": socket.gethostname(), "pid": os.getpid()})
-                rdb.record_heartbeat(  # the actor's go on from here
+                rdb.record_heartbeat(  # the actors' go on from here
                     rdb.get_trial_id_from_study_id_trial_number(study_id, trial.number)
                 )
                 trial_dir = os.path.join(sweep_dir, f"trial-{trial.number:04d}")
@@ -783,7 +849,6 @@ def sweep(
                     if failures >= trials:
                         raise
                     continue
-                runner = idle.pop()
                 job = TrialJob(
                     trial_config,
                     spec,
@@ -794,45 +859,66 @@ def sweep(
                     study_name,
                     trial.number,
                 )
-                running[trial.number] = (trial, runner, runner.run_trial(job))
+                started = _Running(trial)
+                for index in range(len(seed_list)):  # side by side, an actor a seed
+                    runner = idle.pop()
+                    future = runner.run_trial(dataclasses.replace(job, index=index))
+                    started.seeds[index] = (runner, future)
+                running[trial.number] = started
                 out(f"sweep: trial {trial.number} started: {_shown(trial.params)}")
-            if not running:
-                continue
-            finished = [n for n, (_, _, future) in running.items() if future.done()]
+            for runner, future in [pair for pair in ending if pair[1].done()]:
+                ending.remove((runner, future))
+                try:
+                    future.get()  # ended by its trial's failure: its value is no one's
+                    idle.append(runner)
+                except RemoteActorDiedError:
+                    idle.append(replacement())
+                except Exception as exc:  # the trial it reported to was failed meanwhile
+                    logger.info("sweep: a seed of a trial run again ended with %s", exc)
+                    idle.append(runner)
+            finished = [
+                (number, index)
+                for number, r in running.items()
+                for index, (_, future) in r.seeds.items()
+                if future.done()
+            ]
             if not finished:
                 time.sleep(_POLL_S)
                 continue
-            for number in finished:
-                trial, runner, future = running.pop(number)
+            for number, index in finished:
+                r = running.get(number)
+                if r is None:  # run again since: its seeds went to `ending`
+                    continue
+                runner, future = r.seeds.pop(index)
                 try:
-                    outcome: TrialOutcome = future.get()
+                    r.outcomes[index] = future.get()
                 except RemoteActorDiedError as exc:  # its process or its host went
                     del future
-                    runners.remove(runner)
-                    runner = RemoteTrialRunner()
-                    runners.append(runner)
-                    idle.append(runner)
-                    lost += 1
-                    if lost > trials:
-                        raise
-                    _fail_and_requeue(study, number, trial.params)
+                    idle.append(replacement())
+                    del running[number]
+                    ending.extend(r.seeds.values())
+                    _fail_and_requeue(study, number, r.trial.params)
                     line = (str(exc).strip().splitlines() or [""])[0]
                     out(f"sweep: trial {number}'s actor died ({line}); it runs again")
                     continue
                 idle.append(runner)
-                failures += _tell(study, trial, outcome, out)
+                if r.seeds:
+                    continue  # its other seeds still run
+                del running[number]
+                outcome = _combined([r.outcomes[i] for i in sorted(r.outcomes)])
+                failures += _tell(study, r.trial, outcome, out)
                 if failures >= trials:
                     raise RuntimeError(
                         f"{failures} trials failed, the last with {outcome.error}; see its "
-                        f"run directory's log.log ({trial.user_attrs['run_dir']})"
+                        f"run directory's log.log ({r.trial.user_attrs['run_dir']})"
                     )
     except KeyboardInterrupt:
         interrupted = True
-        for trial, _, _ in running.values():
-            _fail_and_requeue(study, trial.number, trial.params)
+        for r in running.values():
+            _fail_and_requeue(study, r.trial.number, r.trial.params)
         out("sweep: interrupted; the same command continues it")
     finally:
-        del runners, idle, running
+        del idle, running, ending
     best = write_outputs(study, space, config, sweep_dir, out=out)
     return SweepResult(
         sweep_dir,
@@ -859,6 +945,7 @@ def _trial_train(config: Config, sweep_dir: str) -> Any:
         config.train,
         logdir=None,
         address=None,
+        backend=TrainSection.backend,  # a trial needs no cluster: continued on any backend
         progress=False,
         track_experiment=experiment,
         track_uri=uri,
