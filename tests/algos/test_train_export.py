@@ -7,9 +7,11 @@ trained) is exported in both formats by the command itself. The ONNX file under 
 and the TorchScript file under `torch.jit.load` give, on 1,000 observations of the run's
 environment, the actions of the agent restored from the run's last checkpoint through its own
 `Agent.restore` and `predict` (as evaluations act), Box actions carried to the environment's
-own bounds by the run's wrappers (`ClipAction`, `RescaleAction`). The multi-agent and recurrent
-policies are refused with one line, and so is a missing extra; the serving snippet of the docs
-runs where torch cannot be imported.
+own bounds by the run's wrappers (`ClipAction`, `RescaleAction`). A multi-agent run (MADDPG,
+MAPPO, QMIX) is exported as a file per agent, each matching that agent's actions on its own
+observations (QMIX's with its hidden state carried through the episodes). The recurrent policy
+is refused with one line, and so is a missing extra; the serving snippet of the docs runs where
+torch cannot be imported.
 """
 
 from __future__ import annotations
@@ -116,8 +118,9 @@ def _same(exported: np.ndarray, expected: np.ndarray) -> None:
 
 
 # PPO's Atari network on Pong is the slowest (frames and a thousand CNN steps of predict): in
-# the slow suite; DQN's on RoadRunner carries the frame stacks in the default one.
-SLOW = {"ppo/pong"}
+# the slow suite; DQN's on RoadRunner carries the frame stacks in the default one. TD3's and
+# DDPG's deterministic Box actors are SAC's case; MAPPO's agents, see MULTI_AGENT.
+SLOW = {"ppo/pong", "td3/pendulum", "ddpg/pendulum", "mappo/simple_speaker_listener"}
 
 
 @pytest.mark.filterwarnings(TORCHSCRIPT_LOAD)
@@ -149,15 +152,113 @@ def test_exported_policies_act_as_the_torch_policy(name, tmp_path, capsys):
     _same(scripted(torch.as_tensor(obs)).numpy(), expected)
 
 
+MULTI_AGENT = {  # agents of different observation and action sizes; a recurrent QMIX
+    "maddpg/simple_speaker_listener": {"agent.learning_starts": "50", "agent.batch_size": "32"},
+    "mappo/simple_speaker_listener": {"agent.num_envs": "2"},
+    "qmix/simple_spread": {"agent.batch_size": "2"},
+}
+"""MAPPO's agents are MADDPG's case (stateless) with QMIX's inputs (padded, with the agent's
+id): in the slow suite, as are TD3's and DDPG's deterministic Box actors (SAC's case)."""
+
+
+def _stacked_observations(env, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`n` stacked observations of a `StackedAgentsEnv` under random actions (seeded), the
+    global states that go with them, and where an episode starts."""
+    env.action_space.seed(1)
+    obs, info = env.reset(seed=1)
+    seen, states, starts, start = [], [], [], True
+    for _ in range(n):
+        seen.append(obs)
+        states.append(info["state"])
+        starts.append(start)
+        obs, _, terminated, truncated, info = env.step(env.action_space.sample())
+        start = terminated or truncated
+        if start:
+            obs, info = env.reset()
+    return np.stack(seen), np.stack(states), np.array(starts)
+
+
+@pytest.mark.filterwarnings(TORCHSCRIPT_LOAD)
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW else []) for n in MULTI_AGENT]
+)
+def test_each_agent_of_a_multi_agent_run_is_exported_and_acts_as_the_torch_policy(
+    name, tmp_path, capsys
+):
+    """A file per agent, on its own observation: the agents' actions of `StackedAgent.predict`
+    (as evaluations act) on 1,000 observations, QMIX's hidden state carried through episodes."""
+    from parl_algos.train._marl_actors import make_mpe_env
+
+    config = load_config(name)
+    overrides = {**SMALL, "train.total_steps": "200", "train.checkpoint_every": "200"}
+    for key, text in {**overrides, **MULTI_AGENT[name]}.items():
+        apply_override(config, key, text)
+    logdir = str(tmp_path / "run")
+    train_run(config, get_spec(config.algorithm), logdir)
+    capsys.readouterr()
+    paths = {}
+    for fmt in ("onnx", "torchscript"):
+        assert parl_train_main(["--export", fmt, logdir]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        paths[fmt] = [line.removeprefix("wrote ") for line in lines]
+    env = make_mpe_env(config.env)
+    arrays = env.arrays
+    assert paths["onnx"] == [f"{logdir}/policy-{a}.onnx" for a in arrays.agents]
+    assert paths["torchscript"] == [f"{logdir}/policy-{a}.pt" for a in arrays.agents]
+    obs, states, starts = _stacked_observations(env, OBSERVATIONS)
+    env.close()
+
+    agent = get_spec(config.algorithm).build(config, None, None).agent
+    agent.restore(os.path.join(latest_checkpoint(logdir), "agent.ckpt"))
+    agent.eval()
+    expected = []
+    for o, state, start in zip(obs, states, starts, strict=True):
+        if start:
+            agent.hidden = None
+        agent.state = state
+        expected.append(agent.predict(o))
+    expected = np.stack(expected)  # (observations, agents)
+
+    recurrent = config.algorithm == "QMIX"
+    for i, dim in enumerate(arrays.obs_dims):
+        own = np.ascontiguousarray(obs[:, i, :dim])
+        session = onnxruntime.InferenceSession(paths["onnx"][i])
+        scripted = torch.jit.load(paths["torchscript"][i])
+        given = session.get_inputs()
+        assert given[0].name == "obs" and given[0].shape[1:] == [dim]
+        if not recurrent:
+            _same(session.run(["action"], {"obs": own})[0], expected[:, i])
+            _same(scripted(torch.as_tensor(own)).numpy(), expected[:, i])
+            continue
+        # Every episode's steps in order, the episodes side by side: a batch a time step.
+        episode = np.cumsum(starts) - 1
+        step = np.arange(len(own)) - np.flatnonzero(starts)[episode]
+        size = config.agent.hidden_size
+        hidden = np.zeros((episode[-1] + 1, size), np.float32)
+        script_hidden = torch.zeros(episode[-1] + 1, size)
+        acted = np.zeros(len(own), np.int64)
+        script_acted = np.zeros(len(own), np.int64)
+        for t in range(step.max() + 1):
+            rows = np.flatnonzero(step == t)
+            now = episode[rows]
+            action, hidden[now] = session.run(None, {"obs": own[rows], "hidden": hidden[now]})
+            acted[rows] = action
+            script_action, script_hidden[torch.as_tensor(now)] = scripted(
+                torch.as_tensor(own[rows]), script_hidden[torch.as_tensor(now)]
+            )
+            script_acted[rows] = script_action.numpy()
+        _same(acted, expected[:, i])
+        _same(script_acted, expected[:, i])
+
+
 def _config_only(name: str, logdir: Path) -> str:
     logdir.mkdir()
     (logdir / "config.toml").write_text(dump_config(load_config(name)), encoding="utf-8")
     return str(logdir)
 
 
-@pytest.mark.parametrize("name", ["mappo/simple_spread", "r2d2/cartpole-masked"])
-def test_multi_agent_and_recurrent_policies_are_refused_in_one_line(name, tmp_path, capsys):
-    logdir = _config_only(name, tmp_path / "run")
+def test_the_recurrent_policy_is_refused_in_one_line(tmp_path, capsys):
+    logdir = _config_only("r2d2/cartpole-masked", tmp_path / "run")
     capsys.readouterr()
     assert parl_train_main(["--export", "onnx", logdir]) == 2
     err = capsys.readouterr().err.strip().splitlines()

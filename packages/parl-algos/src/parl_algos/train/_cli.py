@@ -177,7 +177,7 @@ def resolve(argv: Sequence[str]) -> tuple[Config, bool] | None:
     """The config a command line asks for, checked, and whether it resumes a run.
 
     Returns None for `--list` (which prints the shipped configs) and `--export` (which writes
-    the policy file and names it).
+    the policy's files and names each on a line).
 
     Raises:
         ConfigError: anything wrong in the command line or the config.
@@ -228,7 +228,8 @@ def _export_run(fmt: str, logdir: str | None, overrides: list[tuple[str, str]]) 
     if not os.path.isfile(path):
         raise ConfigError(f"--export: {logdir} is not a run directory of parl-train (no {path})")
     config = load_config(path)
-    print(f"wrote {export(config, get_spec(config.algorithm), logdir, fmt)}")
+    for written in export(config, get_spec(config.algorithm), logdir, fmt):
+        print(f"wrote {written}")
 
 
 def _check_video(env_id: str) -> None:

@@ -13,9 +13,19 @@ preprocessing inside:
   Q-value's), `(N, dim)` float32 for Box actions, clipped and rescaled from the policy's
   `[-1, 1]` to the environment's own bounds, as the run's wrappers do.
 
-No config of the zoo normalises observations, so there is no statistic to carry. The
-recurrent (R2D2) and multi-agent policies are not exported: their state and their agents'
-stacked observations need an interface of their own.
+No config of the zoo normalises observations, so there is no statistic to carry.
+
+A multi-agent run (MADDPG, MAPPO, QMIX) writes one file per agent, `policy-<agent>.onnx`
+(`.pt`), named by the environment's agent names (`policy-agent_0.onnx`): their actors act on
+their own agent's observation alone (decentralised execution, as these algorithms train
+them), so each agent is deployed where it runs, with nothing of the others:
+
+- in: `obs`, `(N, obs_dim)` float32, the agent's own observation as PettingZoo gives it;
+- out: `action`, `(N,)` int64, the agent's greedy action;
+- QMIX's agents are recurrent: in also `hidden`, `(N, hidden_size)` float32 (zeros at an
+  episode's start), out also `next_hidden`, for the agent's next step.
+
+The recurrent R2D2 policy is not exported yet (its LSTM state needs the same interface).
 """
 
 from __future__ import annotations
@@ -35,12 +45,12 @@ from parl_algos.train._envs import make_env_fn
 from parl_algos.train._run import latest_checkpoint
 from parl_algos.train._spec import AlgorithmSpec
 
-__all__ = ["EXPORT_FORMATS", "GreedyPolicy", "export"]
+__all__ = ["AgentPolicy", "EXPORT_FORMATS", "GreedyPolicy", "export"]
 
 EXPORT_FORMATS = {"onnx": "policy.onnx", "torchscript": "policy.pt"}
 """Each format of `--export` and the file it writes in the run directory."""
 
-_FAMILIES = ("on_policy", "off_policy", "offline")
+_FAMILIES = ("on_policy", "off_policy", "offline", "multi_agent")
 _INSTALL = "pip install 'parl-algos[export]'"
 
 
@@ -77,6 +87,55 @@ class GreedyPolicy(nn.Module):
         return self.low + (action + 1.0) * 0.5 * (self.high - self.low)
 
 
+class AgentPolicy(nn.Module):
+    """One agent's greedy action of a multi-agent algorithm, on its own observation.
+
+    Args:
+        algorithm: `MADDPG`, `MAPPO` or `QMIX`.
+        index: the agent's place among the environment's agents.
+        n_agents: the number of agents.
+        max_obs_dim: the stacked observations' width (MAPPO's and QMIX's shared networks take
+            every agent's observation zero-padded to it, then the agent's one-hot id).
+    """
+
+    def __init__(self, algorithm: Any, index: int, n_agents: int, max_obs_dim: int) -> None:
+        super().__init__()
+        from parl_algos.maddpg import MADDPG
+        from parl_algos.mappo import MAPPO
+
+        self.model = algorithm.model  # its weights go into the file
+        self.requires_grad_(False)
+        self.kind = "maddpg" if isinstance(algorithm, MADDPG) else "mappo"
+        if not isinstance(algorithm, MADDPG | MAPPO):
+            self.kind = "qmix"
+            self.add_id = bool(algorithm.add_agent_id)
+        self.index, self.max_obs_dim = index, max_obs_dim
+        self.register_buffer("one_hot", torch.eye(n_agents)[index])
+
+    @property
+    def recurrent(self) -> bool:
+        """QMIX's agents: a hidden state in and out."""
+        return self.kind == "qmix"
+
+    def _inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """`[obs zero-padded to max_obs_dim, onehot(agent)]` rows."""
+        pad = torch.zeros(obs.shape[0], self.max_obs_dim - obs.shape[1], dtype=obs.dtype)
+        return torch.cat([obs, pad, self.one_hot.expand(obs.shape[0], -1)], dim=-1)
+
+    def forward(
+        self, obs: torch.Tensor, hidden: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """`(N, obs_dim)` -> `(N,)` int64 actions (QMIX: and `(N, hidden)` -> next hidden)."""
+        if self.kind == "maddpg":
+            return self.model.policy(self.index, obs).argmax(-1)
+        if self.kind == "mappo":
+            return self.model.policy(self._inputs(obs)).argmax(-1)
+        inputs = self._inputs(obs) if self.add_id else obs
+        assert hidden is not None
+        q, next_hidden = self.model(inputs, hidden)
+        return q.argmax(-1), next_hidden
+
+
 def _check_format(fmt: str) -> None:
     if fmt not in EXPORT_FORMATS:
         raise ConfigError(f"--export {fmt!r}: the formats are {', '.join(EXPORT_FORMATS)}")
@@ -98,8 +157,10 @@ def _policy_of(config: Config, spec: AlgorithmSpec, checkpoint: str) -> tuple[Gr
     return GreedyPolicy(agent.alg, raw_space, q_values=q_values).eval(), env
 
 
-def export(config: Config, spec: AlgorithmSpec, logdir: str, fmt: str) -> str:
-    """Write the greedy policy of `logdir`'s newest checkpoint in `fmt`; return the file's path.
+def export(config: Config, spec: AlgorithmSpec, logdir: str, fmt: str) -> list[str]:
+    """Write the greedy policy of `logdir`'s newest checkpoint in `fmt`; the files' paths.
+
+    One file, or one per agent of a multi-agent run (see the module docstring).
 
     Raises:
         ConfigError: an unknown format, a missing extra, a run without a checkpoint, or an
@@ -108,17 +169,61 @@ def export(config: Config, spec: AlgorithmSpec, logdir: str, fmt: str) -> str:
     _check_format(fmt)
     if spec.family not in _FAMILIES:
         raise ConfigError(
-            f"--export: {spec.name}'s policy is not exported (a recurrent or multi-agent "
-            "policy); the algorithms of parl-train --list's other families are"
+            f"--export: {spec.name}'s policy is not exported (a recurrent policy); the "
+            "algorithms of parl-train --list's other families are"
         )
     checkpoint = latest_checkpoint(logdir)
     if checkpoint is None:
         raise ConfigError(f"--export: {logdir} has no checkpoint; train it first (parl-train)")
+    if spec.family == "multi_agent":
+        return _export_agents(config, spec, checkpoint, logdir, fmt)
     policy, env = _policy_of(config, spec, checkpoint)
     space = env.observation_space
     env.close()
     example = torch.as_tensor(np.stack([space.sample()] * 2))
     path = os.path.join(logdir, EXPORT_FORMATS[fmt])
+    _write(policy, (example,), ["obs"], ["action"], path, fmt)
+    return [path]
+
+
+def _export_agents(
+    config: Config, spec: AlgorithmSpec, checkpoint: str, logdir: str, fmt: str
+) -> list[str]:
+    """A file per agent of a multi-agent run: `policy-<agent>.onnx` (`.pt`)."""
+    from parl_algos.train._marl_actors import make_mpe_env
+
+    env = make_mpe_env(config.env)
+    arrays = env.arrays
+    env.close()
+    agent = spec.build(config, None, None).agent
+    agent.load_state_dict(
+        torch.load(os.path.join(checkpoint, "agent.ckpt"), map_location="cpu", weights_only=True)
+    )
+    agent.eval()
+    paths = []
+    stem, ext = os.path.splitext(EXPORT_FORMATS[fmt])
+    for i, (name, dim) in enumerate(zip(arrays.agents, arrays.obs_dims, strict=True)):
+        policy = AgentPolicy(agent.alg, i, arrays.n_agents, arrays.max_obs_dim).eval()
+        example: tuple[torch.Tensor, ...] = (torch.zeros(2, dim),)
+        inputs, outputs = ["obs"], ["action"]
+        if policy.recurrent:
+            example += (agent.alg.model.init_hidden(2),)
+            inputs, outputs = ["obs", "hidden"], ["action", "next_hidden"]
+        path = os.path.join(logdir, f"{stem}-{name}{ext}")
+        _write(policy, example, inputs, outputs, path, fmt)
+        paths.append(path)
+    return paths
+
+
+def _write(
+    policy: nn.Module,
+    example: tuple[torch.Tensor, ...],
+    inputs: list[str],
+    outputs: list[str],
+    path: str,
+    fmt: str,
+) -> None:
+    """Trace `policy` on `example` into `path`, a batch dimension free in every tensor."""
     with torch.no_grad(), warnings.catch_warnings():
         # torch marks TorchScript and its ONNX exporter deprecated for torch.export; the
         # torch.export-based exporter needs onnxscript, and takes seconds where these take
@@ -130,11 +235,10 @@ def export(config: Config, spec: AlgorithmSpec, logdir: str, fmt: str) -> str:
         else:
             torch.onnx.export(
                 policy,
-                (example,),
+                example,
                 path,
                 dynamo=False,
-                input_names=["obs"],
-                output_names=["action"],
-                dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
+                input_names=inputs,
+                output_names=outputs,
+                dynamic_axes={name: {0: "batch"} for name in (*inputs, *outputs)},
             )
-    return path
