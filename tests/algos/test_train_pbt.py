@@ -8,9 +8,16 @@ resume, and the copies are real checkpoint directories.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import json
 import math
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -48,6 +55,8 @@ SPACE = """
 "agent.update_epochs" = { int = [2, 4] }
 """
 KEYS = ["agent.lr", "agent.clip_coef", "agent.update_epochs"]
+ROOT = Path(__file__).resolve().parents[2]
+PARL_TRAIN = str(Path(sys.executable).with_name("parl-train"))
 
 
 def _space(tmp_path: Path, text: str) -> str:
@@ -107,7 +116,9 @@ def test_a_population_copies_checkpoints_explores_and_names_its_best(tmp_path):
     assert list(lineage[0]) == ["interval", "member", "env_step", "mean_return", "copied", *KEYS]
     start = {int(r["member"]): r for r in lineage if r["interval"] == "0"}
     after = {int(r["member"]): r for r in lineage if r["interval"] == "1"}
-    assert sorted(start) == sorted(after) == [0, 1, 2, 3] and len(lineage) == 8
+    end = {int(r["member"]): r for r in lineage if r["interval"] == "2"}  # the last: no copies
+    assert sorted(start) == sorted(after) == sorted(end) == [0, 1, 2, 3] and len(lineage) == 12
+    assert not any(r["copied"] for r in end.values())
     (copier,) = [m for m, r in after.items() if r["copied"]]  # a quarter of four
     source = int(after[copier]["copied"])
     returns = {m: float(r["mean_return"]) for m, r in after.items()}
@@ -198,10 +209,69 @@ def test_a_population_that_cannot_train_is_refused(population, interval, overrid
     assert "\n" not in str(raised.value)
 
 
-def test_a_directory_that_holds_a_population_is_refused(tmp_path):
+def test_a_directory_that_holds_a_population_it_cannot_continue_is_refused(tmp_path):
     (tmp_path / "lineage.csv").write_text("interval,member\n")
-    with pytest.raises(ConfigError, match="holds a population already; give another --logdir"):
+    with pytest.raises(ConfigError, match="cannot be continued .no population.json.; give"):
         check_population(load_config("ppo/cartpole"), 4, 512, str(tmp_path))
+
+
+@pytest.mark.slow  # a population killed with SIGKILL mid-interval, then continued
+def test_a_population_killed_mid_interval_continues_with_the_same_command(tmp_path):
+    """The intervals finished before the kill are kept (their lineage rows, copies and
+    checkpoints); the interrupted one runs again from the members' latest checkpoints."""
+    pbt_dir = tmp_path / "pbt"
+    argv = ["ppo/cartpole", "--pbt", _space(tmp_path, SPACE), "--population", "2"]
+    argv += ["--pbt-interval", "1024", "--train.total_steps", "4096", *TINY]
+    argv += ["--logdir", str(pbt_dir)]
+    state = pbt_dir / "population.json"
+    members = [pbt_dir / f"member-{m}" / "progress.csv" for m in (0, 1)]
+
+    def mid_interval() -> bool:  # an interval finished, and a member is past its end
+        if not state.exists():
+            return False
+        done = json.loads(state.read_text())["interval"]
+        past = [int(_rows(p)[-1]["env_step"]) for p in members if p.exists() and _rows(p)]
+        return 1 <= done < 4 and any(step > done * 1024 for step in past)
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    with open(tmp_path / "stderr", "wb") as stderr:
+        child = subprocess.Popen(
+            [PARL_TRAIN, *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+            start_new_session=True,  # the population and its cluster: one group, by its id
+        )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and child.poll() is None and not mid_interval():
+            time.sleep(0.02)
+        assert child.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+    done = json.loads(state.read_text())["interval"]
+    before = _rows(pbt_dir / "lineage.csv")
+    assert {r["interval"] for r in before} == {str(k) for k in range(done + 1)}
+
+    proc = parl_train(*argv)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"continues after interval {done}, each member from its latest checkpoint" in (
+        proc.stdout
+    )
+    lineage = _rows(pbt_dir / "lineage.csv")
+    assert lineage[: len(before)] == before  # the finished intervals, as they were
+    intervals = [(r["interval"], r["member"]) for r in lineage]
+    assert intervals == [(str(k), str(m)) for k in range(5) for m in (0, 1)]
+    assert sum(bool(r["copied"]) for r in lineage) >= 1
+    for path in members:  # one line of rows to the budget: the interrupted part run again
+        steps = [int(r["env_step"]) for r in _rows(path)]
+        assert steps == sorted(set(steps)) and steps[-1] >= 4096
 
 
 @pytest.mark.parametrize(

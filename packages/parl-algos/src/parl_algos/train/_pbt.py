@@ -34,12 +34,17 @@ return, the member it copied (if it did) and the hyperparameters it continues wi
 end the best member (the highest return) is named with its run directory, and `best.toml` is
 its last config, runnable with `parl-train DIR/best.toml`. With `train.stop_at_target`, the
 population stops after the interval in which a member reached `train.target_return`.
+
+A population stopped by Ctrl-C or `kill -9` continues with the same command: `population.json`
+(`_Population`) holds the intervals finished, each member's hyperparameters and the random
+generator's state, and the interval under way runs again from the members' latest checkpoints.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import math
 import os
 import shutil
@@ -108,6 +113,7 @@ FIXED_KEYS = (
 """`[agent]` keys that shape the networks, rollouts or memory a checkpoint holds."""
 
 _PBT_KEYS = ("resample_probability", "quantile")
+_STATE = "population.json"  # what continues a stopped population: see `_Population`
 _FACTORS = (0.8, 1.2)
 
 
@@ -385,6 +391,16 @@ RemoteMemberRunner = parl.remote_class(wait=False)(MemberRunner)
 # -- the population -------------------------------------------------------------------------------
 
 
+def _last_scores(rows: list[list[Any]], population: int) -> list[float | None]:
+    """Each member's return in the last interval of lineage `rows`."""
+    last = max(int(row[0]) for row in rows)
+    scores: list[float | None] = [None] * population
+    for row in rows:
+        if int(row[0]) == last and row[3] != "":
+            scores[int(row[1])] = float(row[3])
+    return scores
+
+
 def default_pbt_dir(config: Config, space_path: str, root: str = "train_log") -> str:
     """`train_log/<algorithm>-<env>/pbt-<space file's name>`."""
     return default_sweep_dir(config, space_path, root, kind="pbt")
@@ -398,8 +414,8 @@ def check_population(config: Config, population: int, interval: int, pbt_dir: st
     """Raise ConfigError unless `population` members of `config` can train in `pbt_dir`.
 
     At least 2 members; an interval of at least 1 env step and less than the budget (so that
-    the members exploit at least once); single mode; a directory without a
-    population in it.
+    the members exploit at least once); single mode; a directory without a population, or
+    with one that the same command continues (`pbt` checks that it is the same).
     """
     budget = config.train.total_steps
     if population < 2:
@@ -410,8 +426,63 @@ def check_population(config: Config, population: int, interval: int, pbt_dir: st
             f"(train.total_steps={budget}), so that the members exploit at least once"
         )
     check_single(config, "PBT")
-    if os.path.exists(os.path.join(pbt_dir, "lineage.csv")):
-        raise ConfigError(f"{pbt_dir} holds a population already; give another --logdir")
+    if os.path.exists(os.path.join(pbt_dir, "lineage.csv")) and not os.path.exists(
+        os.path.join(pbt_dir, _STATE)
+    ):
+        raise ConfigError(
+            f"{pbt_dir} holds a population that cannot be continued (no {_STATE}); give "
+            "another --logdir"
+        )
+
+
+@dataclass
+class _Population:
+    """What a population is at the end of an interval: all that continuing it needs.
+
+    Written to `population.json` (atomically: a new file renamed over the old) after each
+    interval's copies and before the next interval starts; `lineage.csv` is written from its
+    rows. The command that started the population is kept too (`command`): another command
+    on the directory is refused.
+    """
+
+    command: dict[str, Any]
+    interval: int
+    params: list[dict[str, Any]]
+    retune: list[bool]
+    rng: dict[str, Any]
+    rows: list[list[Any]]
+    copies: int = 0
+    reached: list[Any] | None = None
+    seconds: float = 0.0
+
+    def write(self, pbt_dir: str, header: list[str]) -> None:
+        """`population.json`, then `lineage.csv` from its rows."""
+        path = os.path.join(pbt_dir, _STATE)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(dataclasses.asdict(self), f)
+        os.replace(path + ".tmp", path)
+        lineage = os.path.join(pbt_dir, "lineage.csv")
+        with open(lineage + ".tmp", "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            writer.writerows(self.rows)
+        os.replace(lineage + ".tmp", lineage)
+
+    @classmethod
+    def read(cls, pbt_dir: str, command: dict[str, Any]) -> _Population | None:
+        """The population `pbt_dir` holds (None: none), refused if another command made it."""
+        path = os.path.join(pbt_dir, _STATE)
+        if not os.path.exists(path):
+            return None
+        with open(path, encoding="utf-8") as f:
+            made = cls(**json.load(f))
+        for key, value in command.items():
+            if made.command.get(key) != value:
+                raise ConfigError(
+                    f"{pbt_dir} holds a population of another {key}; continue it with its own "
+                    "command, or give this one another --logdir"
+                )
+        return made
 
 
 def pbt(
@@ -442,11 +513,28 @@ def pbt(
     """
     check_population(config, population, interval, pbt_dir)
     budget = config.train.total_steps
-    lineage_path = os.path.join(pbt_dir, "lineage.csv")
-    rng = np.random.default_rng(config.train.seed)
     keys = [p.key for p in space.params]
-    params = [{p.key: _draw(p, rng) for p in space.params} for _ in range(population)]
+    header = ["interval", "member", "env_step", "mean_return", "copied", *keys]
     dirs = [os.path.abspath(os.path.join(pbt_dir, f"member-{i}")) for i in range(population)]
+    command = {
+        "config": dump_config(config),
+        "space": space.text,
+        "population": population,
+        "interval": interval,
+    }
+    rng = np.random.default_rng(config.train.seed)
+    state = _Population.read(pbt_dir, command)
+    if state is None:
+        params = [{p.key: _draw(p, rng) for p in space.params} for _ in range(population)]
+        rows = [[0, i, 0, "", "", *(repr(params[i][k]) for k in keys)] for i in range(population)]
+        state = _Population(command, 0, params, [False] * population, {}, rows)
+    else:
+        rng.bit_generator.state = state.rng
+        out(
+            f"pbt: {pbt_dir} continues after interval {state.interval}, each member from its "
+            "latest checkpoint"
+        )
+    params = state.params
 
     def member_config(i: int) -> Config:
         made = apply_params(config, params[i])
@@ -463,24 +551,23 @@ def pbt(
 
     configs = [member_config(i) for i in range(population)]
     os.makedirs(pbt_dir, exist_ok=True)
-    with open(lineage_path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["interval", "member", "env_step", "mean_return", "copied", *keys])
+    if state.interval == 0 and not state.rng:
+        state.rng = rng.bit_generator.state
+        state.write(pbt_dir, header)
         for i in range(population):
-            writer.writerow([0, i, 0, "", "", *(repr(params[i][k]) for k in keys)])
-    for i in range(population):
-        out(f"pbt: member {i} starts: {', '.join(f'{k}={_fmt(params[i][k])}' for k in keys)}")
+            out(f"pbt: member {i} starts: {', '.join(f'{k}={_fmt(params[i][k])}' for k in keys)}")
     connect_cluster(config, population)
     runners = [RemoteMemberRunner() for _ in range(population)]
     stops = [*range(interval, budget, interval), budget]
-    retune = [False] * population
+    retune = list(state.retune)
     scores: list[float | None] = [None] * population
-    copies = 0
-    reached: tuple[int, int, float] | None = None
-    start = time.perf_counter()
-    intervals = 0
+    reached = None if state.reached is None else tuple(state.reached)
+    start = time.perf_counter() - state.seconds
+    intervals = state.interval
     try:
         for k, stop in enumerate(stops, start=1):
+            if k <= state.interval:
+                continue  # finished before the population was stopped
             futures = [
                 runner.train(MemberJob(configs[i], spec, stop, k > 1, retune[i]))
                 for i, runner in enumerate(runners)
@@ -502,11 +589,9 @@ def pbt(
                 reached = (i, at, seconds)
             shown = ", ".join("-" if s is None else f"{s:.1f}" for s in scores)
             out(f"pbt: interval {k} of {len(stops)} (env step {stop}, {seconds:.0f} s): {shown}")
-            if stop == budget or (config.train.stop_at_target and reached is not None):
-                break
-            plan = exploit(scores, space.quantile, rng)
+            last = stop == budget or (config.train.stop_at_target and reached is not None)
+            plan = {} if last else exploit(scores, space.quantile, rng)
             retune = [False] * population
-            rows = []
             for i in range(population):
                 source = plan.get(i)
                 if source is not None:
@@ -514,12 +599,12 @@ def pbt(
                     params[i] = explore(params[source], space, rng)
                     configs[i] = member_config(i)
                     retune[i] = True
-                    copies += 1
+                    state.copies += 1
                     out(
                         f"pbt: member {i} copies member {source}: "
                         + ", ".join(f"{key}={_fmt(params[i][key])}" for key in keys)
                     )
-                rows.append(
+                state.rows.append(
                     [
                         k,
                         i,
@@ -529,10 +614,17 @@ def pbt(
                         *(repr(params[i][key]) for key in keys),
                     ]
                 )
-            with open(lineage_path, "a", newline="", encoding="utf-8") as f:
-                csv.writer(f).writerows(rows)
+            state.interval, state.params, state.retune = k, params, retune
+            state.rng, state.seconds = rng.bit_generator.state, seconds
+            state.reached = None if reached is None else list(reached)
+            state.write(pbt_dir, header)
+            if last:
+                break
     finally:
         del runners
+    if intervals == state.interval and not any(s is not None for s in scores):
+        scores = _last_scores(state.rows, population)  # a population that had finished
+    copies = state.copies
     ranked = [-math.inf if s is None else s for s in scores]
     best = int(np.argmax(ranked))
     best_config = dataclasses.replace(configs[best])
@@ -552,6 +644,6 @@ def pbt(
         out(f"  member {i}  mean return {score}  {shown}")
     out(
         f"pbt: best member {best} ({_fmt(scores[best])}), its run in {dirs[best]}; run its "
-        f"config with parl-train {best_path}; lineage in {lineage_path}"
+        f"config with parl-train {best_path}; lineage in {os.path.join(pbt_dir, 'lineage.csv')}"
     )
     return PbtResult(pbt_dir, best, scores[best], dirs[best], intervals, copies, reached)
