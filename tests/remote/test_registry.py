@@ -183,6 +183,7 @@ def test_the_master_pings_a_peer_every_third_of_its_timeout_and_drops_a_silent_o
     master = Master("127.0.0.1", 0, token=None)
     conn = _Recorder()
     worker = WorkerInfo("w1", "box", "10.0.0.1", 1, 2, [], 100, conn=conn)
+    conn.context = worker  # as registering sets it
     master.registry.add_worker(worker)
     beat, timeout = settings.heartbeat_s, settings.heartbeat_timeout_s
     sweeps = [worker.last_seen + k * beat for k in range(int(timeout / beat) + 1)]
@@ -198,6 +199,15 @@ def test_the_master_pings_a_peer_every_third_of_its_timeout_and_drops_a_silent_o
     assert gaps and all(gap + beat > timeout / 3 and gap <= timeout / 3 + beat for gap in gaps)
     master._check(worker, worker.last_seen + timeout + 0.5)
     assert conn.closed and "w1" not in master.registry.workers
+    told = _Recorder()  # a peer the master just sent something needs no ping
+    busy = WorkerInfo("w2", "box", "10.0.0.1", 1, 2, [], 100, conn=told)
+    told.context = busy
+    master.registry.add_worker(busy)
+    master._send(told, m.StopActor("a1", "released by its client"), busy.last_seen)
+    master._check(busy, busy.last_seen + beat)  # the next sweep
+    assert [type(msg) for msg in told.sent] == [m.StopActor]
+    master._check(busy, busy.last_seen + timeout / 3)
+    assert [type(msg) for msg in told.sent] == [m.StopActor, m.Ping]
 
 
 @pytest.mark.parametrize("seed", range(3))

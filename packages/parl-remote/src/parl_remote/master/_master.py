@@ -217,13 +217,20 @@ class Master:
                 )
                 return
         # ping if the next sweep would come later than a third of the peer's timeout
-        if now - peer.pinged_at + settings.heartbeat_s > settings.heartbeat_timeout_s / 3:
-            peer.pinged_at = now
-            self._send(peer.conn, m.Ping())
+        if now - peer.told_at + settings.heartbeat_s > settings.heartbeat_timeout_s / 3:
+            self._send(peer.conn, m.Ping(), now)
 
     @staticmethod
-    def _send(conn: AsyncConnection | None, msg: Any) -> None:
+    def _send(conn: AsyncConnection | None, msg: Any, now: float | None = None) -> None:
+        """Send `msg` to a peer, if it is connected; any message tells it the master lives.
+
+        So the sweep pings only the peers that were told nothing for a while (`told_at`):
+        the busier the cluster, the fewer the pings.
+        """
         if conn is not None:
+            peer = conn.context
+            if peer is not None:
+                peer.told_at = time.monotonic() if now is None else now
             with contextlib.suppress(ConnectionError):
                 conn.send(msg)
 

@@ -53,7 +53,8 @@ class WorkerInfo:
     conn: Any = None
     registered_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.monotonic)
-    pinged_at: float = 0.0
+    told_at: float = 0.0
+    """When the master last sent it a message (monotonic): a ping is due a while after."""
     free_gpus: list[str] = field(default_factory=list)
     actors: set[str] = field(default_factory=set)
     cpu_percent: float = 0.0
@@ -109,7 +110,8 @@ class ClientInfo:
     conn: Any = None
     connected_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.monotonic)
-    pinged_at: float = 0.0
+    told_at: float = 0.0
+    """When the master last sent it a message (monotonic): a ping is due a while after."""
     actors: set[str] = field(default_factory=set)
     held: set[str] = field(default_factory=set)
     """Actors of other clients that this one holds handles of."""
