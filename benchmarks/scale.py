@@ -43,6 +43,7 @@ import math
 import os
 import random
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -317,7 +318,8 @@ def measure(n: int, c: int, args: argparse.Namespace) -> dict:
                 sim.wait(10)
         master.stop(timeout=10)
     registered = _registered(os.path.join(home, "master.log"))
-    assert registered >= n, f"{registered} of {n} workers registered"
+    assert registered >= n, f"{registered} of {n} workers registered (see {home}/master.log)"
+    shutil.rmtree(home, ignore_errors=True)
     lag = [x for r in results for x in r["lag"]]
     placed = [x for r in results for x in r["placed"]]
     return {
