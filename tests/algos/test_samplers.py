@@ -203,8 +203,11 @@ def test_a_step_signal_checks_its_token_and_reads_a_gone_peer_as_closed():
 
     listener = SignalListener(backlog=3)
     try:
-        assert os.stat(listener.path).st_mode & 0o777 == 0o600
-        assert os.stat(os.path.dirname(listener.path)).st_mode & 0o777 == 0o700
+        if sys.platform.startswith("linux"):  # a name in no file system
+            assert listener.path.startswith("\0parl-signal-")
+        else:
+            assert os.stat(listener.path).st_mode & 0o777 == 0o600
+            assert os.stat(os.path.dirname(listener.path)).st_mode & 0o777 == 0o700
         with pytest.raises(ValueError, match="16 bytes"):
             connect_signal(listener.path, b"short", 0, timeout=1.0)
         impostor = connect_signal(listener.path, bytes(16), 0, timeout=1.0)  # a wrong token
@@ -228,7 +231,78 @@ def test_a_step_signal_checks_its_token_and_reads_a_gone_peer_as_closed():
             signal.close()
     finally:
         listener.close()
-    assert not os.path.exists(os.path.dirname(listener.path))
+    assert not os.path.exists(os.path.dirname(listener.path) or listener.path)
+    with pytest.raises(OSError):  # the name is free again: nobody listens
+        connect_signal(listener.path, listener.token, 1, timeout=1.0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract socket names: Linux")
+def test_a_signal_listener_killed_before_its_peers_came_leaves_nothing():
+    import signal
+    import subprocess
+    import tempfile
+
+    from parl_remote.shm import connect_signal
+
+    def ours():
+        return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("parl-signal-")}
+
+    before = ours()
+    code = (
+        "import sys, time; from parl_remote.shm import SignalListener; "
+        "listener = SignalListener(2); "
+        "sys.stdout.write(listener.path.encode('unicode_escape').decode() + ' ' + "
+        "listener.token.hex() + chr(10)); sys.stdout.flush(); time.sleep(60)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline().split()
+        path, token = line[0].encode().decode("unicode_escape"), bytes.fromhex(line[1])
+        connect_signal(path, token, 0, timeout=1.0).close()  # listening, one peer of two in
+    finally:
+        proc.send_signal(signal.SIGKILL)  # the window: not every peer has connected
+        proc.wait(10)
+        proc.stdout.close()
+    assert ours() == before
+    with pytest.raises(OSError):  # its name went with its socket
+        connect_signal(path, token, 1, timeout=1.0)
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0,
+    reason="a peer of another user: needs Linux and root to change users",
+)
+def test_a_signal_listener_drops_a_peer_of_another_user_even_with_the_token():
+    import threading
+
+    from parl_remote.shm import SignalClosed, SignalListener, connect_signal
+
+    listener = SignalListener(backlog=2)
+    try:
+        pid = os.fork()
+        if pid == 0:  # a process of another user, with the right token: dropped (status 0)
+            status = 2
+            try:
+                os.setuid(65534)
+                connect_signal(listener.path, listener.token, 1, timeout=10.0).recv()
+                status = 1
+            except SignalClosed as exc:
+                status = 1 if "no signal within" in str(exc) else 0  # dropped: closed, reset
+            finally:
+                os._exit(status)
+        accepted = {}
+        accepting = threading.Thread(
+            target=lambda: accepted.update(listener.accept({1}, 30.0, 1.0)), daemon=True
+        )
+        accepting.start()
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        mine = connect_signal(listener.path, listener.token, 1, timeout=1.0)  # this user's
+        accepting.join(30)
+        assert list(accepted) == [1]
+        mine.close()
+        accepted[1].close()
+    finally:
+        listener.close()
 
 
 @pytest.mark.skipif(

@@ -3,11 +3,14 @@
 Two processes that move their data through shared memory (a `CentralSampler` and its workers:
 observations and actions) have only to tell the other side that their half is written. A
 remote call does that at the price of a pickled message and the event loops on both sides; one
-byte on a Unix-domain socket costs a system call each way. `SignalListener` binds a socket in a
-fresh private directory (mode 0700, the socket 0600), each peer connects with `connect_signal`
-and proves it got the address from the listener's owner by sending the listener's random token
-and its number; the directory is removed as soon as every peer is in. A `Signal` waits with a
-bound (`timeout`), never by spinning, and a peer that died reads as end-of-file at once:
+byte on a Unix-domain socket costs a system call each way. On Linux, `SignalListener` binds a
+socket under a random name of the abstract namespace, which is in no file system and goes with
+the socket, so a listener's process killed at any moment leaves nothing behind; it takes only
+peers of its own user (their credentials, `SO_PEERCRED`). Elsewhere the socket is bound in a
+fresh private directory (mode 0700, the socket 0600), removed when the listener closes. Each
+peer connects with `connect_signal` and proves it got the address from the listener's owner by
+sending the listener's random token and its number. A `Signal` waits with a bound
+(`timeout`), never by spinning, and a peer that died reads as end-of-file at once:
 `SignalClosed`.
 
 A lock-step exchange waits on the scheduler twice a turn: on a busy machine, a woken process
@@ -28,6 +31,7 @@ import secrets
 import shutil
 import socket
 import struct
+import sys
 import tempfile
 from collections.abc import Iterator
 
@@ -42,6 +46,8 @@ __all__ = [
 
 _TOKEN_BYTES = 16
 _HELLO = struct.Struct("!16sI")
+_ABSTRACT = sys.platform.startswith("linux")  # Unix-domain names outside any file system
+_CREDS = struct.Struct("iII")  # struct ucred: pid, uid, gid
 
 
 class SignalClosed(ConnectionError):
@@ -111,18 +117,24 @@ class SignalListener:
     """Where the peers of one process connect their signals: a private Unix-domain socket.
 
     Attributes:
-        path: the socket's path (in a directory of its own, mode 0700).
+        path: the socket's address: on Linux an abstract name (it starts with a NUL byte and
+            names no file), elsewhere a path in a directory of its own (mode 0700).
         token: the random bytes a peer must send first.
     """
 
     def __init__(self, backlog: int) -> None:
-        self._dir = tempfile.mkdtemp(prefix="parl-signal-")  # mode 0700
-        self.path = os.path.join(self._dir, "s")
+        self._dir: str | None = None
         self.token = secrets.token_bytes(_TOKEN_BYTES)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._sock.bind(self.path)
-            os.chmod(self.path, 0o600)
+            if _ABSTRACT:
+                self.path = f"\0parl-signal-{secrets.token_hex(_TOKEN_BYTES)}"
+                self._sock.bind(self.path)
+            else:
+                self._dir = tempfile.mkdtemp(prefix="parl-signal-")  # mode 0700
+                self.path = os.path.join(self._dir, "s")
+                self._sock.bind(self.path)
+                os.chmod(self.path, 0o600)
             self._sock.listen(max(backlog, 1))
         except BaseException:
             self.close()
@@ -141,6 +153,9 @@ class SignalListener:
         try:
             while len(signals) < len(expected):
                 conn, _ = self._sock.accept()
+                if _ABSTRACT and _peer_uid(conn) != os.getuid():  # anyone may reach the name
+                    conn.close()
+                    continue
                 conn.settimeout(timeout)
                 try:
                     hello = _recv_exactly(conn, _HELLO.size)
@@ -159,10 +174,18 @@ class SignalListener:
         return signals
 
     def close(self) -> None:
-        """Stop listening and remove the socket and its directory."""
+        """Stop listening: the name is free again (its directory removed, where it has one)."""
         with contextlib.suppress(OSError):
             self._sock.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    """The user id of the process at the other end of a connected Unix-domain socket."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size)
+    uid: int = _CREDS.unpack(creds)[1]
+    return uid
 
 
 def connect_signal(path: str, token: bytes, index: int, timeout: float) -> Signal:
