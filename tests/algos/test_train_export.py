@@ -10,7 +10,8 @@ environment, the actions of the agent restored from the run's last checkpoint th
 own bounds by the run's wrappers (`ClipAction`, `RescaleAction`). A multi-agent run (MADDPG,
 MAPPO, QMIX) is exported as a file per agent, each matching that agent's actions on its own
 observations (QMIX's with its hidden state carried through the episodes). The recurrent policy
-is refused with one line, and so is a missing extra; the serving snippet of the docs runs where
+(R2D2) is exported with its state in and out and matches with the state carried through the
+episodes. A missing extra is refused with one line; the serving snippet of the docs runs where
 torch cannot be imported.
 """
 
@@ -21,6 +22,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -58,6 +60,10 @@ def _trained(name: str, logdir: Path) -> str:
     config = load_config(name)
     for key, text in {**SMALL, **CONFIGS[name]}.items():
         apply_override(config, key, text)
+    return _trained_config(config, logdir)
+
+
+def _trained_config(config: Any, logdir: Path) -> str:
     train_run(config, get_spec(config.algorithm), str(logdir))
     return str(logdir)
 
@@ -74,15 +80,22 @@ def _export(fmt: str, logdir: str, capsys: pytest.CaptureFixture[str]) -> str:
 
 def _observations(env: gym.Env, n: int) -> np.ndarray:
     """`n` observations of `env` under random actions (seeded), across episodes."""
+    return _walk(env, n)[0]
+
+
+def _walk(env: gym.Env, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_observations(env, n)`, and where an episode starts among them."""
     env.action_space.seed(1)
     obs, _ = env.reset(seed=1)
-    seen = []
+    seen, starts, start = [], [], True
     for _ in range(n):
         seen.append(obs)
+        starts.append(start)
         obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
-        if terminated or truncated:
+        start = terminated or truncated
+        if start:
             obs, _ = env.reset()
-    return np.stack(seen)
+    return np.stack(seen), np.array(starts)
 
 
 def _torch_actions(logdir: str, env: gym.Env, obs: np.ndarray) -> np.ndarray:
@@ -230,39 +243,87 @@ def test_each_agent_of_a_multi_agent_run_is_exported_and_acts_as_the_torch_polic
             _same(session.run(["action"], {"obs": own})[0], expected[:, i])
             _same(scripted(torch.as_tensor(own)).numpy(), expected[:, i])
             continue
-        # Every episode's steps in order, the episodes side by side: a batch a time step.
-        episode = np.cumsum(starts) - 1
-        step = np.arange(len(own)) - np.flatnonzero(starts)[episode]
         size = config.agent.hidden_size
-        hidden = np.zeros((episode[-1] + 1, size), np.float32)
-        script_hidden = torch.zeros(episode[-1] + 1, size)
-        acted = np.zeros(len(own), np.int64)
-        script_acted = np.zeros(len(own), np.int64)
-        for t in range(step.max() + 1):
-            rows = np.flatnonzero(step == t)
-            now = episode[rows]
-            action, hidden[now] = session.run(None, {"obs": own[rows], "hidden": hidden[now]})
-            acted[rows] = action
-            script_action, script_hidden[torch.as_tensor(now)] = scripted(
-                torch.as_tensor(own[rows]), script_hidden[torch.as_tensor(now)]
-            )
-            script_acted[rows] = script_action.numpy()
-        _same(acted, expected[:, i])
-        _same(script_acted, expected[:, i])
+        _same(_stepped(session, None, own, starts, size, "hidden"), expected[:, i])
+        _same(_stepped(None, scripted, own, starts, size, "hidden"), expected[:, i])
+
+
+def _stepped(
+    session: Any, scripted: Any, obs: np.ndarray, starts: np.ndarray, size: int, name: str
+) -> np.ndarray:
+    """The actions of a recurrent exported policy (an onnxruntime `session`, else `scripted`)
+    on `obs`, its state (input `name`, `size` wide) zero at each of `starts` and carried
+    through each episode: the episodes side by side, a batch a time step."""
+    episode = np.cumsum(starts) - 1
+    step = np.arange(len(obs)) - np.flatnonzero(starts)[episode]
+    state = np.zeros((episode[-1] + 1, size), np.float32)
+    acted = np.zeros(len(obs), np.int64)
+    for t in range(step.max() + 1):
+        rows = np.flatnonzero(step == t)
+        now = episode[rows]
+        if session is not None:
+            action, state[now] = session.run(None, {"obs": obs[rows], name: state[now]})
+        else:
+            out = scripted(torch.as_tensor(obs[rows]), torch.as_tensor(state[now]))
+            action, state[now] = out[0].numpy(), out[1].numpy()
+        acted[rows] = action
+    return acted
+
+
+@pytest.mark.filterwarnings(TORCHSCRIPT_LOAD)
+def test_the_recurrent_policy_is_exported_with_its_state_and_acts_as_the_torch_policy(
+    tmp_path, capsys
+):
+    """R2D2 on CartPole without its velocities: `obs` and `state` in, `action` and
+    `next_state` out; on 1,000 observations, the actions of `R2D2Agent.predict` with the state
+    it carries through each episode (zeros at its start), as its evaluations act."""
+    from parl_algos.train._recurrent import make_wrapped_env
+
+    config = load_config("r2d2/cartpole-masked")
+    small = {"train.total_steps": "256", "train.checkpoint_every": "256", "train.actors": "1"}
+    small |= {"agent.learning_starts": "64", "agent.buffer_size": "500"}
+    for key, text in {**SMALL, **small}.items():
+        apply_override(config, key, text)
+    logdir = _trained_config(config, tmp_path / "run")
+    onnx_path = _export("onnx", logdir, capsys)
+    script_path = _export("torchscript", logdir, capsys)
+    env = make_wrapped_env(config.env.id, config.env.wrapper)
+    obs, starts = _walk(env, OBSERVATIONS)
+    env.close()
+
+    agent = get_spec("R2D2").build(config, env.observation_space, env.action_space).agent
+    agent.restore(os.path.join(latest_checkpoint(logdir), "agent.ckpt"))
+    agent.eval()
+    expected = np.zeros(len(obs), np.int64)
+    for t, o in enumerate(obs):
+        if starts[t]:
+            state = agent.initial_state(1)
+        action, state = agent.predict(o[None], state)
+        expected[t] = action[0]
+
+    session = onnxruntime.InferenceSession(onnx_path)
+    scripted = torch.jit.load(script_path)
+    assert [x.name for x in session.get_inputs()] == ["obs", "state"]
+    size = agent.alg.model.state_size
+    _same(_stepped(session, None, obs, starts, size, "state"), expected)
+    _same(_stepped(None, scripted, obs, starts, size, "state"), expected)
+    # A barely trained network may act alike whatever it remembers: the states themselves
+    # too, from states of every kind (its actions differ across them).
+    states = np.random.default_rng(1).normal(0.0, 2.0, (len(obs), size)).astype(np.float32)
+    actions, next_states = agent.predict(obs, states)
+    assert len(np.unique(actions)) > 1
+    given = session.run(["action", "next_state"], {"obs": obs, "state": states})
+    _same(given[0], actions.astype(np.int64))
+    np.testing.assert_allclose(given[1], next_states, rtol=1e-5, atol=1e-5)
+    script_actions, script_states = scripted(torch.as_tensor(obs), torch.as_tensor(states))
+    _same(script_actions.numpy(), actions.astype(np.int64))
+    np.testing.assert_allclose(script_states.numpy(), next_states, rtol=1e-5, atol=1e-5)
 
 
 def _config_only(name: str, logdir: Path) -> str:
     logdir.mkdir()
     (logdir / "config.toml").write_text(dump_config(load_config(name)), encoding="utf-8")
     return str(logdir)
-
-
-def test_the_recurrent_policy_is_refused_in_one_line(tmp_path, capsys):
-    logdir = _config_only("r2d2/cartpole-masked", tmp_path / "run")
-    capsys.readouterr()
-    assert parl_train_main(["--export", "onnx", logdir]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "policy is not exported" in err[0], err
 
 
 def test_bad_export_lines_say_what_to_do(tmp_path, capsys):

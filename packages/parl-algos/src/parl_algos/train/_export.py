@@ -25,7 +25,9 @@ them), so each agent is deployed where it runs, with nothing of the others:
 - QMIX's agents are recurrent: in also `hidden`, `(N, hidden_size)` float32 (zeros at an
   episode's start), out also `next_hidden`, for the agent's next step.
 
-The recurrent R2D2 policy is not exported yet (its LSTM state needs the same interface).
+The recurrent R2D2 policy carries its LSTM's state from step to step the same way: in `obs`
+and `state`, `(N, state_size)` float32 (zeros at an episode's start: the LSTM's `h` and `c`
+side by side), out `action` and `next_state`.
 """
 
 from __future__ import annotations
@@ -45,12 +47,12 @@ from parl_algos.train._envs import make_env_fn
 from parl_algos.train._run import latest_checkpoint
 from parl_algos.train._spec import AlgorithmSpec
 
-__all__ = ["AgentPolicy", "EXPORT_FORMATS", "GreedyPolicy", "export"]
+__all__ = ["AgentPolicy", "EXPORT_FORMATS", "GreedyPolicy", "RecurrentPolicy", "export"]
 
 EXPORT_FORMATS = {"onnx": "policy.onnx", "torchscript": "policy.pt"}
 """Each format of `--export` and the file it writes in the run directory."""
 
-_FAMILIES = ("on_policy", "off_policy", "offline", "multi_agent")
+_FAMILIES = ("on_policy", "off_policy", "offline", "multi_agent", "recurrent")
 _INSTALL = "pip install 'parl-algos[export]'"
 
 
@@ -136,6 +138,24 @@ class AgentPolicy(nn.Module):
         return q.argmax(-1), next_hidden
 
 
+class RecurrentPolicy(nn.Module):
+    """R2D2's greedy action and next recurrent state, a step at a time.
+
+    Args:
+        algorithm: the agent's `R2D2`.
+    """
+
+    def __init__(self, algorithm: Any) -> None:
+        super().__init__()
+        self.model = algorithm.model  # its weights go into the file
+        self.requires_grad_(False)
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(N, *obs_shape)` and `(N, state_size)` -> `(N,)` int64 actions, next states."""
+        q, next_state = self.model(obs.unsqueeze(0), state)
+        return q[0].argmax(-1), next_state
+
+
 def _check_format(fmt: str) -> None:
     if fmt not in EXPORT_FORMATS:
         raise ConfigError(f"--export {fmt!r}: the formats are {', '.join(EXPORT_FORMATS)}")
@@ -168,15 +188,14 @@ def export(config: Config, spec: AlgorithmSpec, logdir: str, fmt: str) -> list[s
     """
     _check_format(fmt)
     if spec.family not in _FAMILIES:
-        raise ConfigError(
-            f"--export: {spec.name}'s policy is not exported (a recurrent policy); the "
-            "algorithms of parl-train --list's other families are"
-        )
+        raise ConfigError(f"--export: {spec.name}'s policy is not exported")
     checkpoint = latest_checkpoint(logdir)
     if checkpoint is None:
         raise ConfigError(f"--export: {logdir} has no checkpoint; train it first (parl-train)")
     if spec.family == "multi_agent":
         return _export_agents(config, spec, checkpoint, logdir, fmt)
+    if spec.family == "recurrent":
+        return [_export_recurrent(config, spec, checkpoint, logdir, fmt)]
     policy, env = _policy_of(config, spec, checkpoint)
     space = env.observation_space
     env.close()
@@ -184,6 +203,29 @@ def export(config: Config, spec: AlgorithmSpec, logdir: str, fmt: str) -> list[s
     path = os.path.join(logdir, EXPORT_FORMATS[fmt])
     _write(policy, (example,), ["obs"], ["action"], path, fmt)
     return [path]
+
+
+def _export_recurrent(
+    config: Config, spec: AlgorithmSpec, checkpoint: str, logdir: str, fmt: str
+) -> str:
+    """R2D2's `policy.onnx` (`.pt`): observations and states in, actions and states out."""
+    from parl_algos.train._recurrent import make_wrapped_env
+
+    env = make_wrapped_env(config.env.id, config.env.wrapper)
+    agent = spec.build(config, env.observation_space, env.action_space).agent
+    agent.load_state_dict(
+        torch.load(os.path.join(checkpoint, "agent.ckpt"), map_location="cpu", weights_only=True)
+    )
+    agent.eval()
+    example = (
+        torch.as_tensor(np.stack([env.observation_space.sample()] * 2)),
+        agent.alg.model.initial_state(2),
+    )
+    env.close()
+    path = os.path.join(logdir, EXPORT_FORMATS[fmt])
+    policy = RecurrentPolicy(agent.alg).eval()
+    _write(policy, example, ["obs", "state"], ["action", "next_state"], path, fmt)
+    return path
 
 
 def _export_agents(
@@ -230,6 +272,8 @@ def _write(
         # a fraction of one.
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        # An LSTM's warning for graphs whose initial state is not an input: R2D2's is one.
+        warnings.filterwarnings("ignore", "Exporting a model to ONNX with a batch_size other")
         if fmt == "torchscript":
             torch.jit.trace(policy, example).save(path)
         else:
