@@ -484,6 +484,32 @@ def user_class_rows(
     return rows
 
 
+def record_preloaded(times: dict[str, float], preload: list[str]) -> None:
+    """The first actor of each user-module class whose module was preloaded, as a result row.
+
+    Its peer: the later actors of the same class in the same run, whose warm processes had
+    imported what the first one did (the most that preloading can give the first).
+    """
+    load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    rows = [
+        Row(
+            task=f"the first actor of a class whose module imports {name}",
+            algorithm=f"actor creation, {name} preloaded (parl.connect(preload=...))",
+            metric="ms until its first answer",
+            better="lower",
+            ours=round(times[f"W4 {name} 1st ms"], 1),
+            peer="later actors of the same class (warm processes that imported it after the first)",
+            peer_value=round(times[f"W4 {name} later ms"], 1),
+            seeds=[],
+            command=command_line(),
+            note=f"Target: 20 ms; preloaded {', '.join(preload)}; {load}.",
+        )
+        for name in ("numpy", "torch")
+        if name in preload and f"W4 {name} 1st ms" in times
+    ]
+    record("remote-calls", rows)
+
+
 def parl2_times(python: str | None, n: int, settle: float) -> dict[str, float] | None:
     """PARL 2.x's W4 for the same classes, on a cluster of its own (`compare/parl2_run.py`)."""
     if python is None:
@@ -606,7 +632,8 @@ def main() -> None:
     server, echo_port, raw_port = start_raw_server()
     own_server, own_port, _ = start_raw_server(own_session=True)
     preload = [name for name in args.preload.split(",") if name]
-    client = parl.connect(cpu_num=6, log_to_driver=False, preload=preload)
+    warm = {"preload": preload} if preload else {}  # (a tree from before preloading: none)
+    client = parl.connect(cpu_num=6, log_to_driver=False, **warm)
     try:
         wait_for_vacant(client, 6)
         if preload:
@@ -617,6 +644,8 @@ def main() -> None:
         if not (args.w3 or args.lanes):  # first, while no actor has imported numpy or torch yet
             w4_times = user_class_times(client, n_w4, args.settle)
             w4_user = user_class_rows(w4_times, None)
+            if preload:
+                record_preloaded(w4_times, preload)
         if args.w4:
             parl.disconnect()  # PARL's run gets the machine to itself
             rows += user_class_rows(w4_times, parl2_times(args.parl2, n_w4, args.settle))
