@@ -98,6 +98,23 @@ def test_a_dead_actor_says_why(connected):
         lambda: (x := _actor(connected, actor_id))["state"] == "dead" and x, what="its death"
     )
     assert "sys.exit(3)" in dead["reason"]
+    # Its replacement's record names it and why it ended; the client counts its replacements.
+    with pytest.raises(parl_remote.RemoteActorDiedError) as excinfo:
+        actor.say("to a dead actor")
+    assert excinfo.value.actor_id == actor_id
+    restarts = _our_client(connected)["restarts"]
+    with parl_remote.replacing(excinfo.value.actor_id):
+        replacement = Talker()
+    row = _actor(connected, replacement._parl_ref.actor_id)
+    assert row["replaces"] == actor_id and "sys.exit(3)" in row["replaced_reason"]
+    assert _actor(connected, actor_id)["replaces"] == ""  # a first actor replaces none
+    assert _our_client(connected)["restarts"] == restarts + 1
+    page = connected.get("actors").text
+    assert f'replaces <a class="mono" href="/actors/{actor_id}/logs">{actor_id}</a>' in page
+    with parl_remote.replacing("0123456789ab"):  # no actor of this client: recorded as none
+        other = Talker()
+    assert _actor(connected, other._parl_ref.actor_id)["replaces"] == ""
+    assert _our_client(connected)["restarts"] == restarts + 1
 
 
 def test_logs_api_returns_the_lines_after_an_offset(connected):

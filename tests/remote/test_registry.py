@@ -103,9 +103,29 @@ def test_readers_get_frozen_records_and_the_status_reply_plain_data():
     assert plain["master"] == {"host": "127.0.0.1", "port": 8010, "pid": 42, "uptime_s": ANY}
     assert plain["workers"][0]["gpus"] == ["0"] and plain["actors"][0]["state"] == "starting"
     assert plain["clients"] == [
-        {"client_id": "c1", "hostname": "laptop", "pid": 7, "actors": 1, "connected_at": ANY}
+        {
+            "client_id": "c1",
+            "hostname": "laptop",
+            "pid": 7,
+            "actors": 1,
+            "connected_at": ANY,
+            "restarts": 0,
+        }
     ]
     assert m.decoder.decode(m.encoder.encode(m.StatusReply(1, plain))).status == plain
+    # A replacement names the actor it replaced and why that one ended; the client counts it.
+    client = registry.clients["c1"]
+    for new, old in (("a3", "a2"), ("a4", "a3"), ("a5", "nobody")):
+        actor = ActorInfo(new, "Learner", "c1", "w1")
+        registry.replaced(actor, old, client)
+        registry.add_actor(actor)
+    registry.end_actor(registry.actors["a3"], "its process was killed by SIGKILL")
+    a3, a4, a5 = (registry.actor_status(a) for a in ("a3", "a4", "a5"))
+    assert (a3.replaces, a3.replaced_reason) == ("a2", "released by its client")
+    assert (a4.replaces, a4.replaced_reason) == ("a3", "its process was killed by SIGKILL")
+    assert (a5.replaces, a5.replaced_reason) == ("", "")  # no such actor of this client
+    assert registry.actors["a4"].replaced is not None and registry.find_actor("a3").replaced is None
+    assert client.status().restarts == 2
 
 
 def _many(workers: int, actors: int) -> Registry:

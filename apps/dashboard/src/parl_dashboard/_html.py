@@ -259,6 +259,18 @@ def _state(a: dict[str, Any]) -> str:
     return f'<span class="state s-{state}">{esc(a["state"])}</span>{why}'
 
 
+def _replaces(a: dict[str, Any]) -> str:
+    """Which dead actor `a` replaced, and why that one ended (nothing for a first actor)."""
+    if not a.get("replaces"):
+        return ""
+    why = f": {esc(a['replaced_reason'])}" if a.get("replaced_reason") else ""
+    href = esc(_logs_href(a["replaces"]))
+    return (
+        f'<div class="sub replaces">replaces <a class="mono" href="{href}">'
+        f"{esc(a['replaces'])}</a>{why}</div>"
+    )
+
+
 def _actor_row(a: dict[str, Any]) -> str:
     href = esc(_logs_href(a["actor_id"]))
     worker = a["worker_hostname"] or a["host"]
@@ -266,7 +278,7 @@ def _actor_row(a: dict[str, Any]) -> str:
     return (
         f'<tr id="actor-{esc(a["actor_id"])}"{dead}>'
         f'<td><a class="mono" href="{href}">{esc(a["actor_id"])}</a></td>'
-        f'<td class="cls">{esc(a["class_name"])}</td>'
+        f'<td class="cls">{esc(a["class_name"])}{_replaces(a)}</td>'
         f'<td><a class="mono" href="/actors?{esc(urlencode({"client": a["client_id"]}))}">'
         f"{esc(a['client_id'])}</a></td>"
         f'<td>{esc(worker)}<div class="sub mono">{esc(a["worker_id"])} · pid {a["pid"]}</div></td>'
@@ -341,13 +353,14 @@ def clients_fragments(data: dict[str, Any]) -> dict[str, str]:
         f'<td>{esc(c["hostname"])}</td><td class="num">{c["pid"]}</td>'
         f'<td class="num"><a href="/actors?{esc(urlencode({"client": c["client_id"]}))}">'
         f"{c['actors']}</a></td>"
+        f'<td class="num">{c.get("restarts", 0)}</td>'
         f"<td>{_clock(c['connected_at'], date=True)}"
         f'<div class="sub">{fmt_age(now - c["connected_at"])} ago</div></td></tr>'
         for c in clients
     ]
     return {
         "clients": _table(
-            ["Client", "Host", "PID", "Actors", "Connected since"],
+            ["Client", "Host", "PID", "Actors", "Replaced", "Connected since"],
             rows,
             "No client is connected." if data["page"]["page"] == 1 else "No client on this page.",
         )

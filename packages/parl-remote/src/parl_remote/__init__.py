@@ -17,7 +17,8 @@ await actor.aio.add(1, 2)            # the same, from async code
 master's registry, for apps the master serves (the dashboard; see the entry-point group
 `parl_remote.master_apps`). `host_id()` names this host: processes whose ids are equal share
 its memory (the actors' connections and the samplers move large arrays through it);
-`parl_remote.shm` is that memory's API (segments, pools, a wake-up signal).
+`parl_remote.shm` is that memory's API (segments, pools, a wake-up signal). Actors created
+within `replacing(dead_actor_id)` are recorded as that dead actor's replacements.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from parl_remote._exceptions import (
 from parl_remote.client._connect import connect, disconnect
 from parl_remote.client._future import RemoteFuture
 from parl_remote.client._remote_class import ActorHandle, AsyncActorHandle, kill, remote_class
+from parl_remote.client._replacing import replacing
 from parl_remote.master._registry import Registry
 from parl_remote.master._status import (
     ActorPage,
@@ -82,4 +84,5 @@ __all__ = [
     "host_id",
     "kill",
     "remote_class",
+    "replacing",
 ]

@@ -43,6 +43,9 @@ __all__ = [
 class RemoteError(Exception):
     """Base class of every failure of a remote operation."""
 
+    actor_id: str = ""
+    """The actor whose call failed, where a call on a known actor failed ("" otherwise)."""
+
 
 class RemoteActorDiedError(RemoteError):
     """The actor's process is gone; the pending call and every later one raise this."""

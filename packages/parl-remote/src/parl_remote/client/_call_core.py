@@ -250,15 +250,19 @@ class ActorCore:
 
     def died_error(self) -> RemoteActorDiedError:
         """The error of every call once the actor is dead."""
-        return RemoteActorDiedError(
+        error = RemoteActorDiedError(
             f"{self.class_name} actor {self.actor_id} (pid {self.pid} on {self.host}) died: "
             f"{self.dead}. This call and every later call on it fail; create a new actor to go on."
         )
+        error.actor_id = self.actor_id
+        return error
 
     def lost_error(self) -> RemoteError:
         """The error of a call whose connection broke while the actor lives on."""
-        return RemoteError(
+        error = RemoteError(
             f"lost the connection to {self.class_name} actor {self.actor_id} (pid {self.pid} on "
             f"{self.host}), which the master still counts alive; the call may or may not have "
             "run. Later calls connect again."
         )
+        error.actor_id = self.actor_id
+        return error

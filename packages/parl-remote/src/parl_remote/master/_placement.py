@@ -166,6 +166,7 @@ class Placement:
             gpus=worker.free_gpus[:n_gpu],
             max_memory_mb=request.msg.max_memory_mb,
         )
+        self.registry.replaced(actor, request.msg.replaces, request.client)
         self.registry.add_actor(actor)
         self.starting[actor.actor_id] = request
         start = m.StartActor(

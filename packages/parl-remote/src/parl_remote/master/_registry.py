@@ -115,11 +115,18 @@ class ClientInfo:
     actors: set[str] = field(default_factory=set)
     held: set[str] = field(default_factory=set)
     """Actors of other clients that this one holds handles of."""
+    restarts: int = 0
+    """Its actors placed as replacements of its dead ones (`CreateActor.replaces`)."""
 
     def status(self) -> ClientStatus:
         """A frozen copy, as readers see it."""
         return ClientStatus(
-            self.client_id, self.hostname, self.pid, len(self.actors), self.connected_at
+            self.client_id,
+            self.hostname,
+            self.pid,
+            len(self.actors),
+            self.connected_at,
+            self.restarts,
         )
 
 
@@ -149,6 +156,12 @@ class ActorInfo:
     """Clients other than its creator that hold handles of it: it lives while any does."""
     let_go: bool = False
     """Its creator dropped its last handle; it ends when the last holder does."""
+    replaces: str = ""
+    """The dead actor it replaces ("": none)."""
+    replaced: ActorInfo | None = None
+    """That actor, while it is the newest of its line (its reason may come after)."""
+    replaced_reason: str = ""
+    """Why that actor ended, once a newer replacement let it go."""
 
     @classmethod
     def adopted(cls, record: m.ActorRecord, worker: WorkerInfo) -> ActorInfo:
@@ -188,6 +201,8 @@ class ActorInfo:
             created_at=self.created_at,
             ended_at=self.ended_at,
             uptime_s=max(end - self.created_at, 0.0),
+            replaces=self.replaces,
+            replaced_reason=self.replaced_reason if self.replaced is None else self.replaced.reason,
         )
 
 
@@ -414,6 +429,21 @@ class Registry:
         actor.holders.clear()
         self._changed()
         return holders
+
+    def replaced(self, actor: ActorInfo, replaces: str, client: ClientInfo) -> None:
+        """`actor`, about to be placed, replaces `replaces`, a dead actor of the same client.
+
+        An id the registry does not know as one of that client's actors is ignored. Only the
+        newest of a line of replacements holds the one before it (whose reason may come later
+        than the replacement): the line is never a chain in memory.
+        """
+        old = self.find_actor(replaces) if replaces else None
+        if old is None or old.client_id != client.client_id:
+            return
+        if old.replaced is not None:
+            old.replaced_reason, old.replaced = old.replaced.reason, None
+        actor.replaces, actor.replaced = old.actor_id, old
+        client.restarts += 1
 
     def release_actor(self, actor: ActorInfo, reason: str) -> None:
         """Its owner let it go (its process is being stopped); the first reason given stays."""

@@ -107,6 +107,8 @@ class ClientStatus(_Record):
     """How many live actors it owns."""
     connected_at: float
     """When it connected (Unix time)."""
+    restarts: int = 0
+    """Its actors placed as replacements of its dead ones (see `parl_remote.replacing`)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,10 @@ class ActorStatus(_Record):
     """When it ended (Unix time); None while it lives."""
     uptime_s: float
     """Seconds it has lived (or lived)."""
+    replaces: str = ""
+    """The id of the dead actor it replaces ("": none; see `parl_remote.replacing`)."""
+    replaced_reason: str = ""
+    """Why the actor it replaces ended."""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from parl_remote._exceptions import (
 from parl_remote._loop import new_event_loop
 from parl_remote.client._bundle import Bundle
 from parl_remote.client._call_core import Replies, init_payload
+from parl_remote.client._replacing import replaced_actor
 from parl_remote.client._spec import _ClassSpec
 from parl_remote.engines.xparl._actor_ref import _ActorRef
 from parl_remote.engines.xparl._drivers import arequest
@@ -211,7 +212,7 @@ class Client:
         """Place a new actor and build its instance (blocking); its shared reference."""
         payload, buffers = init_payload(spec.cls, spec.name, args, kwargs)
         assigned = self.create_actor(
-            spec.name, spec.n_gpu, spec.max_memory_mb, settings.resource_wait_s
+            spec.name, spec.n_gpu, spec.max_memory_mb, settings.resource_wait_s, replaced_actor()
         )
         ref = _ActorRef(self, spec, assigned)
         try:
@@ -227,7 +228,7 @@ class Client:
         """`create_ref` from async code."""
         payload, buffers = init_payload(spec.cls, spec.name, args, kwargs)
         assigned = await self.acreate_actor(
-            spec.name, spec.n_gpu, spec.max_memory_mb, settings.resource_wait_s
+            spec.name, spec.n_gpu, spec.max_memory_mb, settings.resource_wait_s, replaced_actor()
         )
         ref = _ActorRef(self, spec, assigned)
         try:
@@ -388,10 +389,10 @@ class Client:
 
     # -- API used by actor handles (any thread) ---------------------------------------------
     async def _create(
-        self, class_name: str, n_gpu: int, max_memory_mb: float, wait_s: float
+        self, class_name: str, n_gpu: int, max_memory_mb: float, wait_s: float, replaces: str
     ) -> m.ActorAssigned:
         reply: m.ActorAssigned | m.CreateFailed = await self._request(
-            lambda rid: m.CreateActor(rid, class_name, n_gpu, max_memory_mb, wait_s),
+            lambda rid: m.CreateActor(rid, class_name, n_gpu, max_memory_mb, wait_s, replaces),
             wait_s + settings.connect_timeout_s + 5,
         )
         if isinstance(reply, m.CreateFailed):
@@ -401,20 +402,30 @@ class Client:
         return reply
 
     def create_actor(
-        self, class_name: str, n_gpu: int, max_memory_mb: float, wait_s: float
+        self,
+        class_name: str,
+        n_gpu: int,
+        max_memory_mb: float,
+        wait_s: float,
+        replaces: str = "",
     ) -> m.ActorAssigned:
-        """Ask the master for a process for a new actor (blocking)."""
+        """Ask the master for a process for a new actor (blocking); `replaces`: a dead one's id."""
         self._check_open()
         return asyncio.run_coroutine_threadsafe(
-            self._create(class_name, n_gpu, max_memory_mb, wait_s), self.loop
+            self._create(class_name, n_gpu, max_memory_mb, wait_s, replaces), self.loop
         ).result()
 
     async def acreate_actor(
-        self, class_name: str, n_gpu: int, max_memory_mb: float, wait_s: float
+        self,
+        class_name: str,
+        n_gpu: int,
+        max_memory_mb: float,
+        wait_s: float,
+        replaces: str = "",
     ) -> m.ActorAssigned:
         """Ask the master for a process for a new actor (from any event loop)."""
         self._check_open()
-        coro = self._create(class_name, n_gpu, max_memory_mb, wait_s)
+        coro = self._create(class_name, n_gpu, max_memory_mb, wait_s, replaces)
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
 
     def run_soon(self, fn: Any, *args: Any) -> None:

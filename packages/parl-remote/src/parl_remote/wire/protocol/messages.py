@@ -231,6 +231,8 @@ class CreateActor(_Msg, frozen=True):
     n_gpu: int = 0
     max_memory_mb: float = 0.0
     wait_s: float = 30.0
+    replaces: str = ""
+    """The id of a dead actor of the same client that this one replaces ("": none)."""
 
 
 class ActorAssigned(_Msg, frozen=True):
