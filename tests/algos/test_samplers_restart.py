@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import signal
 import time
 
@@ -29,6 +30,7 @@ from parl.samplers import (
     RestartWindow,
     SamplerWorkerError,
 )
+from parl_remote import RemoteMethodError
 from tests.algos.test_samplers import ENV_FN, LinearAgent
 from tests.algos.test_samplers_remote import AtStep, KillAt, no_actors, shm_names, wait_until
 
@@ -240,25 +242,49 @@ def test_a_restart_window_allows_max_restarts_within_it_and_forgets_older_ones(m
 
 def test_replacements_count_each_actor_log_one_line_each_and_stop_past_max_restarts(caplog):
     died = parl.RemoteActorDiedError(
-        "actor A died: its process was killed by SIGKILL. This call did not complete"
+        "EnvWorker actor A (pid 41 on h) died: its process was killed by SIGKILL. This call did "
+        "not complete"
     )
-    replacements = Replacements("R2D2: actor {i}", 1, setting="train.max_restarts")
-    with pytest.raises(OSError), replacements.replacing(0, died):
-        raise OSError("no slot")  # the replacement failed: none is counted
+    again = parl.RemoteActorDiedError("EnvWorker actor B (pid 42 on h) died: it exited. This call")
+    replacements = Replacements("R2D2: actor {i}", 2, setting="train.max_restarts")
+
+    def no_slot(r: int) -> str:
+        raise OSError("no slot")
+
+    with pytest.raises(OSError):  # the replacement failed: none is counted
+        replacements.replace(0, died, no_slot)
     assert (replacements.total, replacements.count(0)) == (0, 0)
-    log = caplog.at_level(logging.WARNING, logger="parl_algos.samplers._group")
-    with log, replacements.replacing(1, died) as r:
-        assert r == 1  # actor 1's first replacement: its first seed stream
+    made: list[int] = []
+
+    def dies_once(r: int) -> str:  # the first replacement dies as it starts
+        made.append(r)
+        if len(made) == 1:
+            raise again
+        return f"actor {r}"
+
+    with caplog.at_level(logging.WARNING, logger="parl_algos.samplers._group"):
+        assert replacements.replace(1, died, dies_once) == "actor 1"
+    assert made == [1, 1]  # made again, with the same seed stream
     assert (replacements.total, replacements.count(1), replacements.count(0)) == (1, 1, 0)
-    [line] = [record.getMessage() for record in caplog.records]
-    assert line.startswith("R2D2: actor 1 died: its process was killed by SIGKILL; replaced in ")
-    past = pytest.raises(parl.RemoteActorDiedError, match=r"actor 1 died 2 times within 600 s ")
-    with past, replacements.replacing(1, died):
-        raise AssertionError("past train.max_restarts=1 nothing is made")
-    past = pytest.raises(parl.RemoteActorDiedError, match="actor 0 died 2 times")
-    with past, replacements.replacing(0, died):  # its failed replacement was a death counted
-        raise AssertionError("past train.max_restarts=1 nothing is made")
-    assert replacements.total == 1
+    first, line = (record.getMessage() for record in caplog.records)
+    assert first.startswith("R2D2: actor 1's replacement failed as it started (it exited)")
+    # the line names the actor that died last: the failed replacement
+    assert line.startswith("R2D2: actor 1 (pid 42 on h) died: it exited; replaced in "), line
+    past = pytest.raises(parl.RemoteActorDiedError, match=r"actor 1 died 3 times within 600 s ")
+    with past:  # two deaths counted already: the death and the failed start
+        replacements.replace(1, died, lambda r: pytest.fail("past max_restarts nothing is made"))
+    assert replacements.replace(0, died, str) == "1"  # its failed replacement was counted
+
+    def broken(r: int) -> str:  # its environment raises as it is made
+        raise RemoteMethodError("ValueError: env broke")
+
+    past = pytest.raises(
+        parl.RemoteActorDiedError, match="actor 2 failed 3 times .* RemoteMethodError: .*broke"
+    )
+    with past as excinfo:  # one that keeps failing as it starts: its own error, named
+        replacements.replace(2, died, broken)
+    assert isinstance(excinfo.value.__cause__, RemoteMethodError)
+    assert replacements.total == 2
 
 
 def dies_once_made(armed: str, mark: str) -> gym.Env:
@@ -282,7 +308,7 @@ def test_a_replacement_killed_as_it_starts_is_made_again(cluster, tmp_path, capl
     with ParallelSampler(env_fn, LinearAgent(), **SIZES, restart=True) as sampler:
         first = sampler.collect()
         open(armed, "w").close()  # the next worker made dies making its environments
-        kill_worker(sampler, 1)
+        killed = kill_worker(sampler, 1)
         batch = sampler.collect()
         assert os.path.exists(mark)  # the first replacement died as it started
         assert sampler.restarts == 1  # replacements made: the second one
@@ -293,5 +319,14 @@ def test_a_replacement_killed_as_it_starts_is_made_again(cluster, tmp_path, capl
             np.testing.assert_array_equal(batch.obs[0, column], expected)
     lines = [r.getMessage() for r in caplog.records]
     assert any("worker 1's replacement failed as it started (" in line for line in lines), lines
-    assert sum("; replaced in" in line for line in lines) == 1, lines
+    [line] = [line for line in lines if "; replaced in" in line]
+    pid = int(re.search(r"worker 1 \(pid (\d+) on", line).group(1))
+    assert pid != killed, line  # the line names the one that died last: the replacement
+    # A worker killed while the sampler is first made is replaced too.
+    os.remove(mark)
+    caplog.clear()
+    with ParallelSampler(env_fn, LinearAgent(), **SIZES, restart=True) as sampler:
+        assert os.path.exists(mark) and sampler.restarts == 1
+        assert sampler.collect().obs.shape == first.obs.shape
+    assert sum("; replaced in" in r.getMessage() for r in caplog.records) == 1
     wait_until(lambda: no_actors(cluster), what="every slot to be free again")

@@ -18,6 +18,7 @@ weights a few updates old: the asynchrony of the paper's Hogwild! threads, acros
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -268,9 +269,8 @@ class A3CLearner:
     def _replace(self, i: int, exc: BaseException) -> None:
         """Make actor `i` anew for one that died with `exc` (raise past `max_restarts`)."""
         assert self.replace is not None
-        with self._replacements.replacing(i, exc) as r:
-            self.actors[i] = None  # its last handle: the actor and its slot are freed
-            self.actors[i] = self.replace(i, r)
+        self.actors[i] = None  # its last handle: the actor and its slot are freed
+        self.actors[i] = self._replacements.replace(i, exc, functools.partial(self.replace, i))
 
     def _put(self, item: Any) -> None:
         while not self._stop.is_set():

@@ -17,15 +17,14 @@ from a stream of their own; the caller makes the lost call again on it (`run`).
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -40,6 +39,7 @@ from parl_remote import (
     RemoteActorDiedError,
     RemoteError,
     ResourceError,
+    replacing,
 )
 from parl_remote.shm import (
     FlagSignal,
@@ -62,6 +62,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 RESTART_SEED_STRIDE = 1_000_003
 """A replaced worker's column `k` is first reset with `seed + k + RESTART_SEED_STRIDE * r`, where
@@ -152,17 +154,23 @@ class RestartWindow:
 class Replacements:
     """The replacements of a loop's actors: each index's deaths within a `RestartWindow` of its own.
 
-    `with replacements.replacing(i, exc) as r:` raises `parl.RemoteActorDiedError` where actor
-    `i` died more than `max_restarts` times within the window; else the block lets the dead
-    actor's handle go (its slot is freed) and makes the `r`-th replacement of `i` (`r` from 1: a
-    seed stream of its own), and once it is made the loss is one log line, `NAME died: REASON;
-    replaced in X s`. An error of the block leaves the counts as they were.
+    `replacements.replace(i, exc, make)` replaces actor `i`, which died with `exc`: it raises
+    `parl.RemoteActorDiedError` where actor `i` failed more than `max_restarts` times within
+    the window; else it returns `make(r)`, the `r`-th replacement of `i` (`r` from 1: a seed
+    stream of its own). The caller lets the dead actor's handle go first (its slot is freed).
+    A replacement that fails as it starts (`make` raises a `parl.RemoteError`: it was killed
+    while it started, or its environment raised as it was made) is one more failure of `i`,
+    and is made again; where no slot is free, or the master cannot be reached, it is tried
+    again until `restart_timeout`, then that error is raised. Once one is made, the loss is
+    one log line, `NAME (pid P on H) died: REASON; replaced in X s`, naming the actor that
+    died last (a failed replacement's, after retries).
 
     Args:
         name: how actor `i` is named, a format string of `i` (e.g. `"R2D2: actor {i}"`).
         max_restarts: the most replacements of one actor within `window_s`.
         setting: the name of `max_restarts` for the user (e.g. `"train.max_restarts"`).
         window_s: the window, in seconds.
+        restart_timeout: the longest wait for a slot, or for the master, for one replacement.
     """
 
     def __init__(
@@ -172,11 +180,13 @@ class Replacements:
         *,
         setting: str = "max_restarts",
         window_s: float = 600.0,
+        restart_timeout: float = 60.0,
     ) -> None:
         self.name = name
         self.max_restarts = max_restarts
         self.setting = setting
         self.window_s = window_s
+        self.restart_timeout = restart_timeout
         self.total = 0
         """Replacements made so far, of every actor."""
         self._windows: dict[int, RestartWindow] = {}
@@ -187,26 +197,58 @@ class Replacements:
         """How many times actor `i` was replaced."""
         return self._counts[i]
 
-    @contextlib.contextmanager
-    def replacing(self, i: int, exc: BaseException, note: str = "") -> Iterator[int]:
-        """Replace actor `i`, which died with `exc` (see the class); `note` ends the log line."""
+    def replace(self, i: int, exc: BaseException, make: Callable[[int], _T], note: str = "") -> _T:
+        """Replace actor `i`, which died with `exc`, by `make(r)` (see the class).
+
+        `note` ends the log line.
+        """
         started = time.monotonic()
-        who = self.name.format(i=i)
-        with self._lock:
-            window = self._windows.setdefault(i, RestartWindow(self.max_restarts, self.window_s))
-            allowed = window.failed()
-        if not allowed:
-            raise RemoteActorDiedError(
-                f"{who} died {window.failures} times within {self.window_s:g} s "
-                f"({self.setting}={self.max_restarts}), the last time: {exc}"
-            )
-        yield self._counts[i] + 1
+        self._failed(i, exc)
+        deadline = started + self.restart_timeout
+        while True:
+            try:
+                with replacing(exc.actor_id if isinstance(exc, RemoteError) else ""):
+                    made = make(self._counts[i] + 1)
+                break
+            except (ResourceError, MasterUnreachableError):
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)  # the client reconnects by itself; slots free as actors end
+            except RemoteError as again:  # the replacement failed as it started
+                again.with_traceback(None)  # its frames hold the failed replacement
+                logger.warning(
+                    "%s's replacement failed as it started (%s); once more",
+                    self.name.format(i=i), _why(again),
+                )  # fmt: skip
+                exc = again
+                self._failed(i, exc)
         with self._lock:
             self._counts[i] += 1
             self.total += 1
         logger.warning(
-            "%s died: %s; replaced in %.1f s%s", who, _why(exc), time.monotonic() - started, note
-        )
+            "%s%s died: %s; replaced in %.1f s%s",
+            self.name.format(i=i), _where(exc), _why(exc), time.monotonic() - started, note,
+        )  # fmt: skip
+        return made
+
+    def _failed(self, i: int, exc: BaseException) -> None:
+        """Count a failure of actor `i`; past `max_restarts` in the window, raise."""
+        with self._lock:
+            window = self._windows.setdefault(i, RestartWindow(self.max_restarts, self.window_s))
+            allowed = window.failed()
+        if allowed:
+            return
+        who = self.name.format(i=i)
+        if _machine_fault(exc):
+            raise RemoteActorDiedError(
+                f"{who} died {window.failures} times within {self.window_s:g} s "
+                f"({self.setting}={self.max_restarts}), the last time: {exc}"
+            ) from None
+        raise RemoteActorDiedError(
+            f"{who} failed {window.failures} times within {self.window_s:g} s "
+            f"({self.setting}={self.max_restarts}), the last time as its replacement started, "
+            f"with {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def connect(address: str | None, cpu_num: int) -> None:
@@ -223,6 +265,25 @@ def connect(address: str | None, cpu_num: int) -> None:
 def _machine_fault(exc: BaseException) -> bool:
     """Whether a call's error says its worker is gone (not that the worker's own code raised)."""
     return isinstance(exc, RemoteError) and type(exc) in (RemoteError, RemoteActorDiedError)
+
+
+def _what(exc: BaseException) -> str:
+    """What befell a worker whose call (or start) raised `exc`: `died: ...` or `failed: ...`."""
+    if _machine_fault(exc) or type(exc) is ClusterError:  # a ClusterError: died as it started
+        return f"died: {_why(exc)}"
+    return f"failed: {type(exc).__name__}: {exc}"
+
+
+def _dead(exc: BaseException) -> tuple[int, str] | None:
+    """`(pid, host name)` of the dead actor a call's error names, or None where it names none."""
+    match = re.search(r"\(pid (\d+) on ([^)]*)\)", str(exc))
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
+def _where(exc: BaseException) -> str:
+    """` (pid P on H)` of the dead actor a call's error names, or nothing where it names none."""
+    where = _dead(exc)
+    return "" if where is None else f" (pid {where[0]} on {where[1]})"
 
 
 def _why(exc: BaseException) -> str:
@@ -289,19 +350,37 @@ class WorkerGroup:
             return RemoteEnvWorker(env_fn, agent, index, envs_per_worker, horizon, stream, slots)
 
         self._create = create
+        self._built = False  # the first workers are made and described
+        lost: dict[int, RemoteError] = {}  # the workers killed as they were first made
+
+        def first(w: int) -> Any:
+            try:
+                return create(w)
+            except RemoteError as exc:
+                # Its process died as it started (before it was placed: a ClusterError); not
+                # its environment raising, no slot, nor the master or the token refusing.
+                died = _machine_fault(exc) or type(exc) is ClusterError
+                if not self.policy.restart or not died:
+                    raise
+                lost[w] = exc.with_traceback(None)
+                return None
+
         # The first alone, then the others at once: the first call also builds the code
         # bundle that every actor of this client receives.
-        created = [create(0)]
+        created = [first(0)]
         if num_workers > 1:
             with ThreadPoolExecutor(num_workers - 1, thread_name_prefix="sampler-create") as pool:
-                futures = [pool.submit(create, w) for w in range(1, num_workers)]
+                futures = [pool.submit(first, w) for w in range(1, num_workers)]
                 try:
                     created += [future.result() for future in futures]
                 except BaseException:
                     del created  # the actors made so far go with their handles
                     raise
         self.workers = created
-        descriptions = self.gather([worker.describe() for worker in self.workers])
+        for w in list(lost):  # replaced as any worker that dies is
+            self.recover(w, lost.pop(w))
+        # A worker that dies now is replaced too (`run`): the run does not end as it starts.
+        descriptions = self.run(lambda worker, w: worker.describe())
         self.observation_space, self.action_space = descriptions[0][:2]
         self.where = [(pid, name) for *_, pid, name in descriptions]
         self.layout = rollout_layout(
@@ -311,6 +390,7 @@ class WorkerGroup:
             horizon, num_workers * envs_per_worker, self.observation_space, self.action_space
         )
         self._slots = slots
+        self._built = True
         self._share_memory({w: host for w, (_, _, host, *_) in enumerate(descriptions)})
         if batch_segments > 0 and all(self.shared):
             self.batches = ArrayPool(self.batch_layout, batch_segments)
@@ -428,15 +508,15 @@ class WorkerGroup:
         policy = self.policy
         if not policy.restart or not self.workers:
             self.fail(w, exc)
-        machine = _machine_fault(exc)
         now = time.monotonic()
         self._count_failure(w, exc)
         pid, name = self.where[w]
-        what = f"died: {_why(exc)}" if machine else f"failed: {type(exc).__name__}: {exc}"
+        what, dead = _what(exc), exc
         while True:
             self._drop(w)
             try:
-                replaced = self._replace(w, time.monotonic() + policy.restart_timeout)
+                with replacing(dead.actor_id if isinstance(dead, RemoteError) else ""):
+                    replaced = self._replace(w, time.monotonic() + policy.restart_timeout)
                 break
             except MasterUnreachableError:  # past restart_timeout
                 self.close()
@@ -448,6 +528,8 @@ class WorkerGroup:
                     self.owner, w, _why(again),
                 )  # fmt: skip
                 self._count_failure(w, again)
+                pid, name = _dead(again) or (pid, name)  # the line names the last to die
+                what, dead = _what(again), again
             except BaseException:
                 self.close()
                 raise
@@ -537,7 +619,8 @@ class WorkerGroup:
             self.gather([worker.set_weights(weights, version)], [w])
         (*_, host, pid, name) = self.gather([worker.describe()], [w])[0]
         self.where[w] = (pid, name)
-        self._share_memory({w: host})
+        if self._built:  # else: `__init__` gives the first workers their memory
+            self._share_memory({w: host})
         if self._signal_args is not None:
             self.connect_signals(*self._signal_args, members=[w])
         self.restarts += 1

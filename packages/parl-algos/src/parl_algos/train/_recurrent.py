@@ -271,9 +271,9 @@ class R2D2Trainer(Trainer):
 
     def _replace(self, i: int, exc: BaseException) -> None:
         """Make actor `i` anew (the learner's current weights) for one that died with `exc`."""
-        with self._replacements.replacing(i, exc) as r:
-            self.actors[i] = None  # its last handle: the actor and its slot are freed
-            self.actors[i] = self._actor(RemoteR2D2Actor, self.agent, self._epsilons[i], i, r)
+        self.actors[i] = None  # its last handle: the actor and its slot are freed
+        make = functools.partial(self._actor, RemoteR2D2Actor, self.agent, self._epsilons[i], i)
+        self.actors[i] = self._replacements.replace(i, exc, make)
 
     def _outputs(self, turn: int) -> list[ActorOutput]:
         steps = self.config.agent.collect_steps

@@ -303,9 +303,9 @@ class Run(TrainingRun):
             )
         note = f", its evaluation at env step {env_step} dropped"
         assert self.make_evaluator is not None
-        with self._evaluator_replacements.replacing(0, exc, note):
-            self.evaluator = None  # its last handle: the actor and its slot are freed
-            self.evaluator = self.make_evaluator()
+        make = self.make_evaluator
+        self.evaluator = None  # its last handle: the actor and its slot are freed
+        self.evaluator = self._evaluator_replacements.replace(0, exc, lambda r: make(), note)
 
     def checkpoint(self) -> None:
         """Write a checkpoint of the current step (once per step)."""
