@@ -7,21 +7,29 @@ of R2D2's actors, and the evaluator. The run exits 0, its rows of progress.csv g
 fault with strictly increasing env steps, the last counting the replaced actor, and log.log
 has the replacement's line. With `train.restart_actors = false` the first death ends the run.
 A run on a cluster of two workers survives its master killed and started again on the same
-port, and the loss of a whole worker with its actors meanwhile, and still reaches 475.
+port, and the loss of a whole worker with its actors meanwhile, and still reaches 475. A
+multi-agent run's environment actor killed mid-run is replaced too (`EnvGroups`), its lost
+step's environments starting new episodes that the loop is told of.
 """
 
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import re
 import signal
 import subprocess
 import time
 
+import numpy as np
 import psutil
 import pytest
 
+import parl
+from parl.samplers import Replacements
+from parl_algos.train import load_config
+from parl_algos.train._marl_actors import EnvGroup, EnvGroups
 from tests.algos.test_train_failures import PARL_TRAIN, ROOT
 from tests.remote.conftest import make_cluster, wait_until
 
@@ -97,7 +105,8 @@ def assert_went_on(tmp_path, result) -> None:
     assert restarts[0] == 0 and restarts[-1] == 1 and restarts == sorted(restarts)
     assert restarts.count(1) >= 2  # rows go on after the replacement
     log = (tmp_path / "run" / "log.log").read_text()
-    assert ("SIGKILL" in log and "; replaced in" in log) or "the evaluator died" in log, log[-3000:]
+    evaluator = re.search(r"the evaluator \(pid \d+ on [^)]+\) died", log)
+    assert ("SIGKILL" in log and "; replaced in" in log) or evaluator, log[-3000:]
 
 
 # PPO's two modes and DQN's async mode run in the default suite; the loops of GA3C, A3C and R2D2
@@ -120,7 +129,8 @@ def test_a_killed_evaluator_is_replaced_and_the_run_goes_on(tmp_path):
     argv = [*RUNS["ppo-sync"], *SMALL, "--train.eval_every", "512", "--train.eval_episodes", "1"]
     result = parl_train(tmp_path, argv, kill_at=5, kill_in="evaluator")
     assert_went_on(tmp_path, result)
-    assert "the evaluator died" in (tmp_path / "run" / "log.log").read_text()
+    log = (tmp_path / "run" / "log.log").read_text()
+    assert re.search(r"the evaluator \(pid \d+ on [^)]+\) died: .*SIGKILL.*; replaced in", log), log
 
 
 @pytest.mark.slow  # the library's restart=False is tested in the default suite
@@ -199,3 +209,88 @@ def test_a_run_survives_its_master_restarting_and_a_whole_worker_lost_and_still_
     done = log[log.rindex("done: RunResult(") :]
     reached = re.search(r"reached_at=(\w+)", done).group(1)
     assert reached != "None" and int(reached) <= 100_000, done  # 475 within the shipped budget
+
+
+def test_env_groups_replace_a_killed_group_and_name_its_new_episodes(caplog):
+    """A multi-agent run's environments on two actors: one actor killed before a step is
+    replaced; that step's rows of its environment are the new environment's first observations
+    (from its own seed stream), named in `restarted`; the next death past max_restarts raises."""
+    caplog.set_level(logging.WARNING, logger="parl_algos.samplers._group")
+    env = load_config("maddpg/simple_spread").env
+    parl.connect(cpu_num=3, log_to_driver=False)
+    try:
+        replacements = Replacements("MADDPG: actor {i}", 1, setting="train.max_restarts")
+        groups = EnvGroups(env, 3, actors=2, replacements=replacements, seed=7)
+        one = EnvGroup(env, 1)
+        try:
+            groups.reset([1, 2, 3])
+            actions = np.zeros((3, 3), np.int64)
+            groups.step(actions)
+            assert groups.restarted == [] and groups.sizes == [2, 1]
+            pid = groups.groups[1]._parl_ref.pid  # environment 2's actor
+            os.kill(pid, signal.SIGKILL)
+            obs, state, rewards, terminated, done = groups.step(actions)
+            assert groups.restarted == [2] and groups.restarts == 1
+            first_obs, first_state = one.reset([7 + 2 + 1_000_003])  # its first stream
+            np.testing.assert_array_equal(obs[2], first_obs[0])
+            np.testing.assert_array_equal(state[2], first_state[0])
+            assert not rewards[2].any() and not terminated[2] and not done[2]
+            assert obs.shape == (3, 3, 18) and rewards.shape == (3, 3)
+            groups.step(actions)
+            assert groups.restarted == []  # the new actor steps on
+            os.kill(groups.groups[1]._parl_ref.pid, signal.SIGKILL)
+            with pytest.raises(parl.RemoteActorDiedError, match="MADDPG: actor 1 died 2 times"):
+                groups.step(actions)
+        finally:
+            groups.close()
+            one.close()
+    finally:
+        parl.disconnect()
+    [line] = [r.getMessage() for r in caplog.records if "replaced in" in r.getMessage()]
+    assert line.startswith(f"MADDPG: actor 1 (pid {pid} on ") and "SIGKILL" in line, line
+
+
+@pytest.mark.slow  # a cluster of its own and a multi-agent run: ~15 s on the loaded machine
+def test_a_multi_agent_run_whose_env_actor_is_killed_goes_on(tmp_path):
+    """MADDPG sync, its environments on two actors of a cluster: once the run has rows, one
+    actor is killed with SIGKILL; the run replaces it and goes on to its budget."""
+    cluster = make_cluster(tmp_path, workers=(3,))
+    run_dir = tmp_path / "run"
+    env = {**cluster.env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    command = [
+        PARL_TRAIN, "maddpg/simple_spread", "--mode", "sync", "--actors", "2",
+        "--address", cluster.address, "--agent.num_envs", "2",
+        "--agent.learning_starts", "100", "--agent.batch_size", "32",
+        "--train.total_steps", "3000", "--train.log_every", "100",
+        *["--train.eval_every", "0", "--train.checkpoint_every", "100000"],
+        "--no-progress", "--logdir", str(run_dir),
+    ]  # fmt: skip
+    run = subprocess.Popen(
+        command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_until(
+            lambda: len(_rows_of(run_dir)) >= 2 or run.poll() is not None,
+            timeout=180,
+            what="the run's rows",
+        )
+        assert run.poll() is None, run.communicate()[1][-3000:]
+        [victim, *_] = [
+            a["pid"] for a in cluster.status()["actors"] if a["class_name"] == "EnvGroup"
+        ]
+        os.kill(victim, signal.SIGKILL)
+        _, stderr = run.communicate(timeout=240)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+        cluster.stop()
+    assert run.returncode == 0, stderr[-3000:]
+    written = _rows_of(run_dir)
+    steps = [int(r["env_step"]) for r in written]
+    assert steps == sorted(set(steps)) and steps[-1] >= 3000  # strictly increasing, to the end
+    restarts = [int(r["actor_restarts"]) for r in written]
+    assert restarts[0] == 0 and restarts[-1] == 1 and restarts == sorted(restarts)
+    assert restarts.count(1) >= 2  # rows go on after the replacement
+    log = (run_dir / "log.log").read_text()
+    assert re.search(rf"MADDPG: actor \d \(pid {victim} on .*SIGKILL.*; replaced in", log), log

@@ -17,7 +17,10 @@ Every one also runs in `sync` mode: its environments live on `train.actors` acto
 cluster (`train.address`, or an embedded one), which step their shares of them each round
 (`_marl_actors.EnvGroups`) while the learner acts, stores the transitions in its own memory
 and learns; evaluations stay in the learner's process. The actions and seeds are those of
-`single` mode, and so are the rows of progress.csv.
+`single` mode, and so are the rows of progress.csv. With `train.restart_actors` an actor that
+dies is replaced (`EnvGroups`): MADDPG's environments of the lost step start new episodes
+(their half episodes neither counted nor stored past the fault); MAPPO's iteration and QMIX's
+round in which an actor died are played again from new episodes.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from parl_algos.mappo import MAPPO, MAPPOStats, MultiAgentPPOMLP, pack_agent_inp
 from parl_algos.multiagent import EpisodeMemory, MultiAgentReplayMemory, StackedAgentsEnv
 from parl_algos.qmix import QMIX, QMixer, QMIXStats, RNNAgent, VDNMixer
 from parl_algos.rollout import Episode
+from parl_algos.samplers import Replacements
 from parl_algos.train._config import Config, ConfigError
 from parl_algos.train._envs import connect
 from parl_algos.train._marl_actors import EnvGroups, MultiAgentEnvSection, make_mpe_env
@@ -321,7 +325,19 @@ def _build(config: Config, remote: bool) -> tuple[StackedAgent, _EvalEnv, MultiA
             n_actions[0],
             seed=seed,
         )
-    envs = EnvGroups(config.env, a.num_envs, actors=config.train.actors if remote else None)
+    train = config.train
+    replacements = None
+    if remote and train.restart_actors:
+        replacements = Replacements(
+            f"{config.algorithm}: actor {{i}}", train.max_restarts, setting="train.max_restarts"
+        )
+    envs = EnvGroups(
+        config.env,
+        a.num_envs,
+        actors=train.actors if remote else None,
+        replacements=replacements,
+        seed=seed,
+    )
     agent = StackedAgent(alg, arrays.obs_dims)
     state = MultiAgentState(rng, n_actions, envs, memory=memory, dims=dims)
     return agent, _eval_env(config, agent), state
@@ -367,8 +383,11 @@ def _maddpg_loop(
                 if step <= a.learning_starts:
                     action[e] = [int(rng.integers(len(x))) for x in eye]
             next_obs, _, rewards, terminated, done = envs.step(action)
-            episodes, ended = [], []
+            episodes, ended, restarted = [], [], set(envs.restarted)
             for e in range(E):
+                if e in restarted:  # its actor died: a new episode, the half one not counted
+                    ret[e], length[e] = 0.0, 0
+                    continue
                 memory.append(
                     [obs[e, i, :d] for i, d in enumerate(dims)],
                     [x[j] for x, j in zip(eye, action[e], strict=True)],
@@ -416,9 +435,12 @@ def _mappo_loop(
                     pack_agent_inputs(torch.from_numpy(obs[t]), torch.from_numpy(state[t]))
                 )
                 o, s, r, term, end = envs.step(action[t].numpy())
+                if envs.restarted:  # an actor died: the iteration's episodes are played again
+                    break
                 obs[t + 1], state[t + 1], reward[t] = o, s, r
                 terminated[t], done[t] = term[:, None], end[:, None]
-            _mappo_update(a, run, alg, obs, state, action, reward, terminated, done)
+            else:
+                _mappo_update(a, run, alg, obs, state, action, reward, terminated, done)
             run.maybe_evaluate(agent.predict)
     finally:
         envs.close()
@@ -492,9 +514,13 @@ def _qmix_loop(
                 epsilon = a.eps_start + fraction * (a.eps_end - a.eps_start)
                 action, hidden = alg.sample(torch.from_numpy(obs), hidden, epsilon)
                 next_obs, next_state, rewards, terminated, done = envs.step(action.numpy())
+                if envs.restarted:  # an actor died: the round's episodes are played again
+                    break
                 reward = np.array([np.mean(r) for r in rewards])  # the team's reward
                 steps.append((obs, state, action.numpy(), reward, terminated, next_obs, next_state))
                 obs, state, ret, t = next_obs, next_state, ret + reward, t + 1
+            if envs.restarted:
+                continue
             for e in range(E):
                 for step in steps:
                     o, s, u, r, term, o2, s2 = (x[e] for x in step)
@@ -549,6 +575,7 @@ class MultiAgentTrainer(Trainer):
     def train(self, run: Run) -> None:
         """Play and learn until the budget is spent (the loop closes the environments)."""
         loop = _LOOPS[self.config.algorithm]
+        run.restart_sources.append(self.loop.envs)  # its actors replaced: progress.csv's count
         loop(self.config, run, self.agent, self.loop, self.config.train.total_steps)
 
 

@@ -9,13 +9,17 @@ one in this process (`single` mode) or one on each of `actors` actors (`sync`), 
 all at once: each actor steps its share of the environments while the others step theirs, and
 the learner, which picks every agent's action in one batch, waits for all of them. PettingZoo's
 parallel environments hold their agents in dicts; a group hands back plain arrays, so that only
-arrays cross the network.
+arrays cross the network. An actor that dies is replaced where the run says so
+(`train.restart_actors`), and the loop is told which environments begin anew.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +28,8 @@ import torch
 
 import parl
 from parl_algos.multiagent import StackedAgentsEnv
+from parl_algos.samplers import RESTART_SEED_STRIDE, Replacements
+from parl_remote import RemoteActorDiedError, RemoteError
 
 __all__ = [
     "ENV_CALL_TIMEOUT",
@@ -36,6 +42,9 @@ __all__ = [
 
 ENV_CALL_TIMEOUT = 300.0
 """Seconds a `reset` or `step` of a remote group may take before the run gives up on it."""
+
+_DEATHS = (RemoteError, RemoteActorDiedError)
+"""The types of a call's error that say its group is gone (not that its environment raised)."""
 
 
 @dataclass
@@ -122,18 +131,41 @@ RemoteEnvGroup = parl.remote_class(wait=False)(EnvGroup)
 class EnvGroups:
     """A run's `num_envs` environments, split over groups as evenly as can be.
 
+    With `replacements`, a remote group that dies is replaced by a new actor
+    (`Replacements.replace`). A `reset` it was making is made again on the new group; a `step`
+    it was making is lost: the new group's environments start new episodes (environment `k`
+    of the run first reset with `seed + k + RESTART_SEED_STRIDE * r` for its group's `r`-th
+    replacement), their rows of the step are those first observations (no reward, no end),
+    and `restarted` names them, so that the loop neither counts their half episodes nor joins
+    them to the new ones.
+
     Args:
         env: the `[env]` section.
         num_envs: environments in all.
         actors: None: one `EnvGroup` in this process; else `min(actors, num_envs)`
             `RemoteEnvGroup` actors on the cluster the process is connected to.
+        replacements: replace a remote group that dies (None: its death is raised).
+        seed: the base of the replaced groups' seeds.
     """
 
-    def __init__(self, env: Any, num_envs: int, actors: int | None = None) -> None:
+    def __init__(
+        self,
+        env: Any,
+        num_envs: int,
+        actors: int | None = None,
+        *,
+        replacements: Replacements | None = None,
+        seed: int = 0,
+    ) -> None:
         if num_envs < 1:
             raise ValueError(f"EnvGroups: {num_envs=} must be at least 1")
+        self.env = env
         self.num_envs = num_envs
         self.remote = actors is not None
+        self.replacements = replacements
+        self.seed = seed
+        self.restarted: list[int] = []
+        """The environments whose group the last `step` replaced (their episodes are new)."""
         if actors is None:
             self.sizes = [num_envs]
             self.groups: list[Any] = [EnvGroup(env, num_envs)]
@@ -142,19 +174,48 @@ class EnvGroups:
                 raise ValueError(f"EnvGroups: {actors=} must be at least 1")
             n = min(actors, num_envs)
             self.sizes = [num_envs // n + (i < num_envs % n) for i in range(n)]
-            self.groups = [RemoteEnvGroup(env, size) for size in self.sizes]
+            self.groups = [self._make(g) for g in range(n)]
+        self.bounds = [int(b) for b in np.cumsum([0, *self.sizes])]
+
+    def _make(self, g: int, replaced: int = 0) -> Any:
+        return RemoteEnvGroup(self.env, self.sizes[g])
+
+    @property
+    def restarts(self) -> int:
+        """Groups replaced so far."""
+        return 0 if self.replacements is None else self.replacements.total
 
     def __len__(self) -> int:
         return self.num_envs
 
-    def _split(self, rows: Any) -> list[Any]:
-        bounds = np.cumsum([0, *self.sizes])
-        return [rows[a:b] for a, b in itertools.pairwise(bounds)]
+    def _gather(self, calls: dict[int, Any], again: Callable[[int], Any]) -> dict[int, Any]:
+        """Each group's result of `calls` (by group); a group that died is replaced first.
 
-    def _gather(self, calls: list[Any]) -> list[Any]:
+        `again(g)` makes group `g`'s lost call on its replacement (its future).
+        """
         if not self.remote:
             return calls
-        return [call.get(timeout=ENV_CALL_TIMEOUT) for call in calls]
+        results: dict[int, Any] = {}
+        try:
+            for g in list(calls):
+                while g not in results:
+                    try:
+                        results[g] = calls.pop(g).get(timeout=ENV_CALL_TIMEOUT)
+                        continue
+                    except RemoteError as exc:
+                        if self.replacements is None or type(exc) not in _DEATHS:
+                            raise
+                        error = exc
+                    self.groups[g] = None  # its last handle: the actor and its slot are freed
+                    try:
+                        make = functools.partial(self._make, g)
+                        self.groups[g] = self.replacements.replace(g, error, make)
+                    finally:
+                        del error  # its frames hold the dead group's call
+                    calls[g] = again(g)
+        finally:
+            calls.clear()  # a pending call holds its actor
+        return results
 
     def reset(
         self, seeds: list[int], indices: list[int] | None = None
@@ -171,26 +232,57 @@ class EnvGroups:
                 f"EnvGroups.reset: {len(seeds)} seeds for {indices=} of {len(self)} envs "
                 "(distinct increasing indices, one seed each)"
             )
-        calls = []
-        for group, (lo, hi) in zip(
-            self.groups, itertools.pairwise(np.cumsum([0, *self.sizes])), strict=True
-        ):
-            mine = [j for j, i in enumerate(which) if lo <= i < hi]
-            if mine:
-                calls.append(
-                    group.reset([int(seeds[j]) for j in mine], [which[j] - lo for j in mine])
-                )
-        parts = self._gather(calls)
-        return tuple(np.concatenate(column) for column in zip(*parts, strict=True))  # type: ignore[return-value]
+        mine: dict[int, tuple[list[int], list[int]]] = {}
+        for g, (lo, hi) in enumerate(itertools.pairwise(self.bounds)):
+            js = [j for j, i in enumerate(which) if lo <= i < hi]
+            if js:
+                mine[g] = ([int(seeds[j]) for j in js], [which[j] - lo for j in js])
+
+        def call(g: int) -> Any:
+            return self.groups[g].reset(*mine[g])
+
+        parts = self._gather({g: call(g) for g in mine}, call)
+        columns = zip(*(parts[g] for g in mine), strict=True)
+        return tuple(np.concatenate(column) for column in columns)  # type: ignore[return-value]
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Step every environment with its row of `actions`; see `EnvGroup.step`."""
+        """Step every environment with its row of `actions`; see `EnvGroup.step`.
+
+        A group replaced meanwhile gives its new environments' first observations instead
+        (see the class; `restarted` names them).
+        """
         actions = np.asarray(actions)
-        calls = [g.step(a) for g, a in zip(self.groups, self._split(actions), strict=True)]
-        parts = self._gather(calls)
-        return tuple(np.concatenate(column) for column in zip(*parts, strict=True))
+        replaced: list[int] = []
+
+        def fresh(g: int) -> Any:  # the lost step: the new group's first observations
+            replaced.append(g)
+            r = 0 if self.replacements is None else self.replacements.count(g)
+            envs = range(self.bounds[g], self.bounds[g + 1])
+            return self.groups[g].reset([self.seed + k + RESTART_SEED_STRIDE * r for k in envs])
+
+        calls = {
+            g: self.groups[g].step(actions[lo:hi])
+            for g, (lo, hi) in enumerate(itertools.pairwise(self.bounds))
+        }
+        parts = self._gather(calls, fresh)
+        self.restarted = []
+        for g in replaced:
+            obs, state = parts[g]
+            k, ends = len(obs), np.zeros(len(obs), bool)
+            parts[g] = (obs, state, np.zeros((k, obs.shape[1]), np.float32), ends, ends)
+            self.restarted += range(self.bounds[g], self.bounds[g + 1])
+        columns = zip(*(parts[g] for g in range(len(self.groups))), strict=True)
+        return tuple(np.concatenate(column) for column in columns)
 
     def close(self) -> None:
-        """Close the environments (the actors end with their handles)."""
-        self._gather([g.close() for g in self.groups])
+        """Close the environments (the actors end with their handles; a dead one is let go)."""
+        if self.remote:
+            calls = [group.close() for group in self.groups if group is not None]
+            for call in calls:
+                with contextlib.suppress(RemoteActorDiedError):
+                    call.get(timeout=ENV_CALL_TIMEOUT)
+            calls.clear()
+        else:
+            for group in self.groups:
+                group.close()
         self.groups = []
