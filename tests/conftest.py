@@ -15,6 +15,10 @@ import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# The suite's clusters start no spare warm process beside each worker's slots (one more Python
+# start-up a worker, hundreds of them in the suite); the tests of the spare ask for it.
+os.environ.setdefault("PARL_WARM_SPARES", "0")
+
 
 def run_python(code: str, *, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter of this environment; bounded in time."""

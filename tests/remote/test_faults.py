@@ -7,6 +7,7 @@ import signal
 import threading
 import time
 
+import psutil
 import pytest
 
 import parl
@@ -28,7 +29,7 @@ class Probe:
 
 
 def test_kill_9_of_an_actor_process_during_a_call(tmp_path):
-    cluster = make_cluster(tmp_path, workers=(2,))
+    cluster = make_cluster(tmp_path, workers=(2,), PARL_WARM_SPARES=1)
     try:
         with client_env(cluster):
             parl.connect(cluster.address)
@@ -46,6 +47,8 @@ def test_kill_9_of_an_actor_process_during_a_call(tmp_path):
             caller = threading.Thread(target=call)
             caller.start()
             time.sleep(0.3)
+            [worker] = cluster.status()["workers"]
+            warm = {c.pid for c in psutil.Process(worker["pid"]).children()} - {victim_pid}
             killed_at = time.monotonic()
             os.kill(victim_pid, signal.SIGKILL)
             caller.join(10)
@@ -55,12 +58,14 @@ def test_kill_9_of_an_actor_process_during_a_call(tmp_path):
             with pytest.raises(parl.RemoteActorDiedError, match="killed by SIGKILL"):
                 victim.pid()
             assert bystander.sleep(0) == "done"  # the client's other actor is untouched
-            # The slot is back within 5 s, with a fresh warm process in it.
+            # The slot is back within 5 s, with a fresh warm process in it: the worker's
+            # spare, started before the kill (the slot's new actor waits for no start-up).
             wait_until(
                 lambda: cluster.status()["totals"]["cpu_used"] == 1, timeout=5, what="the slot"
             )
             replacement = Probe()
-            assert replacement.pid() not in (bystander.pid(),)
+            assert replacement.pid() not in (bystander.pid(), victim_pid)
+            assert replacement.pid() in warm
     finally:
         cluster.stop()
 

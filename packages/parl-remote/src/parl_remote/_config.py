@@ -52,6 +52,10 @@ class Settings:
     """PARL_PRELOAD_MAX_MODULES: module names a worker keeps to preload (and a report carries)."""
     preload_max_mb: float = 1024.0
     """PARL_PRELOAD_MAX_MB: a warm process stops preloading once its memory passes this."""
+    warm_spares: int = 1
+    """PARL_WARM_SPARES: warm processes a worker keeps beyond its vacant slots, so that the
+    slot an actor frees is taken at once by a process started before (a replacement of a dead
+    actor does not wait for a Python start-up); 0: one warm process per vacant slot only."""
 
     @classmethod
     def from_env(cls) -> Settings:

@@ -1,7 +1,8 @@
 """A worker: one per machine; offers its CPU (and GPU) slots to a master and runs actors.
 
-The worker keeps one warm actor process (`actor/_host`) ready per vacant slot, so creating an
-actor costs a message, not a Python start-up. It is the parent of every actor process on its
+The worker keeps one warm actor process (`actor/_host`) ready per vacant slot, and
+`PARL_WARM_SPARES` more, so creating an actor costs a message, not a Python start-up, even
+in the slot of an actor that just died. It is the parent of every actor process on its
 machine: it sees each one exit the instant it does and reports why (exit code, signal, the
 memory limit it enforced, `sys.exit`), captures their stdout and stderr line by line for the
 master, and samples their CPU and memory for the dashboard. An actor's process is never reused:
@@ -242,10 +243,10 @@ class Worker:
 
     # -- actor processes -------------------------------------------------------------------
     def _refill(self) -> None:
-        """Start warm processes until every vacant slot has one."""
+        """Start warm processes until every vacant slot has one, and the spares are there."""
         if self._stopping:
             return
-        missing = self.cpu_num - len(self.hosts)
+        missing = self.cpu_num + max(settings.warm_spares, 0) - len(self.hosts)
         for _ in range(missing):
             self._spawn(self._start_host())
 
