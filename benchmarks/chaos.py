@@ -1,26 +1,29 @@
 """Elastic training under fire: `parl-train` while a random sampling actor is killed every T s.
 
 Each run is `parl-train CONFIG --mode MODE --actors 2` on CartPole until an evaluation of the
-greedy policy (5 episodes every 2,000 env steps, on the run's evaluator actor) has a mean
-return of 475, on a cluster of its own: a master and one worker of 3 slots, the slots
-`parl-train` gives itself without `--address`. Undisturbed first, then with one of the run's
-`EnvWorker` actors, chosen at random among the live ones that the master lists, killed with
-SIGKILL every T seconds from the first row of progress.csv on (`--train.max_restarts` is set
-out of reach: the kills are the benchmark's, not faults to stop at). The target is the
-evaluation's rather than the training episodes' (the config's): with a kill every T seconds,
-a worker's 500-step episodes end only where it outlives them, so on a slow machine the mean
-of the training episodes stops moving. Every figure is set beside the undisturbed run of the
-same invocation:
+greedy policy (5 episodes every 2,000 env steps, on the run's evaluator actor) has a mean return
+of 475 (DQN: 200, see `RUNS`), on a cluster of its own: a master and one worker of 3 slots, the
+slots `parl-train` gives itself without `--address`. Undisturbed first, then with one of the
+run's `EnvWorker` actors, chosen at random among the live ones that the master lists, killed
+with SIGKILL every T seconds from the first row of progress.csv on (`--train.max_restarts` is
+set out of reach: the kills are the benchmark's, not faults to stop at). The target is the
+evaluation's rather than the training episodes' (the config's): with a kill every T seconds, a
+worker's 500-step episodes end only where it outlives them, so on a slow machine the mean of the
+training episodes stops moving. Every figure is set beside the undisturbed run of the same
+invocation:
 
 - time to 475: the run's own `reached_seconds` (training time, the clock of its rows), its
   ratio to the undisturbed run's;
 - env steps lost to faults: the environments count every step they take (`CountedCartPole-v1`,
   CartPole-v1 that writes its count to a file of its process's own, which outlives a SIGKILL);
-  the steps taken and not counted by the run, less the undisturbed run's (the steps under way
-  when a run ends, the evaluations');
+  the sampling actors' steps taken and not counted by the run, less the undisturbed run's (the
+  steps under way when a run ends; the evaluator's environment counts none);
 - replacement latency: each replacement's log line (`... died: ...; replaced in X s`): from
-  the death seen to the new actor ready, its weights and shared memory set (its first batch
-  follows with the next collect).
+  the death seen to the new actor ready, its weights and shared memory set; and each phase
+  of it, in seconds from the kill, from the sampler's debug line (`--debug`): the death seen,
+  a new actor asked for, its process importing the worker's module, its constructor, its
+  environments made, the actor handed back, the weights set, ready, its first batch in; one
+  result row a phase (the median over the run's replacements, against the first batch's).
 
     nice python benchmarks/chaos.py                  # 3 runs x (undisturbed, T=5, T=2)
     python benchmarks/chaos.py --runs ppo-sync --periods 5 --seed 2
@@ -43,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -52,10 +56,14 @@ __all__ = ["CountedCartPole", "main"]
 
 _COUNTS = "PARL_CHAOS_COUNTS"
 RUNS = {
-    "ppo-sync": ("ppo/cartpole", "sync", "PPO"),
-    "ppo-async": ("ppo/cartpole", "async", "PPO"),
-    "dqn-async": ("dqn/cartpole", "async", "DQN"),
+    "ppo-sync": ("ppo/cartpole", "sync", "PPO", 475.0),
+    "ppo-async": ("ppo/cartpole", "async", "PPO", 475.0),
+    "dqn-async": ("dqn/cartpole", "async", "DQN", 200.0),
 }
+"""Each run: its config, mode, algorithm and target (DQN's lower: its undisturbed run alone
+takes minutes to 475 on a loaded 2-core machine, its learner being the bottleneck)."""
+PHASES = ("asked", "imported", "constructed", "envs", "made", "weights", "ready", "first_batch")
+"""A replacement's phases, as the sampler's debug line names them (`WorkerGroup.delivered`)."""
 PARL_TRAIN = os.path.join(os.path.dirname(sys.executable), "parl-train")
 EVAL_EVERY = 2000
 """Env steps between two evaluations of the greedy policy, whose mean return is the target's."""
@@ -65,13 +73,25 @@ class CountedCartPole(CartPoleEnv):
     """CartPole-v1 that keeps the steps of its process in `$PARL_CHAOS_COUNTS/<pid>`.
 
     Every step rewrites the file's 20 digits in place: the page cache keeps the last count
-    when the process is killed.
+    when the process is killed. The evaluator's environment (made by `Evaluator`) counts none:
+    only the sampling actors' steps are the run's.
     """
 
     _fd: int | None = None
     _steps = 0
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        frame, self._counted = sys._getframe(), True
+        while frame is not None:
+            if frame.f_code.co_filename.endswith("_evaluator.py"):
+                self._counted = False
+                break
+            frame = frame.f_back  # type: ignore[assignment]
+
     def step(self, action: Any) -> Any:
+        if not self._counted:
+            return super().step(action)
         cls = type(self)
         if cls._fd is None:
             path = os.path.join(os.environ[_COUNTS], str(os.getpid()))
@@ -102,6 +122,8 @@ class Killer(threading.Thread):
         self.cluster, self.period, self.progress = cluster, period, progress
         self.random = random.Random(seed)
         self.kills = 0
+        self.killed_at: list[float] = []
+        """The Unix time of each kill."""
         self.stop = threading.Event()
 
     def _workers(self) -> list[int]:
@@ -133,6 +155,7 @@ class Killer(threading.Thread):
                 pids = self._workers()
                 if pids:
                     os.kill(self.random.choice(pids), signal.SIGKILL)
+                    self.killed_at.append(time.time())
                     self.kills += 1
             except (OSError, RuntimeError):  # gone already, or the master busy: next period
                 continue
@@ -142,7 +165,7 @@ def run_once(name: str, period: float | None, seed: int, timeout: float) -> dict
     """One run of `RUNS[name]` with a kill every `period` s (None: undisturbed)."""
     from _cluster_util import BenchCluster  # here: actors import this module for the env
 
-    config, mode, _ = RUNS[name]
+    config, mode, _, target = RUNS[name]
     here = os.path.dirname(os.path.abspath(__file__))
     path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
     with tempfile.TemporaryDirectory() as counts, tempfile.TemporaryDirectory() as logdir:
@@ -156,7 +179,8 @@ def run_once(name: str, period: float | None, seed: int, timeout: float) -> dict
                 "--address", cluster.address, "--env.id", "chaos:CountedCartPole-v1",
                 "--train.seed", str(seed), "--train.eval_every", str(EVAL_EVERY),
                 "--train.target_on", "eval", "--train.stop_at_target", "true",
-                "--train.max_restarts", "1000000", "--no-progress", "--logdir", logdir,
+                "--train.target_return", str(target),
+                "--train.max_restarts", "1000000", "--no-progress", "--debug", "--logdir", logdir,
             ]  # fmt: skip
             env = {**cluster.env, "OMP_NUM_THREADS": "1"}
             proc = subprocess.Popen(
@@ -197,9 +221,30 @@ def run_once(name: str, period: float | None, seed: int, timeout: float) -> dict
         "kills": killer.kills if killer is not None else 0,
         "restarts": int(rows[-1]["actor_restarts"]) if rows else 0,
         "replaced_in": [float(x) for x in re.findall(r"; replaced in ([\d.]+) s", log)],
+        "phases": _phases(log, killer.killed_at if killer is not None else []),
         "rows_increasing": steps == sorted(set(steps)),
         "load": (min(load), max(load)),
     }
+
+
+def _phases(log: str, killed_at: list[float]) -> list[dict[str, float]]:
+    """Each replacement's phases (s from the kill) from the sampler's debug lines of `log`.
+
+    `detected` is the death seen (the sampler's `seen_at`) after the last kill before it.
+    """
+    found = []
+    for seen, rest in re.findall(
+        r"replacement, seconds from its death seen at ([\d.]+): (.+)", log
+    ):
+        at = float(seen)
+        before = [k for k in killed_at if k <= at]
+        if not before:
+            continue
+        base = at - before[-1]
+        phases = {"detected": base}
+        phases.update({k: base + float(v) for k, v in re.findall(r"(\w+)=([-\d.]+)", rest)})
+        found.append(phases)
+    return found
 
 
 def main() -> None:
@@ -217,13 +262,13 @@ def main() -> None:
     from _results import Row, command_line, record
 
     header = (
-        f"{'run':<10} {'kill every':>10} {'to 475 s':>9} {'ratio':>6} {'kills':>6} "
-        f"{'replaced':>8} {'lost steps':>10} {'replace med/max s':>18} {'load':>9}"
+        f"{'run':<10} {'kill every':>10} {'target':>6} {'to it s':>8} {'ratio':>6} "
+        f"{'kills':>6} {'replaced':>8} {'lost steps':>10} {'replace med/max s':>18} {'load':>9}"
     )
     print(header)
     rows = []
     for name in names:
-        _, mode, algorithm = RUNS[name]
+        _, mode, algorithm, target = RUNS[name]
         base = run_once(name, None, args.seed, args.timeout)
         results = [(None, base)]
         for period in periods:
@@ -242,18 +287,26 @@ def main() -> None:
             latency = f"{statistics.median(took):.2f}/{max(took):.2f}" if took else "-"
             reached = f"{r['reached_seconds']:.1f}" if r["reached_seconds"] else "missed"
             print(
-                f"{name:<10} {('-' if period is None else f'{period:g} s'):>10} {reached:>9} "
-                f"{ratio:>6.2f} {r['kills']:>6} {r['restarts']:>8} {lost:>10} {latency:>18} "
-                f"{r['load'][0]:>4.1f}-{r['load'][1]:<4.1f}",
+                f"{name:<10} {('-' if period is None else f'{period:g} s'):>10} {target:>6g} "
+                f"{reached:>8} {ratio:>6.2f} {r['kills']:>6} {r['restarts']:>8} {lost:>10} "
+                f"{latency:>18} {r['load'][0]:>4.1f}-{r['load'][1]:<4.1f}",
                 flush=True,
             )
-            if period is None or not (r["reached_seconds"] and base["reached_seconds"]):
+            if period is None:
+                continue
+            what = f"{algorithm} {mode}, 2 actors, one killed every {period:g} s"
+            load = (
+                f"1-minute load {min(r['load'][0], base['load'][0]):.1f}-"
+                f"{max(r['load'][1], base['load'][1]):.1f} on this 2-core machine"
+            )
+            rows += _phase_rows(what, r["phases"], args.seed, load)
+            if not (r["reached_seconds"] and base["reached_seconds"]):
                 continue
             rows.append(
                 Row(
                     task="CartPole-v1",
-                    algorithm=f"{algorithm} {mode}, 2 actors, one killed every {period:g} s",
-                    metric="seconds of training to a greedy evaluation of 475",
+                    algorithm=what,
+                    metric=f"seconds of training to a greedy evaluation of {target:g}",
                     better="lower",
                     ours=round(r["reached_seconds"], 1),
                     peer="the same run undisturbed",
@@ -263,16 +316,55 @@ def main() -> None:
                     note=(
                         f"{r['kills']} kills, {r['restarts']} replacements, each ready in "
                         f"{latency} s (median/max, from the death seen), {lost} env steps lost "
-                        f"to faults ({lost / max(r['kills'], 1):.0f} a kill); rows strictly "
-                        f"increasing: {r['rows_increasing']}; 1-minute load "
-                        f"{min(r['load'][0], base['load'][0]):.1f}-"
-                        f"{max(r['load'][1], base['load'][1]):.1f} on this 2-core machine"
+                        f"to faults ({lost / max(r['kills'], 1):.0f} a kill; the sampling "
+                        f"actors' steps, the evaluator's left out); rows strictly increasing: "
+                        f"{r['rows_increasing']}; {load}"
                     ),
                 )
             )
         path = record("chaos", rows, title="Elastic training: a run whose actors are killed")
         if path:
             print(f"result rows: {path}", flush=True)
+
+
+def _phase_rows(what: str, phases: list[dict[str, float]], seed: int, load: str) -> list[Any]:
+    """One row a phase of the replacements: the median seconds from the kill to its end."""
+    from _results import Row, command_line
+
+    ends = [p["first_batch"] for p in phases if "first_batch" in p]
+    if not ends:
+        return []
+    rows = []
+    whole = statistics.median(ends)
+    for phase in ("detected", *PHASES):
+        values = [p[phase] for p in phases if phase in p]
+        if not values:
+            continue
+        median = statistics.median(values)
+        print(f"  {phase:>12}: median {median:6.2f} s, max {max(values):6.2f} s from the kill")
+        rows.append(
+            Row(
+                task="CartPole-v1",
+                algorithm=what,
+                metric=f"seconds from a kill to a replacement's phase '{phase}' (median)",
+                better="lower",
+                ours=round(median, 3),
+                peer="the replacement's first batch (median, the same replacements)",
+                peer_value=round(whole, 3),
+                seeds=[seed],
+                command=command_line(),
+                note=(
+                    f"{len(values)} replacements, max {max(values):.2f} s; phases: "
+                    "detected (the sampler sees the death), asked (a new actor asked for), "
+                    "imported (its process imported the worker's module: before the kill for "
+                    "a warm process), constructed (its constructor began, its arguments "
+                    "unpickled), envs (its environments made), made (the actor handed back), "
+                    "weights (the latest weights set), ready (shared memory and signal set "
+                    f"up), first_batch (its first batch in); {load}"
+                ),
+            )
+        )
+    return rows
 
 
 if __name__ == "__main__":

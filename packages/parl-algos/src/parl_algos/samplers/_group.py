@@ -267,6 +267,10 @@ def _machine_fault(exc: BaseException) -> bool:
     return isinstance(exc, RemoteError) and type(exc) in (RemoteError, RemoteActorDiedError)
 
 
+def _second(item: tuple[str, float]) -> float:
+    return item[1]
+
+
 def _what(exc: BaseException) -> str:
     """What befell a worker whose call (or start) raised `exc`: `died: ...` or `failed: ...`."""
     if _machine_fault(exc) or type(exc) is ClusterError:  # a ClusterError: died as it started
@@ -342,6 +346,7 @@ class WorkerGroup:
             for _ in range(num_workers)
         ]
         self._signal_args: tuple[Any, ...] | None = None  # connect_signals' arguments
+        self._timings: dict[int, dict[str, float]] = {}  # replacements not yet delivering
         self._starting: int | None = None  # the worker `_replace` sets up
         connect(address, num_workers)
 
@@ -509,6 +514,7 @@ class WorkerGroup:
         if not policy.restart or not self.workers:
             self.fail(w, exc)
         now = time.monotonic()
+        self._timings[w] = {"seen_at": time.time()}
         self._count_failure(w, exc)
         pid, name = self.where[w]
         what, dead = _what(exc), exc
@@ -601,6 +607,8 @@ class WorkerGroup:
 
     def _start(self, w: int, replaced: int, deadline: float) -> bool:
         """`_replace`'s work: a call of the new worker that fails raises as it is."""
+        timings = self._timings.setdefault(w, {"seen_at": time.time()})
+        timings["asked"] = time.time()
         while True:
             try:
                 worker = self._create(w, replaced)
@@ -612,19 +620,46 @@ class WorkerGroup:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.5)  # the client reconnects by itself
+        timings["made"] = time.time()
         self._replaced[w] = replaced  # its seed stream is never used again
         self.workers[w] = worker
         if self.weights is not None and worker is not None:
             weights, version = self.weights
             self.gather([worker.set_weights(weights, version)], [w])
-        (*_, host, pid, name) = self.gather([worker.describe()], [w])[0]
+        timings["weights"] = time.time()
+        (*_, host, pid, name), started = self.gather([worker.describe(), worker.timings()], [w, w])
+        timings.update(zip(("imported", "constructed", "envs"), started, strict=True))
         self.where[w] = (pid, name)
         if self._built:  # else: `__init__` gives the first workers their memory
             self._share_memory({w: host})
         if self._signal_args is not None:
             self.connect_signals(*self._signal_args, members=[w])
+        timings["ready"] = time.time()
         self.restarts += 1
         return True
+
+    def delivered(self, w: int | None) -> None:
+        """Worker `w`'s batch (None: every worker's) is in: a replacement's first ends its timings.
+
+        The line (at DEBUG) gives each phase of the replacement in seconds from the death seen
+        (`seen_at`, Unix time): `asked` (a new actor asked for), `imported` (its process imported
+        the worker's module: negative for a warm process), `constructed` (its constructor
+        began: its arguments unpickled), `envs` (its environments made), `made` (the actor
+        handed back), `weights` (the last weights set), `ready` (memory and signal set up),
+        `first_batch` (this). Times of the new process are its clock's (the same on one host).
+        """
+        for i in range(len(self.workers)) if w is None else [w]:
+            timings = self._timings.get(i)
+            if timings is None or "ready" not in timings:
+                continue
+            del self._timings[i]
+            seen = timings.pop("seen_at")
+            timings["first_batch"] = time.time()
+            logger.debug(
+                "%s: worker %d's replacement, seconds from its death seen at %.3f: %s",
+                self.owner, i, seen,
+                " ".join(f"{k}={v - seen:.3f}" for k, v in sorted(timings.items(), key=_second)),
+            )  # fmt: skip
 
     @property
     def shared(self) -> list[bool]:

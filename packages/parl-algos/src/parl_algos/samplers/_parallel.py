@@ -102,6 +102,11 @@ class _ClusterSampler(BaseSampler):
         self._group.weights = weights, version  # what a replacement gets
         self._group.run(lambda worker, _: worker.set_weights(weights, version))
 
+    def _make_batch(self, *args: Any, **kwargs: Any) -> Batch:
+        """`BaseSampler._make_batch`; a replacement's first batch ends its timings' line."""
+        self._group.delivered(kwargs.get("worker"))
+        return super()._make_batch(*args, **kwargs)
+
     def close(self) -> None:
         """Free every worker actor and shared-memory segment; calling it again does nothing."""
         self._group.close()

@@ -14,6 +14,7 @@ import contextlib
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,6 +31,9 @@ from parl_algos.samplers._core import (
     segment_layout,
 )
 from parl_remote.shm import FlagSignal, Signal, SignalClosed, connect_signal, host_id, short_slice
+
+_IMPORTED = time.time()
+"""When this process imported the samplers' worker (a warm process: before its actor came)."""
 
 __all__ = [
     "ABORT",
@@ -102,11 +106,15 @@ class EnvWorker:
         seed: int | None,
         slots: int = 1,
     ) -> None:
+        started = time.time()
         torch = sys.modules.get("torch")
         if torch is not None:
             torch.set_num_threads(1)  # one core a worker: threads of its own only compete
         seed_process(None if seed is None else seed * 1_000 + index)
         self.columns = EnvColumns(env_fn, num_envs, seed, index * num_envs)
+        self.started = (_IMPORTED, started, time.time())
+        """When (Unix time) this process imported the worker's module, the constructor began
+        (its arguments, the agent, unpickled) and the environments were made."""
         self.agent = agent
         self.horizon = horizon
         self.layout = rollout_layout(
@@ -124,6 +132,10 @@ class EnvWorker:
         """`(observation_space, action_space, host id, pid, host name)` of this worker."""
         spaces = self.columns.observation_space, self.columns.action_space
         return *spaces, host_id(), os.getpid(), socket.gethostname()
+
+    def timings(self) -> tuple[float, float, float]:
+        """`started`: the Unix times of this worker's start (see the constructor)."""
+        return self.started
 
     def attach(self, refs: list[tuple]) -> bool:
         """Write rollouts into the shared-memory segments `refs` (one a slot) from now on.

@@ -31,6 +31,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from parl.utils import logger as parl_logger
 from parl_algos.samplers import SamplerWorkerError
 from parl_algos.train._config import (
     Config,
@@ -121,7 +122,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug",
         action="store_true",
-        help="print the traceback of a failure here too (it is always in the run's log.log)",
+        help=(
+            "print the traceback of a failure here too (it is always in the run's log.log), "
+            "and log the library's debug lines (e.g. each phase of an actor's replacement)"
+        ),
     )
     return parser
 
@@ -321,6 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         library.addHandler(_ToParlLogger())
         library.propagate = False
     debug = "--debug" in argv
+    if debug:
+        library.setLevel(logging.DEBUG)
+        parl_logger.set_level(logging.DEBUG)
     try:
         resolved = resolve(argv)
     except ConfigError as exc:
