@@ -24,9 +24,10 @@ declaring `--cpus` slots) and of clients C, over a steady window of `--seconds`:
   runs), latencies are the master's work plus that wait.
 
 The smallest N is the baseline of the run: the growth per worker is the slope from it to the
-largest (per heartbeat: the slope with the fewest clients, over a heartbeat a worker every
-`PARL_HEARTBEAT_S`), and where one master saturates is where that slope takes its CPU to one
-core. The last line, for the largest N: `scale: workers=N master_cpu=C master_rss_mb=M
+largest. The master's CPU per heartbeat and per placement come from a fit over every run
+(`_costs`), and with them what one core has room for: the heartbeats of how many workers, or,
+beside the heartbeats of the largest N, how many placements a second. The last line, for the
+largest N: `scale: workers=N master_cpu=C master_rss_mb=M
 heartbeat_p99_s=H placements_per_s=P dashboard_p99_ms=D`. Result rows (`_results.record`)
 compare the largest N with the smallest.
 
@@ -399,24 +400,28 @@ def main() -> None:
             f"growth per worker ({small['workers']} -> {large['workers']}, {top_c} clients): "
             f"{cpu_slope * 1e3:.3f} cores per 1,000 workers, {rss_slope * 1e3:.3f} KB each"
         )
-        low_c = min(cs)  # the fewest placements: the workers' own cost
-        quiet = {r["workers"]: r for r in rows if r["clients"] == low_c}
-        beat_slope = (quiet[max(ns)]["master_cpu"] - quiet[min(ns)]["master_cpu"]) / span
+    costs = _costs(rows)
+    if costs is not None:
+        beat, placement, fixed = costs
+        beats, room = _room(costs, large["workers"])
         print(
-            f"per heartbeat (a worker's every {settings.heartbeat_s:g} s, with its share of "
-            f"the pings; {low_c} clients): {beat_slope * settings.heartbeat_s * 1e6:.1f} us "
-            "of the master's CPU"
+            f"the master's CPU, fitted over the {len(rows)} runs: {beat * 1e6:.1f} us a "
+            f"heartbeat (with its share of the pings), {placement * 1e6:.1f} us a placement "
+            f"(create, start, free), {fixed:.2f} cores besides"
         )
-        if cpu_slope > 0:
-            saturate = small["workers"] + (1.0 - small["master_cpu"]) / cpu_slope
-            print(f"one master reaches one core at about {saturate:,.0f} workers")
+        print(
+            f"one core: the heartbeats of about {(1.0 - fixed) / beat * settings.heartbeat_s:,.0f}"
+            f" workers (a heartbeat each every {settings.heartbeat_s:g} s), or at "
+            f"{large['workers']:,} workers ({beats:.2f} cores of heartbeats) room for "
+            f"{room:,.0f} placements a second"
+        )
+    busy, wait = large["master_cpu"], large["master_wait"]
     print(
-        f"the machine at {large['workers']} workers: the master busy {large['master_cpu']:.2f} "
-        f"of a core and waiting for one {large['master_wait']:.2f} of the time it had work, "
-        f"its simulated peers {large['peers_cpu']:.2f} cores, load average {load:.1f} on "
-        f"{os.cpu_count()} cores"
+        f"the master at {large['workers']} workers, of the window: busy {busy:.2f}, waiting "
+        f"for a CPU {wait:.2f}, idle {max(1.0 - busy - wait, 0.0):.2f} (its simulated peers "
+        f"took {large['peers_cpu']:.2f} cores; load average {load:.1f} on {os.cpu_count()} cores)"
     )
-    _record(small, large, args, load)
+    _record(small, large, rows, args, load)
     print(
         f"scale: workers={large['workers']} master_cpu={large['master_cpu']:.2f} "
         f"master_rss_mb={large['master_rss_mb']:.0f} "
@@ -426,7 +431,36 @@ def main() -> None:
     )
 
 
-def _record(small: dict, large: dict, args: argparse.Namespace, load: float) -> None:
+def _costs(rows: list[dict]) -> tuple[float, float, float] | None:
+    """The master's CPU seconds a heartbeat and a placement, and its cores besides.
+
+    A least-squares fit of `master_cpu = beat x heartbeats/s + placement x placements/s +
+    fixed` over the runs (workers and clients varied); None without runs enough to tell the
+    three apart.
+    """
+    import numpy as np
+
+    a = np.array([[r["workers"] / settings.heartbeat_s, r["placements_per_s"], 1.0] for r in rows])
+    b = np.array([r["master_cpu"] for r in rows])
+    if len(rows) < 3 or np.linalg.matrix_rank(a) < 3:
+        return None
+    (beat, placement, fixed), *_ = np.linalg.lstsq(a, b, rcond=None)
+    if beat <= 0 or placement <= 0:  # the runs' noise is larger than what they varied
+        return None
+    return float(beat), float(placement), float(fixed)
+
+
+def _room(costs: tuple[float, float, float], workers: int) -> tuple[float, float]:
+    """The cores the heartbeats of `workers` take, and the placements a second one core has
+    room for beside them."""
+    beat, placement, fixed = costs
+    beats = beat * workers / settings.heartbeat_s
+    return beats, (1.0 - fixed - beats) / placement
+
+
+def _record(
+    small: dict, large: dict, runs: list[dict], args: argparse.Namespace, load: float
+) -> None:
     if small is large:
         return
     task = f"{large['workers']} simulated workers of {args.cpus} slots, {large['clients']} clients"
@@ -460,6 +494,33 @@ def _record(small: dict, large: dict, args: argparse.Namespace, load: float) -> 
                 note=f"{args.procs} simulator processes on the same machine; load {load:.1f}.",
             )
         )
+    costs = _costs(runs)
+    if costs is not None:  # what one core has room for, fitted over the runs
+        beat, placement, fixed = costs
+        beats, room = _room(costs, large["workers"])
+        fitted = (
+            f"Fitted over {len(runs)} runs: {beat * 1e6:.1f} us a heartbeat, "
+            f"{placement * 1e6:.1f} us a placement, {fixed:.2f} cores besides; load {load:.1f}."
+        )
+        for metric, better, ours, peer_name, peer_value in (
+            ("cores the heartbeats take", "lower", beats, "one core", 1.0),
+            ("placements a second one core has room for", "higher", room, "the target", 1000.0),
+        ):
+            if 0 < ours < math.inf:
+                rows.append(
+                    Row(
+                        task=task,
+                        algorithm="xparl master",
+                        metric=metric,
+                        better=better,
+                        ours=round(ours, 3),
+                        peer=peer_name,
+                        peer_value=peer_value,
+                        seeds=[],
+                        command=command_line(),
+                        note=fitted,
+                    )
+                )
     record("scale", rows, title="One master at scale", directory=args.results)
 
 
