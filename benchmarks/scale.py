@@ -64,6 +64,7 @@ from parl_remote.engines.xparl import _cluster
 from parl_remote.wire.protocol import messages as m
 
 _OPEN_AT_ONCE = 64  # handshakes a simulator runs at once
+_SATURATED = 0.9  # a master busy or waiting for a CPU this share of a run's window: never idle
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -400,6 +401,15 @@ def main() -> None:
             f"growth per worker ({small['workers']} -> {large['workers']}, {top_c} clients): "
             f"{cpu_slope * 1e3:.3f} cores per 1,000 workers, {rss_slope * 1e3:.3f} KB each"
         )
+    saturated = [r for r in rows if _saturated(r)]
+    if saturated:
+        shares = ", ".join(f"{r['master_cpu']:.2f}+{r['master_wait']:.2f}" for r in saturated)
+        print(
+            f"the master was never idle in {len(saturated)} of the {len(rows)} runs (busy, or "
+            f"waiting for a CPU, {_SATURATED:.0%} of the window or more: {shares}): "
+            "there it did what the machine gave it a CPU for, and its costs are fitted over "
+            "the other runs only"
+        )
     costs = _costs(rows)
     if costs is not None:
         beat, placement, fixed = costs
@@ -431,15 +441,25 @@ def main() -> None:
     )
 
 
+def _saturated(row: dict) -> bool:
+    """Whether the master was never idle in a run: busy, or waiting for a CPU, all its window.
+
+    Such a run's CPU is what the machine gave the master, not what its work cost (and the more
+    it waits, the more messages each turn of its loop handles, the less each costs).
+    """
+    return bool(row["master_cpu"] + row["master_wait"] >= _SATURATED)
+
+
 def _costs(rows: list[dict]) -> tuple[float, float, float] | None:
     """The master's CPU seconds a heartbeat and a placement, and its cores besides.
 
     A least-squares fit of `master_cpu = beat x heartbeats/s + placement x placements/s +
-    fixed` over the runs (workers and clients varied); None without runs enough to tell the
-    three apart.
+    fixed` over the runs (workers and clients varied) in which the master was idle a while;
+    None without runs enough to tell the three apart.
     """
     import numpy as np
 
+    rows = [r for r in rows if not _saturated(r)]
     a = np.array([[r["workers"] / settings.heartbeat_s, r["placements_per_s"], 1.0] for r in rows])
     b = np.array([r["master_cpu"] for r in rows])
     if len(rows) < 3 or np.linalg.matrix_rank(a) < 3:
