@@ -493,54 +493,51 @@ def _record(
         ("actors placed per second", "higher", "placements_per_s", 1),
         ("dashboard API p99 (ms)", "lower", "dashboard_p99_ms", 2),
     ]
-    rows = []
+    note = f"{args.procs} simulator processes on the same machine; load {load:.1f}."
+    claims = []  # metric, better, ours, peer, peer's figure, note
     for metric, better, key, digits in figures:
         scale = 1e3 if key == "heartbeat_p99_s" else 1
         ours = round(large[key] * scale, digits)
         base = round(small[key] * scale, digits)
-        if not (0 < ours < math.inf and 0 < base < math.inf):  # unmeasured, or timed out
-            continue
-        rows.append(
-            Row(
-                task=task,
-                algorithm="xparl master",
-                metric=metric,
-                better=better,
-                ours=ours,
-                peer=peer,
-                peer_value=base,
-                seeds=[],
-                command=command_line(),
-                note=f"{args.procs} simulator processes on the same machine; load {load:.1f}.",
-            )
-        )
+        claims.append((metric, better, ours, peer, base, note))
     costs = _costs(runs)
     if costs is not None:  # what one core has room for, fitted over the runs
         beat, placement, fixed = costs
         beats, room = _room(costs, large["workers"])
         fitted = (
-            f"Fitted over {len(runs)} runs: {beat * 1e6:.1f} us a heartbeat, "
-            f"{placement * 1e6:.1f} us a placement, {fixed:.2f} cores besides; load {load:.1f}."
+            f"Fitted over {sum(not _saturated(r) for r in runs)} runs: {beat * 1e6:.1f} us a "
+            f"heartbeat, {placement * 1e6:.1f} us a placement, {fixed:.2f} cores besides; "
+            f"load {load:.1f}."
         )
-        for metric, better, ours, peer_name, peer_value in (
-            ("cores the heartbeats take", "lower", beats, "one core", 1.0),
-            ("placements a second one core has room for", "higher", room, "the target", 1000.0),
-        ):
-            if 0 < ours < math.inf:
-                rows.append(
-                    Row(
-                        task=task,
-                        algorithm="xparl master",
-                        metric=metric,
-                        better=better,
-                        ours=round(ours, 3),
-                        peer=peer_name,
-                        peer_value=peer_value,
-                        seeds=[],
-                        command=command_line(),
-                        note=fitted,
-                    )
-                )
+        claims.append(
+            ("cores the heartbeats take", "lower", round(beats, 3), "one core", 1.0, fitted)
+        )
+        claims.append(
+            (
+                "placements a second one core has room for",
+                "higher",
+                round(room, 1),
+                "the target",
+                1000.0,
+                fitted,
+            )
+        )
+    rows = [
+        Row(
+            task=task,
+            algorithm="xparl master",
+            metric=metric,
+            better=better,
+            ours=ours,
+            peer=peer_name,
+            peer_value=base,
+            seeds=[],
+            command=command_line(),
+            note=why,
+        )
+        for metric, better, ours, peer_name, base, why in claims
+        if 0 < ours < math.inf and 0 < base < math.inf  # unmeasured, or timed out: left out
+    ]
     record("scale", rows, title="One master at scale", directory=args.results)
 
 
