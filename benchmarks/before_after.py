@@ -80,16 +80,19 @@ def run(root: str, script: list[str], timeout: float) -> str:
 
 
 def rows(output: str) -> dict[str, list[float]]:
-    """The rows of the tables in `output`: name -> its figures (the cells that are numbers)."""
+    """The rows of the tables in `output`: name -> its figures (the cells that are numbers).
+
+    A row's name is its cells before the first figure (a padded name may read as several).
+    """
     found: dict[str, list[float]] = {}
     for line in output.splitlines():
         cells = [c.strip() for c in (line.split("|") if "|" in line else re.split(r"\s{2,}", line))]
         cells = [c for c in cells if c]
-        if len(cells) < 2 or _FIGURE.match(cells[0]):
+        first = next((i for i, c in enumerate(cells) if _FIGURE.match(c)), None)
+        if not first:  # no figure, or no name before the first
             continue
-        figures = [float(c.rstrip("x").replace(",", "")) for c in cells[1:] if _FIGURE.match(c)]
-        if figures:
-            found[cells[0]] = figures
+        figures = [float(c.rstrip("x").replace(",", "")) for c in cells[first:] if _FIGURE.match(c)]
+        found[" ".join(cells[:first])] = figures
     return found
 
 
