@@ -11,7 +11,8 @@ lost life) from argv, maps the example's hyperparameters onto the SB3
 algorithm of the same name (QR-DQN: sb3-contrib's), trains until the mean return of the last
 10 training episodes reaches the threshold or the cap, and prints `RESULT {json}` (with
 `curve`: at each episode's end, the env step and the mean return of the last 10 episodes, as
-`learning.py` reads PARL's runs; `last_100`: the mean of the last 100). Imports nothing of
+`learning.py` reads PARL's runs, and `timed_curve` the same means against the seconds of
+training; `last_100`: the mean of the last 100). Imports nothing of
 PARL: only SB3 (and sb3-contrib), gymnasium, numpy and torch.
 """
 
@@ -152,6 +153,7 @@ class StopAtThreshold(BaseCallback):
         self.stop = stop
         self.returns: list[float] = []
         self.curve: list[tuple[int, float]] = []  # (env step, mean of the last 10) an episode
+        self.timed_curve: list[tuple[float, float]] = []  # (seconds, mean of the last 10)
         self.reached_at: int | None = None
         self.reached_seconds: float | None = None
         self.start = time.perf_counter()
@@ -162,6 +164,7 @@ class StopAtThreshold(BaseCallback):
                 self.returns.append(float(info["episode"]["r"]))
                 mean = round(float(np.mean(self.returns[-10:])), 2)
                 self.curve.append((self.num_timesteps, mean))
+                self.timed_curve.append((round(time.perf_counter() - self.start, 2), mean))
                 if (
                     self.reached_at is None
                     and len(self.returns) >= 10
@@ -333,6 +336,7 @@ def main() -> None:
                 "evaluation": None if evaluation is None else float(evaluation),
                 "env_steps": model.num_timesteps,
                 "curve": callback.curve,
+                "timed_curve": callback.timed_curve,
             }
         ),
     )
