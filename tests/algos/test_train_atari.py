@@ -9,6 +9,7 @@ the slow suite.
 
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
 import pickle
@@ -17,6 +18,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 import parl_algos.train._envs as envs
 import parl_algos.train._off_policy as off_policy
@@ -59,9 +61,21 @@ def build(name: str, *overrides: tuple[str, str]):
 
 @pytest.mark.parametrize("name", ["ppo/pong", "ppo/breakout", "impala/pong"])
 def test_ppo_and_impala_play_frames_with_the_nature_cnn_and_learn_from_clipped_rewards(name):
+    """The Nature CNN under both heads, learning from the scores' signs; it runs once where an
+    update needs both heads (each minibatch; PPO's values and `pi_old` of the batch), and the
+    update is the one that a pass for each head makes."""
     config, env, learner = build(name)
     agent = learner.agent
     assert isinstance(agent.alg.model, AtariActorCritic) and agent.reward_fn is np.sign
+    twin = copy.deepcopy(agent)
+    twin.alg.model.policy_and_value = None  # the same model, as one without the method
+    passes = [0, 0]
+    for i, who in enumerate((agent, twin)):
+
+        def count(*_, i=i):
+            passes[i] += 1
+
+        who.alg.model.trunk.register_forward_hook(count)
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (3, 2, *env.observation_space.shape), dtype=np.uint8)
     action, extras = agent.sample(frames[0]), {}
@@ -80,8 +94,16 @@ def test_ppo_and_impala_play_frames_with_the_nature_cnn_and_learn_from_clipped_r
             gae_lambda=config.agent.gae_lambda,
         )
         np.testing.assert_allclose(agent.advantages(t).advantage, clipped.advantage)
+    passes[0] = 0  # from here: the update's
     assert np.isfinite(agent.learn(t).value_loss)
     np.testing.assert_array_equal(t.reward, scores)  # what the returns are counted from
+    twin.learn(t)
+    # PPO: the batch's values with pi_old, one a minibatch (1 an epoch here), the final KL's
+    epochs = getattr(agent.alg, "update_epochs", 0)
+    assert passes[0] == (1 + epochs + 1 if epochs else 1)
+    assert passes[1] == (2 + 2 * epochs + 1 if epochs else 2)
+    for mine, theirs in zip(agent.alg.model.parameters(), twin.alg.model.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ATARI)

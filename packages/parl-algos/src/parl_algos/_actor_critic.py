@@ -1,12 +1,17 @@
 """The part that A2C, PPO and IMPALA share: acting with a policy-and-value model.
 
 Their model provides `policy(obs)` -> logits or a `torch.distributions.Distribution`, and
-`value(obs)` -> `(batch,)` state values. This base class turns that into `predict` (the most
-probable action), `sample` (an action drawn from the policy) and `value`, all without autograd:
-exactly what an actor that only steps environments needs.
+`value(obs)` -> `(batch,)` state values; a model whose two heads share a torso (the Nature CNN
+of `AtariActorCritic`) also has `policy_and_value(obs)`, both from one pass of it. This base
+class turns that into `predict` (the most probable action), `sample` (an action drawn from the
+policy) and `value`, all without autograd: exactly what an actor that only steps environments
+needs; and into `policy_and_value` and `distribution_and_value` for the updates, which need
+both with autograd.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch.distributions import Distribution
@@ -36,6 +41,25 @@ class ActorCriticAlgorithm(parl.Algorithm):
     def distribution(self, obs: torch.Tensor) -> Distribution:
         """Return the policy's action distribution for a batch of observations (with autograd)."""
         return as_distribution(self.model.policy(obs))
+
+    def policy_and_value(self, obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
+        """Return the model's policy output and the state values `(batch,)` (with autograd).
+
+        One pass where the model has `policy_and_value`, else `policy`'s and `value`'s.
+        """
+        both = getattr(self.model, "policy_and_value", None)
+        if both is None:
+            return self.model.policy(obs), self.model.value(obs).reshape(-1)
+        policy, value = both(obs)
+        return policy, value.reshape(-1)
+
+    def distribution_and_value(self, obs: torch.Tensor) -> tuple[Distribution, torch.Tensor]:
+        """Return the policy's distribution and the state values `(batch,)` (with autograd).
+
+        As `policy_and_value` computes them.
+        """
+        policy, value = self.policy_and_value(obs)
+        return as_distribution(policy), value
 
     @torch.no_grad()
     def predict(self, obs: torch.Tensor) -> torch.Tensor:

@@ -102,9 +102,8 @@ class A2C(ActorCriticAlgorithm):
         """
         if self.normalize_advantage and advantage.numel() > 1:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        dist = self.distribution(obs)
+        dist, value = self.distribution_and_value(obs)
         log_prob = dist.log_prob(action)
-        value = self.model.value(obs).reshape(-1)
 
         policy_loss = -(advantage * log_prob).mean()
         value_loss = F.mse_loss(value, value_target)

@@ -83,19 +83,58 @@ class ActorCriticAgent(parl.Agent):
         action = self.alg.predict(to_tensor(obs, self.device).unsqueeze(0))[0].cpu().numpy()
         return action.item() if action.ndim == 0 else action
 
-    def advantages(self, trajectory: Trajectory) -> AdvantageBatch:
-        """The trajectory as a flat batch with GAE advantages under the current value function."""
+    def advantages(
+        self,
+        trajectory: Trajectory,
+        value_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> AdvantageBatch:
+        """The trajectory as a flat batch with GAE advantages under the current value function.
+
+        `value_fn` maps `(B, *obs_shape)` to `(B,)` without autograd (None: the algorithm's).
+        """
         if self.reward_fn is not None:
             trajectory = dataclasses.replace(trajectory, reward=self.reward_fn(trajectory.reward))
         return compute_advantages(
-            trajectory, self.alg.value, gamma=self.gamma, gae_lambda=self.gae_lambda
+            trajectory, value_fn or self.alg.value, gamma=self.gamma, gae_lambda=self.gae_lambda
         )
+
+    def advantages_and_log_prob(
+        self, trajectory: Trajectory
+    ) -> tuple[AdvantageBatch, torch.Tensor]:
+        """`advantages` and the current policy's log-probs of the batch's actions (`pi_old`).
+
+        From the one pass over the observations that the values take where the model's heads
+        share a torso (`policy_and_value`, logits out), else from a second.
+        """
+        if not hasattr(self.alg.model, "policy_and_value"):
+            b = self.advantages(trajectory)
+            with torch.no_grad():
+                return b, self.alg.distribution(b.obs).log_prob(b.action)
+        logits: list[torch.Tensor] = []
+
+        @torch.no_grad()
+        def value_fn(obs: torch.Tensor) -> torch.Tensor:
+            policy, value = self.alg.policy_and_value(obs)
+            logits.append(policy)
+            return value
+
+        b = self.advantages(trajectory, value_fn)  # the batch's observations come first
+        with torch.no_grad():
+            return b, Categorical(logits=logits[0][: len(b.obs)]).log_prob(b.action)
 
     def learn(self, trajectory: Trajectory) -> A2CStats | PPOStats:
         """Update the algorithm from one trajectory of on-policy experience."""
-        b = self.advantages(trajectory)
         if isinstance(self.alg, PPO):
-            return self.alg.learn(b.obs, b.action, b.advantage, b.value_target, value=b.value)
+            b, old_log_prob = self.advantages_and_log_prob(trajectory)
+            return self.alg.learn(
+                b.obs,
+                b.action,
+                b.advantage,
+                b.value_target,
+                value=b.value,
+                old_log_prob=old_log_prob,
+            )
+        b = self.advantages(trajectory)
         return self.alg.learn(b.obs, b.action, b.advantage, b.value_target)
 
 
@@ -140,11 +179,9 @@ class BehaviourPPOAgent(ActorCriticAgent):
 
     def learn(self, trajectory: Trajectory) -> PPOStats:
         """Update from one (possibly stale) trajectory, its samples weighted by `pi_old / mu`."""
-        b = self.advantages(trajectory)
+        b, old_log_prob = self.advantages_and_log_prob(trajectory)
         behaviour = to_tensor(trajectory.extras["log_prob"].reshape(-1), self.device)
-        with torch.no_grad():
-            old_log_prob = self.alg.distribution(b.obs).log_prob(b.action)
-            weight = (old_log_prob - behaviour).exp().clamp(max=self.rho_bar)
+        weight = (old_log_prob - behaviour).exp().clamp(max=self.rho_bar)
         return self.alg.learn(
             b.obs,
             b.action,

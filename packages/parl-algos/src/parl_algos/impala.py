@@ -14,6 +14,7 @@ from torch.distributions import Categorical
 import parl
 from parl_algos._actor_critic import ActorCriticAlgorithm
 from parl_algos._common import check_positive, clip_grad_norm
+from parl_algos._distributions import as_distribution
 from parl_algos.functional import vtrace
 
 __all__ = ["IMPALA", "IMPALAStats"]
@@ -106,9 +107,12 @@ class IMPALA(ActorCriticAlgorithm):
         """
         steps, batch = reward.shape
         flat_obs = obs.reshape(-1, *obs.shape[2:])
-        value_all = self.model.value(flat_obs).reshape(steps + 1, batch)
+        # One pass for the values of every observation and the policy (the last row's
+        # policy unused): a torso both heads share runs once.
+        policy_all, value_all = self.policy_and_value(flat_obs)
+        value_all = value_all.reshape(steps + 1, batch)
         value, bootstrap_value = value_all[:-1], value_all[-1]
-        dist = self.distribution(flat_obs[: steps * batch])
+        dist = as_distribution(policy_all[: steps * batch])
         target_log_prob = dist.log_prob(action.reshape(-1)).reshape(steps, batch)
         behaviour_log_prob = Categorical(logits=behaviour_logits).log_prob(action)
         log_rho = target_log_prob.detach() - behaviour_log_prob

@@ -436,6 +436,14 @@ class AtariActorCritic(parl.Model):
         """Return the state values `(batch,)` of uint8 frames."""
         return self.critic(self.trunk(obs)).squeeze(-1)
 
+    def policy_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return the logits and the state values of uint8 frames, the CNN run once for both.
+
+        An update that needs both pays for one pass of the torso, forward and backward.
+        """
+        features = self.trunk(obs)
+        return self.actor(features), self.critic(features).squeeze(-1)
+
 
 class NatureQNetwork(parl.Model):
     """`NatureCNN` with a `QHead` or a `DuelingHead`: the DQN family's network on Atari frames.

@@ -215,7 +215,7 @@ class PPO(ActorCriticAlgorithm):
         mb_old_log_prob: torch.Tensor,
         mb_weight: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        dist = self.distribution(mb_obs)
+        dist, new_value = self.distribution_and_value(mb_obs)
         log_ratio = dist.log_prob(mb_action) - mb_old_log_prob
         ratio = log_ratio.exp()
         if self.normalize_advantage and mb_advantage.numel() > 1:
@@ -235,7 +235,6 @@ class PPO(ActorCriticAlgorithm):
             kl = (ratio - 1) - log_ratio
             policy_loss = -(ratio * mb_advantage).mean() + self.kl_coef * kl.mean()
 
-        new_value = self.model.value(mb_obs).reshape(-1)
         if self.clip_value is None:
             value_loss = F.mse_loss(new_value, mb_value_target)
         else:
