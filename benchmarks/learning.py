@@ -48,6 +48,7 @@ repository.
     nice python benchmarks/learning.py --tasks mujoco --seeds 1       # the papers' budgets: days
     nice python benchmarks/learning.py --tasks mujoco --configs ppo/hopper --seeds 1,2,3  # ~1 hour
     nice python benchmarks/learning.py --tasks atari --seeds 1        # 10M steps a run: days
+    nice python benchmarks/learning.py --tasks atari-cost --seeds 1,2,3  # what a step costs
     python benchmarks/learning.py --tasks apex-rate --seeds 1         # ~15 min, a quiet machine
 
 Two sections measure returns rather than steps to a threshold. `offline` makes one Pendulum
@@ -75,7 +76,10 @@ episodes at the end (greedy; SB3's is stochastic on Atari, as the Zoo evaluates)
 seconds of the run, with RL Baselines3 Zoo's published score for the task beside them (its
 benchmark table: one run, the v3 MuJoCo tasks, NoFrameskip-v4 games).
 `PARL_BENCH_BUDGET_STEPS` shortens every run (a check of the plumbing, not a result: such runs
-write no result rows).
+write no result rows). These sections and `hopper-time` keep each run as it ends
+(`KeptRuns`: `benchmarks/results/runs/<section>.json`), and an invocation with the same
+settings reuses the runs kept there, so that a table of runs of hours each fills over several
+invocations; each run carries the day and the load average when it ended.
 
 `hopper-time` runs `parl-train ppo/hopper` (PPO on Hopper-v5, whose step is costly enough for
 parallel sampling to pay) in `single`, `sync` and `async` modes, 2 actors each, then
@@ -96,6 +100,14 @@ second of training and seconds until the mean of the last 10 training returns fi
 `PARL_BENCH_ATARI_THRESHOLD` (default 500), each as a ratio to single-process DQN's from the
 same invocation. `PARL_BENCH_ATARI_STEPS` shortens the runs (a check of rates: `3000` with
 `PARL_BENCH_ATARI_FLAGS="--agent.learning_starts 1000"`, so that learning starts).
+`atari-cost` says where an agent step of PPO on Atari frames goes (`ppo/breakout`,
+`ppo/pong`; `PARL_BENCH_ATARI_COST_STEPS` agent steps a run, default 4,096, single mode, one
+thread): the CPU milliseconds an agent step of collecting (the 8 environments with their
+preprocessing, and acting with the Nature CNN) and of updating (4 epochs of 256-sample
+minibatches), ours and SB3's PPO with the same hyperparameters (its `CnnPolicy`, in-process
+environments), each measured in a process of its own. The 10M-step tables and a time to Pong's
+0 cost days on 2 cores: this is what each step of them costs, and which part parallel sampling
+cannot take away.
 `apex-rate` measures only the rates, on shorter runs (12k env steps): single mode, Ape-X, and
 Ape-X sending the weights every 100 env steps (`--train.weights_every 100`).
 """
@@ -105,6 +117,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import datetime
 import json
 import os
 import pathlib
@@ -119,7 +132,7 @@ import time
 import venv
 from collections.abc import Sequence
 
-from _results import Row, command_line, record
+from _results import Row, command_line, machine, record
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SB3_VERSION = "2.9.2"
@@ -575,6 +588,46 @@ def _cross_play_leads(matches: dict[str, list[dict]]) -> list[str]:
     return lines if len(lines) > 3 else []
 
 
+KEPT_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
+
+
+class KeptRuns:
+    """The finished runs of a section whose runs take hours, kept as each one ends, so that an
+    invocation stopped midway (or a later one, on another day) goes on from them rather than
+    measuring them again: `benchmarks/results/runs/<name>.json`, one record a run under its key
+    (the side and the seed), each with the day, the machine and the load average (1 minute)
+    when it ended. The file holds the settings it was measured with; runs of other settings
+    are not reused (the file starts afresh). `PARL_BENCH_FRESH=1` measures every run again.
+    """
+
+    def __init__(self, name: str, settings: dict) -> None:
+        self.path = os.path.join(KEPT_DIR, f"{name}.json")
+        self.settings = settings
+        self.runs: dict[str, dict] = {}
+        if os.path.exists(self.path) and os.environ.get("PARL_BENCH_FRESH") != "1":
+            with open(self.path) as f:
+                kept = json.load(f)
+            if kept.get("settings") == settings:
+                self.runs = kept["runs"]
+                print(f"{len(self.runs)} runs kept in {self.path} are reused", flush=True)
+
+    def get(self, key: str) -> dict | None:
+        """The kept run of `key`, or None where it was not measured yet."""
+        return self.runs.get(key)
+
+    def put(self, key: str, run: dict) -> dict:
+        """Keep `run` under `key` with the day, the machine and the load; return it."""
+        run = {**run, "date": datetime.date.today().isoformat(), "machine": machine()}
+        run["load"] = round(os.getloadavg()[0], 1)
+        self.runs[key] = run
+        os.makedirs(KEPT_DIR, exist_ok=True)
+        with open(self.path + ".tmp", "w") as f:
+            json.dump({"settings": self.settings, "runs": self.runs}, f, indent=1)
+            f.write("\n")
+        os.replace(self.path + ".tmp", self.path)
+        return run
+
+
 MUJOCO_CONFIG = "ppo/hopper"
 MUJOCO_STEPS = int(os.environ.get("PARL_BENCH_MUJOCO_STEPS", "400000"))
 MUJOCO_THRESHOLD = float(os.environ.get("PARL_BENCH_MUJOCO_THRESHOLD", "1000"))
@@ -677,13 +730,19 @@ def run_mujoco(seeds: Sequence[int], timeout: float, json_path: str | None = Non
     common += ["--train.target_return", str(MUJOCO_THRESHOLD), "--actors", str(MUJOCO_ACTORS)]
     common += ["--train.stop_at_target", "true"]
     runs: dict[str, list[dict]] = {"single": [], "sync": [], "async": [], "sb3": []}
-    loads = [os.getloadavg()[0]]
+    kept = KeptRuns("hopper-time", {"threshold": MUJOCO_THRESHOLD, "steps": MUJOCO_STEPS})
     for seed in seeds:  # seed by seed, so that every mode sees the same load
         for mode in ("single", "sync", "async"):
-            flags = [*common, "--mode", mode, "--train.seed", str(seed)]
-            runs[mode].append(run_parl_train(MUJOCO_CONFIG, flags, timeout, curve=True))
-            loads.append(os.getloadavg()[0])
-            print(f"mujoco {mode} seed {seed}: {_brief(runs[mode][-1])}", flush=True)
+            run = kept.get(f"{mode}/{seed}")
+            if run is None:
+                flags = [*common, "--mode", mode, "--train.seed", str(seed)]
+                run = run_parl_train(MUJOCO_CONFIG, flags, timeout, curve=True)
+                run = kept.put(f"{mode}/{seed}", run)
+            runs[mode].append(run)
+            print(f"mujoco {mode} seed {seed}: {_brief(run)}", flush=True)
+        if (run := kept.get(f"sb3/{seed}")) is not None:
+            runs["sb3"].append(run)
+            continue
         spec = {"algo": "ppo", "threshold": MUJOCO_THRESHOLD, "cap": MUJOCO_STEPS, "seed": seed}
         spec.update(args=sb3_args, stop_at_threshold=True)
         start = time.perf_counter()
@@ -697,10 +756,11 @@ def run_mujoco(seeds: Sequence[int], timeout: float, json_path: str | None = Non
         )
         run["reached_seconds"], run["seconds"] = run["seconds"], run["total_seconds"]
         run["command_seconds"] = round(time.perf_counter() - start, 1)
-        runs["sb3"].append(run)
-        loads.append(os.getloadavg()[0])
+        runs["sb3"].append(kept.put(f"sb3/{seed}", run))
         print(f"mujoco sb3 seed {seed}: {_brief(run)}", flush=True)
     _dump(json_path, "mujoco", runs)
+    loads = [r["load"] for results in runs.values() for r in results]
+    days = sorted({r["date"] for results in runs.values() for r in results})
 
     rate = _rate
     single, sb3 = rate(runs["single"]), _seconds_to_threshold(runs["sb3"])
@@ -709,7 +769,8 @@ def run_mujoco(seeds: Sequence[int], timeout: float, json_path: str | None = Non
         f"{a['n_steps'] * env.num_envs} steps a batch; {MUJOCO_ACTORS} actors), until the mean "
         f"return of the last 10 episodes reaches {MUJOCO_THRESHOLD:g} or "
         f"{MUJOCO_STEPS // 1000}k env steps, seeds {','.join(map(str, seeds))} (medians), "
-        f"load average {min(loads):.1f}-{max(loads):.1f} (1 minute, between runs)\n",
+        f"load average {min(loads):.1f}-{max(loads):.1f} (1 minute, as each run ended), "
+        f"measured {' to '.join(dict.fromkeys([days[0], days[-1]]))}\n",
         f"| run | env steps / s of training (x single) | seconds to {MUJOCO_THRESHOLD:g} "
         f"(x SB3) | env steps to it | mean return after {MUJOCO_AT_SECONDS:g} s | "
         "whole command, s |",
@@ -768,7 +829,7 @@ def _mujoco_rows(
 ) -> list[Row]:
     """hopper-time's claims: each mode's seconds to the threshold and score at the fixed wall
     time against SB3's, and each parallel mode's rate against single's."""
-    load = f"load average {min(loads):.1f}-{max(loads):.1f} (1 minute, between runs)"
+    load = f"load average {min(loads):.1f}-{max(loads):.1f} (1 minute, as each run ended)"
     sb3_seconds = _seconds_to_threshold(runs["sb3"])
     sb3_score = _score_at(runs["sb3"], MUJOCO_AT_SECONDS)
     rows = []
@@ -1000,7 +1061,9 @@ PUBLISHED = {
 }
 
 
-def run_budget_sb3(config_name: str, seed: int, steps: int, timeout: float) -> dict:
+def run_budget_sb3(
+    config_name: str, seed: int, steps: int, timeout: float, eval_episodes: int = 0
+) -> dict:
     """SB3 with the config's hyperparameters for `steps` env steps, in its own venv."""
     from parl_algos.train import load_config
 
@@ -1011,7 +1074,7 @@ def run_budget_sb3(config_name: str, seed: int, steps: int, timeout: float) -> d
     args["fire_reset"] = getattr(env, "fire_reset", False)
     spec = {"algo": config.algorithm.lower(), "threshold": float("inf"), "cap": steps}
     spec |= {"seed": seed, "args": args, "stop_at_threshold": False}
-    spec["eval_episodes"] = BUDGET_EVAL_EPISODES
+    spec["eval_episodes"] = eval_episodes
     out = subprocess.run(
         [ensure_sb3(), SB3_RUNNER, json.dumps(spec)],
         capture_output=True, text=True, timeout=timeout, check=True,
@@ -1029,7 +1092,7 @@ def run_budget(
     module's docstring); result rows unless `PARL_BENCH_BUDGET_STEPS` shortened the runs."""
     from parl_algos.train import get_spec, load_config
 
-    loads = [os.getloadavg()[0]]
+    kept = KeptRuns(group, {"steps": BUDGET_STEPS, "eval_episodes": BUDGET_EVAL_EPISODES})
     table = [
         f"\nthe configs' budgets{f' cut to {BUDGET_STEPS} env steps' if BUDGET_STEPS else ''}, "
         f"seeds {','.join(map(str, seeds))} (medians): the mean of the last 100 training "
@@ -1047,14 +1110,19 @@ def run_budget(
         peer = "sb3" if config.algorithm in ("PPO", "SAC", "TD3") else None
         runs: dict[str, list[dict]] = {"ours": [], **({"sb3": []} if peer else {})}
         for seed in seeds:  # seed by seed, so that both sides see the same load
-            run = run_parl_train(name, [*flags, "--train.seed", str(seed)], timeout, returns=True)
-            run["last_100"] = statistics.fmean(run["returns"][-100:]) if run["returns"] else None
+            if (run := kept.get(f"ours/{name}/{seed}")) is None:
+                flags_seed = [*flags, "--train.seed", str(seed)]
+                run = run_parl_train(name, flags_seed, timeout, returns=True)
+                returns = run["returns"]
+                run["last_100"] = statistics.fmean(returns[-100:]) if returns else None
+                run = kept.put(f"ours/{name}/{seed}", run)
             runs["ours"].append(run)
-            loads.append(os.getloadavg()[0])
             print(f"{name} parl seed {seed}: {_budget_cell([run])}", flush=True)
             if peer:
-                runs["sb3"].append(run_budget_sb3(name, seed, steps, timeout))
-                loads.append(os.getloadavg()[0])
+                if (run := kept.get(f"sb3/{name}/{seed}")) is None:
+                    run = run_budget_sb3(name, seed, steps, timeout, BUDGET_EVAL_EPISODES)
+                    run = kept.put(f"sb3/{name}/{seed}", run)
+                runs["sb3"].append(run)
                 print(f"{name} sb3 seed {seed}: {_budget_cell(runs['sb3'][-1:])}", flush=True)
         everything[name] = runs
         published = PUBLISHED.get(name)
@@ -1066,7 +1134,8 @@ def run_budget(
         if peer and not BUDGET_STEPS:
             rows += _budget_rows(name, config, get_spec(config.algorithm), runs, seeds, published)
     _dump(json_path, group, everything)
-    table.append(f"\nload average {min(loads):.1f}-{max(loads):.1f} (1 minute, between runs)")
+    loads = [r["load"] for runs in everything.values() for side in runs.values() for r in side]
+    table.append(f"\nload average {min(loads):.1f}-{max(loads):.1f} (1 minute, as each run ended)")
     if rows:
         table.append(f"result rows: {record('learning', rows)}")
     return "\n".join(table)
@@ -1127,8 +1196,118 @@ def _budget_rows(
     return rows
 
 
+ATARI_COST_CONFIGS = ("ppo/breakout", "ppo/pong")
+ATARI_COST_STEPS = int(os.environ.get("PARL_BENCH_ATARI_COST_STEPS", "4096"))
+
+
+def atari_cost_child(name: str, steps: int, seed: int) -> dict:
+    """In a fresh process (`run_atari_cost`): PPO's rounds of `name` in single mode, the CPU
+    seconds of collecting (the environments and acting) and of the updates, each summed."""
+    import torch
+
+    from parl_algos.train import get_spec, load_config
+    from parl_algos.train._envs import make_collector, make_env_fn
+
+    torch.set_num_threads(1)
+    config = load_config(name)
+    config.train.seed, config.train.total_steps = seed, steps
+    spec = get_spec(config.algorithm)
+    env = make_env_fn(config)()
+    learner = spec.build(config, env.observation_space, env.action_space)
+    env.close()
+    collector = make_collector(config, spec, learner.agent)
+    collect_cpu = learn_cpu = 0.0
+    start = time.perf_counter()
+    while collector.env_steps < steps:
+        t0 = time.process_time()
+        trajectory = collector.collect(config.agent.n_steps)
+        t1 = time.process_time()
+        if learner.before_learn is not None:
+            learner.before_learn(collector.env_steps)
+        learner.agent.learn(trajectory)
+        learn_cpu += time.process_time() - t1
+        collect_cpu += t1 - t0
+    seconds = time.perf_counter() - start
+    env_steps = collector.env_steps
+    collector.close()
+    return {"env_steps": env_steps, "collect_cpu": collect_cpu, "learn_cpu": learn_cpu,
+            "seconds": seconds}  # fmt: skip
+
+
+def run_atari_cost(seeds: Sequence[int], timeout: float, json_path: str | None = None) -> str:
+    """What an agent step of PPO on Atari frames costs here, ours and SB3's (see the module's
+    docstring): CPU milliseconds an agent step of collecting and of updating, one thread."""
+    from parl_algos.train import load_config
+
+    loads = [os.getloadavg()[0]]
+    lines = [
+        f"\nPPO on Atari frames, {ATARI_COST_STEPS:,} agent steps a run in one process and one "
+        f"thread, seeds {','.join(map(str, seeds))} (medians): CPU ms an agent step\n",
+        "| config | side | collecting (env + acting) | updating | update share | wall s |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows, everything = [], {}
+    for name in ATARI_COST_CONFIGS:
+        config = load_config(name)
+        runs: dict[str, list[dict]] = {"ours": [], "sb3": []}
+        for seed in seeds:
+            code = (
+                f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+                "import learning\n"
+                f"print('RESULT', json.dumps(learning.atari_cost_child({name!r}, "
+                f"{ATARI_COST_STEPS}, {seed})))\n"
+            )
+            out = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                check=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+            )  # fmt: skip
+            runs["ours"].append(json.loads(out.stdout.split("RESULT ", 1)[1]))
+            run = run_budget_sb3(name, seed, ATARI_COST_STEPS, timeout, eval_episodes=0)
+            run["collect_cpu"] = run["rollout_cpu_seconds"]
+            run["learn_cpu"] = run["cpu_seconds"] - run["rollout_cpu_seconds"]
+            run["seconds"] = run["total_seconds"]
+            runs["sb3"].append(run)
+            loads.append(os.getloadavg()[0])
+            print(f"{name} seed {seed}: ours {_cost(runs['ours'][-1])}, "
+                  f"sb3 {_cost(runs['sb3'][-1])}", flush=True)  # fmt: skip
+        everything[name] = runs
+        per_step = {}
+        for side, results in runs.items():
+            collect = statistics.median(1000 * r["collect_cpu"] / r["env_steps"] for r in results)
+            learn = statistics.median(1000 * r["learn_cpu"] / r["env_steps"] for r in results)
+            wall = statistics.median(r["seconds"] for r in results)
+            per_step[side] = (collect, learn)
+            who = "parl-train" if side == "ours" else f"Stable-Baselines3 {SB3_VERSION}"
+            lines.append(
+                f"| `{name}` | {who} | {collect:.2f} | {learn:.2f} "
+                f"| {learn / (collect + learn):.0%} | {wall:.0f} |"
+            )
+        load = f"load average {min(loads):.1f}-{max(loads):.1f} (1 minute, between runs)"
+        for i, phase in enumerate(("collecting (environments and acting)", "updating")):
+            rows.append(
+                Row(
+                    task=config.env.id, algorithm=f"PPO ({name}), Nature CNN",
+                    metric=f"CPU ms an agent step of {phase}, one thread",
+                    better="lower", ours=round(per_step["ours"][i], 3),
+                    peer=f"Stable-Baselines3 {SB3_VERSION} PPO, CnnPolicy",
+                    peer_value=round(per_step["sb3"][i], 3), seeds=list(seeds),
+                    command=command_line(), note=f"{ATARI_COST_STEPS:,} agent steps a run; {load}",
+                )
+            )  # fmt: skip
+    _dump(json_path, "atari-cost", everything)
+    lines.append(f"\nresult rows: {record('learning', rows)}")
+    return "\n".join(lines)
+
+
+def _cost(run: dict) -> str:
+    steps = run["env_steps"]
+    collect, learn = (1000 * run[key] / steps for key in ("collect_cpu", "learn_cpu"))
+    return f"collect {collect:.2f} ms, learn {learn:.2f} ms"
+
+
 SECTIONS = {"offline": run_offline, "marl": run_marl}
 SECTIONS |= {"hopper-time": run_mujoco, "roadrunner": run_atari, "apex-rate": run_apex_rate}
+SECTIONS["atari-cost"] = run_atari_cost
 SECTIONS |= {
     "mujoco": lambda seeds, timeout, json_path: run_budget("mujoco", seeds, timeout, json_path),
     "atari": lambda seeds, timeout, json_path: run_budget("atari", seeds, timeout, json_path),

@@ -12,7 +12,9 @@ algorithm of the same name (QR-DQN: sb3-contrib's), trains until the mean return
 10 training episodes reaches the threshold or the cap, and prints `RESULT {json}` (with
 `curve`: at each episode's end, the env step and the mean return of the last 10 episodes, as
 `learning.py` reads PARL's runs, and `timed_curve` the same means against the seconds of
-training; `last_100`: the mean of the last 100). Imports nothing of
+training; `last_100`: the mean of the last 100; `cpu_seconds`, the process's CPU seconds in
+`learn`, and `rollout_cpu_seconds`, those spent collecting: with in-process environments the
+rest is the updates'). Imports nothing of
 PARL: only SB3 (and sb3-contrib), gymnasium, numpy and torch.
 """
 
@@ -176,6 +178,24 @@ class StopAtThreshold(BaseCallback):
         return True
 
 
+class Phases(BaseCallback):
+    """The process's CPU seconds spent collecting rollouts (the rest of `learn` is updates)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rollout_cpu = 0.0
+        self._started = 0.0
+
+    def _on_rollout_start(self) -> None:
+        self._started = time.process_time()
+
+    def _on_rollout_end(self) -> None:
+        self.rollout_cpu += time.process_time() - self._started
+
+    def _on_step(self) -> bool:
+        return True
+
+
 def linear(initial: float):
     return lambda progress_remaining: progress_remaining * initial
 
@@ -308,9 +328,12 @@ def main() -> None:
     torch.set_num_threads(spec["args"]["torch_threads"])
     model = build(spec["algo"], spec["args"], spec["seed"], spec["cap"])
     callback = StopAtThreshold(spec["threshold"], stop=spec.get("stop_at_threshold", True))
+    phases = Phases()
     start = callback.start = time.perf_counter()  # like PARL's TrainingRun: after building
-    model.learn(total_timesteps=spec["cap"], callback=callback)
+    cpu = time.process_time()
+    model.learn(total_timesteps=spec["cap"], callback=[callback, phases])
     total = time.perf_counter() - start
+    cpu = time.process_time() - cpu
     evaluation = None
     if spec.get("eval_episodes"):
         a = spec["args"]
@@ -337,6 +360,8 @@ def main() -> None:
                 "env_steps": model.num_timesteps,
                 "curve": callback.curve,
                 "timed_curve": callback.timed_curve,
+                "cpu_seconds": round(cpu, 3),
+                "rollout_cpu_seconds": round(phases.rollout_cpu, 3),
             }
         ),
     )
