@@ -125,17 +125,22 @@ class ActorCriticAgent(parl.Agent):
     def learn(self, trajectory: Trajectory) -> A2CStats | PPOStats:
         """Update the algorithm from one trajectory of on-policy experience."""
         if isinstance(self.alg, PPO):
-            b, old_log_prob = self.advantages_and_log_prob(trajectory)
-            return self.alg.learn(
-                b.obs,
-                b.action,
-                b.advantage,
-                b.value_target,
-                value=b.value,
-                old_log_prob=old_log_prob,
-            )
+            return self._learn_ppo(*self.advantages_and_log_prob(trajectory))
         b = self.advantages(trajectory)
         return self.alg.learn(b.obs, b.action, b.advantage, b.value_target)
+
+    def _learn_ppo(
+        self, b: AdvantageBatch, old_log_prob: torch.Tensor, weight: torch.Tensor | None = None
+    ) -> PPOStats:
+        return self.alg.learn(
+            b.obs,
+            b.action,
+            b.advantage,
+            b.value_target,
+            value=b.value,
+            old_log_prob=old_log_prob,
+            weight=weight,
+        )
 
 
 class BehaviourPPOAgent(ActorCriticAgent):
@@ -182,15 +187,7 @@ class BehaviourPPOAgent(ActorCriticAgent):
         b, old_log_prob = self.advantages_and_log_prob(trajectory)
         behaviour = to_tensor(trajectory.extras["log_prob"].reshape(-1), self.device)
         weight = (old_log_prob - behaviour).exp().clamp(max=self.rho_bar)
-        return self.alg.learn(
-            b.obs,
-            b.action,
-            b.advantage,
-            b.value_target,
-            value=b.value,
-            old_log_prob=old_log_prob,
-            weight=weight,
-        )
+        return self._learn_ppo(b, old_log_prob, weight)
 
 
 class IMPALAAgent(parl.Agent):
