@@ -314,3 +314,16 @@ def test_only_actors_ended_away_from_their_worker_are_remembered_and_only_for_a_
     registry.lost_ids["a1"] -= 61.0  # as if it ended a minute ago
     registry.end_actor(registry.actors["a2"], "its worker was lost")
     assert list(registry.lost_ids) == ["a2"]
+
+
+def test_an_ended_actor_is_found_until_it_is_no_longer_among_the_kept_ones():
+    from parl_remote.master._registry import _ENDED
+
+    registry = Registry("cluster")
+    for i in range(_ENDED + 2):
+        registry.add_actor(ActorInfo(f"a{i}", "Learner", "c1", "w1"))
+        registry.end_actor(registry.actors[f"a{i}"], "released")
+    assert registry.find_actor("a0") is None and registry.find_actor("a1") is None
+    assert registry.find_actor("a2").state == "dead"
+    assert registry.find_actor(f"a{_ENDED + 1}").reason == "released"
+    assert registry.find_actor("nobody") is None

@@ -270,6 +270,7 @@ class Registry:
         self.clients: dict[str, ClientInfo] = {}
         self.actors: dict[str, ActorInfo] = {}
         self.ended: deque[ActorInfo] = deque(maxlen=_ENDED)
+        self._ended_by_id: dict[str, ActorInfo] = {}  # the same actors, found without a scan
         self.lost_ids: dict[str, float] = {}
         """Actors that ended while their worker was not registered -> when (monotonic), oldest
         first: a worker that comes back with one of them is told to stop it."""
@@ -462,7 +463,10 @@ class Registry:
             old = self.ended[0]
             self.logs.pop(old.actor_id, None)
             self.log_counts.pop(old.actor_id, None)
+            if self._ended_by_id.get(old.actor_id) is old:
+                del self._ended_by_id[old.actor_id]
         self.ended.append(actor)
+        self._ended_by_id[actor.actor_id] = actor
         worker = self.workers.get(actor.worker_id)
         if worker is None:
             self._lost(actor.actor_id)
@@ -497,12 +501,7 @@ class Registry:
     def find_actor(self, actor_id: str) -> ActorInfo | None:
         """A live actor, or a recently ended one."""
         actor = self.actors.get(actor_id)
-        if actor is not None:
-            return actor
-        for ended in reversed(self.ended):
-            if ended.actor_id == actor_id:
-                return ended
-        return None
+        return actor if actor is not None else self._ended_by_id.get(actor_id)
 
     # -- logs ------------------------------------------------------------------------------
     def add_logs(self, entries: list[tuple[str, str, str]]) -> None:
