@@ -594,22 +594,28 @@ KEPT_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
 class KeptRuns:
     """The finished runs of a section whose runs take hours, kept as each one ends, so that an
     invocation stopped midway (or a later one, on another day) goes on from them rather than
-    measuring them again: `benchmarks/results/runs/<name>.json`, one record a run under its key
-    (the side and the seed), each with the day, the machine and the load average (1 minute)
-    when it ended. The file holds the settings it was measured with; runs of other settings
-    are not reused (the file starts afresh). `PARL_BENCH_FRESH=1` measures every run again.
+    measuring them again: `benchmarks/results/runs/<name>.json`, for each set of settings
+    measured (the threshold, the budget) one record a run under its key (the side and the
+    seed), each with the day, the machine and the load average (1 minute) when it ended. Runs
+    of other settings are never reused. `PARL_BENCH_FRESH=1` measures every run again.
     """
 
     def __init__(self, name: str, settings: dict) -> None:
         self.path = os.path.join(KEPT_DIR, f"{name}.json")
         self.settings = settings
-        self.runs: dict[str, dict] = {}
-        if os.path.exists(self.path) and os.environ.get("PARL_BENCH_FRESH") != "1":
+        self.kept: list[dict] = []
+        if os.path.exists(self.path):
             with open(self.path) as f:
-                kept = json.load(f)
-            if kept.get("settings") == settings:
-                self.runs = kept["runs"]
-                print(f"{len(self.runs)} runs kept in {self.path} are reused", flush=True)
+                self.kept = json.load(f)["kept"]
+        mine = [entry for entry in self.kept if entry["settings"] == settings]
+        if not mine:
+            mine = [{"settings": settings, "runs": {}}]
+            self.kept.append(mine[0])
+        self.runs: dict[str, dict] = mine[0]["runs"]
+        if os.environ.get("PARL_BENCH_FRESH") == "1":
+            self.runs.clear()
+        elif self.runs:
+            print(f"{len(self.runs)} runs kept in {self.path} are reused", flush=True)
 
     def get(self, key: str) -> dict | None:
         """The kept run of `key`, or None where it was not measured yet."""
@@ -622,10 +628,17 @@ class KeptRuns:
         self.runs[key] = run
         os.makedirs(KEPT_DIR, exist_ok=True)
         with open(self.path + ".tmp", "w") as f:
-            json.dump({"settings": self.settings, "runs": self.runs}, f, indent=1)
+            json.dump({"kept": self.kept}, f, indent=1)
             f.write("\n")
         os.replace(self.path + ".tmp", self.path)
         return run
+
+
+def _kept_loads(loads: list[float]) -> str:
+    """The spread of the load averages that kept runs ended at, for a table or a row."""
+    if not loads:
+        return "load average not read"
+    return f"load average {min(loads):.1f}-{max(loads):.1f} (1 minute, as each run ended)"
 
 
 MUJOCO_CONFIG = "ppo/hopper"
@@ -759,7 +772,7 @@ def run_mujoco(seeds: Sequence[int], timeout: float, json_path: str | None = Non
         runs["sb3"].append(kept.put(f"sb3/{seed}", run))
         print(f"mujoco sb3 seed {seed}: {_brief(run)}", flush=True)
     _dump(json_path, "mujoco", runs)
-    loads = [r["load"] for results in runs.values() for r in results]
+    loads = [r["load"] for results in runs.values() for r in results if r["load"] is not None]
     days = sorted({r["date"] for results in runs.values() for r in results})
 
     rate = _rate
@@ -769,7 +782,7 @@ def run_mujoco(seeds: Sequence[int], timeout: float, json_path: str | None = Non
         f"{a['n_steps'] * env.num_envs} steps a batch; {MUJOCO_ACTORS} actors), until the mean "
         f"return of the last 10 episodes reaches {MUJOCO_THRESHOLD:g} or "
         f"{MUJOCO_STEPS // 1000}k env steps, seeds {','.join(map(str, seeds))} (medians), "
-        f"load average {min(loads):.1f}-{max(loads):.1f} (1 minute, as each run ended), "
+        f"{_kept_loads(loads)}, "
         f"measured {' to '.join(dict.fromkeys([days[0], days[-1]]))}\n",
         f"| run | env steps / s of training (x single) | seconds to {MUJOCO_THRESHOLD:g} "
         f"(x SB3) | env steps to it | mean return after {MUJOCO_AT_SECONDS:g} s | "
@@ -794,7 +807,7 @@ def run_mujoco(seeds: Sequence[int], timeout: float, json_path: str | None = Non
         )
         lines.append(
             f"| {name} | {rate(results):.0f} ({rate(results) / single:.2f}x) | {reached} "
-            f"| {at} | {_score_at(results, MUJOCO_AT_SECONDS):.1f} | {command:.1f} |"
+            f"| {at} | {_figure(_score_at(results, MUJOCO_AT_SECONDS))} | {command:.1f} |"
         )
     peer = f"Stable-Baselines3 {SB3_VERSION} PPO, {MUJOCO_ACTORS} processes of "
     rows = _mujoco_rows(runs, env.id, f"{peer}{env.num_envs // MUJOCO_ACTORS} envs", seeds, loads)
@@ -813,14 +826,21 @@ def _brief(run: dict) -> dict:
     return {k: v for k, v in run.items() if k not in ("curve", "timed_curve")}
 
 
-def _score_at(results: list[dict], seconds: float) -> float:
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _score_at(results: list[dict], seconds: float) -> float | None:
     """The median over runs of the mean of the last 10 training returns after `seconds` of
-    training (a run's last mean where it stopped sooner, the first where none had ended)."""
+    training (a run's last mean where it stopped sooner, the first where none had ended);
+    None where a run kept no curve against time."""
 
     def at(curve: list) -> float:
         before = [value for t, value in curve if t <= seconds]
         return before[-1] if before else curve[0][1]
 
+    if not all(r.get("timed_curve") for r in results):
+        return None
     return statistics.median(at(r["timed_curve"]) for r in results)
 
 
@@ -829,7 +849,7 @@ def _mujoco_rows(
 ) -> list[Row]:
     """hopper-time's claims: each mode's seconds to the threshold and score at the fixed wall
     time against SB3's, and each parallel mode's rate against single's."""
-    load = f"load average {min(loads):.1f}-{max(loads):.1f} (1 minute, as each run ended)"
+    load = _kept_loads(loads)
     sb3_seconds = _seconds_to_threshold(runs["sb3"])
     sb3_score = _score_at(runs["sb3"], MUJOCO_AT_SECONDS)
     rows = []
@@ -858,16 +878,19 @@ def _mujoco_rows(
                     command=command_line(), note=load,
                 )
             )  # fmt: skip
-        rows.append(
-            Row(
-                task=env_id, algorithm=algorithm,
-                metric=f"mean return of the last 10 training episodes after "
-                f"{MUJOCO_AT_SECONDS:g} s of training",
-                better="higher", ours=round(_score_at(results, MUJOCO_AT_SECONDS), 1), peer=peer,
-                peer_value=round(sb3_score, 1), seeds=list(seeds), command=command_line(),
-                note=f"{load}; a run that reached {MUJOCO_THRESHOLD:g} sooner counts its last mean",
-            )
-        )  # fmt: skip
+        score = _score_at(results, MUJOCO_AT_SECONDS)
+        if score is not None and sb3_score is not None:
+            rows.append(
+                Row(
+                    task=env_id, algorithm=algorithm,
+                    metric=f"mean return of the last 10 training episodes after "
+                    f"{MUJOCO_AT_SECONDS:g} s of training",
+                    better="higher", ours=round(score, 1), peer=peer,
+                    peer_value=round(sb3_score, 1), seeds=list(seeds), command=command_line(),
+                    note=f"{load}; a run that reached {MUJOCO_THRESHOLD:g} sooner counts its "
+                    "last mean",
+                )
+            )  # fmt: skip
     return rows
 
 
@@ -1135,7 +1158,7 @@ def run_budget(
             rows += _budget_rows(name, config, get_spec(config.algorithm), runs, seeds, published)
     _dump(json_path, group, everything)
     loads = [r["load"] for runs in everything.values() for side in runs.values() for r in side]
-    table.append(f"\nload average {min(loads):.1f}-{max(loads):.1f} (1 minute, as each run ended)")
+    table.append(f"\n{_kept_loads([load for load in loads if load is not None])}")
     if rows:
         table.append(f"result rows: {record('learning', rows)}")
     return "\n".join(table)
