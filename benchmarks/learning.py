@@ -77,7 +77,7 @@ seconds of the run, with RL Baselines3 Zoo's published score for the task beside
 benchmark table: one run, the v3 MuJoCo tasks, NoFrameskip-v4 games).
 `PARL_BENCH_BUDGET_STEPS` shortens every run (a check of the plumbing, not a result: such runs
 write no result rows). These sections and `hopper-time` keep each run as it ends
-(`KeptRuns`: `benchmarks/results/kept/<section>.json`), and an invocation with the same
+(`KeptRuns`: `benchmarks/kept/<section>.json`), and an invocation with the same
 settings reuses the runs kept there, so that a table of runs of hours each fills over several
 invocations; each run carries the day and the load average when it ended.
 
@@ -588,13 +588,13 @@ def _cross_play_leads(matches: dict[str, list[dict]]) -> list[str]:
     return lines if len(lines) > 3 else []
 
 
-KEPT_DIR = os.path.join(REPO, "benchmarks", "results", "kept")
+KEPT_DIR = os.path.join(REPO, "benchmarks", "kept")
 
 
 class KeptRuns:
     """The finished runs of a section whose runs take hours, kept as each one ends, so that an
     invocation stopped midway (or a later one, on another day) goes on from them rather than
-    measuring them again: `benchmarks/results/kept/<name>.json`, for each set of settings
+    measuring them again: `benchmarks/kept/<name>.json`, for each set of settings
     measured (the threshold, the budget) one record a run under its key (the side and the
     seed), each with the day, the machine and the load average (1 minute) when it ended. Runs
     of other settings are never reused. `PARL_BENCH_FRESH=1` measures every run again.
