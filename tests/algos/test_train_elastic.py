@@ -112,6 +112,10 @@ def assert_went_on(tmp_path, result) -> None:
 # PPO's two modes and DQN's async mode run in the default suite; the loops of GA3C, A3C and R2D2
 # (the same replacement, other actors) in the slow suite, to keep the default one short.
 FAST_RUNS = ("ppo-sync", "ppo-async", "dqn-async")
+# The env step of the killed actor's environment at which it dies: after the run's first row.
+# DQN async's workers each step one environment, so its first row (256 env steps of the run)
+# comes when each is near step 128; a warm spare replaces an actor killed at 60 before it.
+KILL_AT = {"dqn-async": 200}
 
 
 @pytest.mark.parametrize(
@@ -119,7 +123,7 @@ FAST_RUNS = ("ppo-sync", "ppo-async", "dqn-async")
 )
 def test_a_sampling_actor_killed_mid_run_is_replaced_and_the_run_goes_on(tmp_path, run):
     argv = [*RUNS[run], *SMALL, "--train.eval_every", "0"]
-    result = parl_train(tmp_path, argv, kill_at=60)
+    result = parl_train(tmp_path, argv, kill_at=KILL_AT.get(run, 60))
     assert_went_on(tmp_path, result)
     log = (tmp_path / "run" / "log.log").read_text()
     assert re.search(r"(worker|actor) \d+ .*died", log), log[-3000:]  # the sampling actor
@@ -211,6 +215,7 @@ def test_a_run_survives_its_master_restarting_and_a_whole_worker_lost_and_still_
     assert reached != "None" and int(reached) <= 100_000, done  # 475 within the shipped budget
 
 
+@pytest.mark.slow  # a cluster of its own, two actors killed: the default suite's budget is spent
 def test_env_groups_replace_a_killed_group_and_name_its_new_episodes(caplog):
     """A multi-agent run's environments on two actors: one actor killed before a step is
     replaced; that step's rows of its environment are the new environment's first observations
@@ -246,7 +251,9 @@ def test_env_groups_replace_a_killed_group_and_name_its_new_episodes(caplog):
             one.close()
     finally:
         parl.disconnect()
-    [line] = [r.getMessage() for r in caplog.records if "replaced in" in r.getMessage()]
+    # A set: where parl-train's main() ran in this process before, the library's records also
+    # go to the `parl` logger, and the same record can reach the capture twice.
+    [line] = {r.getMessage() for r in caplog.records if "replaced in" in r.getMessage()}
     assert line.startswith(f"MADDPG: actor 1 (pid {pid} on ") and "SIGKILL" in line, line
 
 

@@ -44,6 +44,8 @@ from torch import nn
 
 from parl_algos.train._config import Config, ConfigError
 from parl_algos.train._envs import make_env_fn
+from parl_algos.train._marl_actors import make_mpe_env
+from parl_algos.train._recurrent import make_wrapped_env
 from parl_algos.train._run import latest_checkpoint
 from parl_algos.train._spec import AlgorithmSpec
 
@@ -209,8 +211,6 @@ def _export_recurrent(
     config: Config, spec: AlgorithmSpec, checkpoint: str, logdir: str, fmt: str
 ) -> str:
     """R2D2's `policy.onnx` (`.pt`): observations and states in, actions and states out."""
-    from parl_algos.train._recurrent import make_wrapped_env
-
     env = make_wrapped_env(config.env.id, config.env.wrapper)
     agent = spec.build(config, env.observation_space, env.action_space).agent
     agent.load_state_dict(
@@ -232,8 +232,6 @@ def _export_agents(
     config: Config, spec: AlgorithmSpec, checkpoint: str, logdir: str, fmt: str
 ) -> list[str]:
     """A file per agent of a multi-agent run: `policy-<agent>.onnx` (`.pt`)."""
-    from parl_algos.train._marl_actors import make_mpe_env
-
     env = make_mpe_env(config.env)
     arrays = env.arrays
     env.close()

@@ -114,6 +114,8 @@ FIXED_KEYS = (
 
 _PBT_KEYS = ("resample_probability", "quantile")
 _STATE = "population.json"  # what continues a stopped population: see `_Population`
+Hyperparameters = dict[str, Any]
+"""One member's explored values, by dotted key (`agent.lr`)."""
 _FACTORS = (0.8, 1.2)
 
 
@@ -447,7 +449,7 @@ class _Population:
 
     command: dict[str, Any]
     interval: int
-    params: list[dict[str, Any]]
+    params: list[Hyperparameters]
     retune: list[bool]
     rng: dict[str, Any]
     rows: list[list[Any]]

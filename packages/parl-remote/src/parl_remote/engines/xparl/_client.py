@@ -49,7 +49,7 @@ from parl_remote.wire._link import MasterLink
 from parl_remote.wire._transport import AsyncConnection
 from parl_remote.wire.protocol import messages as m
 
-__all__ = ["STATUS_PAGE", "Client"]
+__all__ = ["Client", "STATUS_PAGE"]
 
 STATUS_PAGE = 20
 """How many workers, clients and live actors a status lists (the summary counts every one)."""
