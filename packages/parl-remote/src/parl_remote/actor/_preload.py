@@ -152,17 +152,18 @@ def drop_shadowed(paths: Iterable[str], shipped_dir: str) -> list[str]:
     `paths` are the shipped files, relative to `shipped_dir`. Return the names dropped.
     """
     shipped = os.path.join(os.path.realpath(shipped_dir), "")
+    tops = {p.split("/")[0].removesuffix(".py") for p in paths if p.endswith(".py")}
     dropped = []
-    for top in {p.split("/")[0].removesuffix(".py") for p in paths if p.endswith(".py")}:
-        # A copy taken at once (in C, under the GIL): the preloading thread may be importing.
-        for name in [n for n in tuple(sys.modules) if n == top or n.startswith(top + ".")]:
-            module = sys.modules.get(name)  # a failed import meanwhile removes its module
-            if module is None:
-                continue
-            origin = _origin(module) or ""
-            if not os.path.realpath(origin).startswith(shipped):
-                sys.modules.pop(name, None)
-                dropped.append(name)
+    # One pass over a copy taken at once (in C, under the GIL): the preloading thread may be
+    # importing, and a process with torch imported holds thousands of modules.
+    for name in [n for n in tuple(sys.modules) if n.partition(".")[0] in tops]:
+        module = sys.modules.get(name)  # a failed import meanwhile removes its module
+        if module is None:
+            continue
+        origin = _origin(module) or ""
+        if not os.path.realpath(origin).startswith(shipped):
+            sys.modules.pop(name, None)
+            dropped.append(name)
     return dropped
 
 

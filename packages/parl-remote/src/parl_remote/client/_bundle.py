@@ -83,11 +83,14 @@ _NEVER_SHIPPED = frozenset(("__main__", "parl_remote"))
 """The script travels by value; the runtime is the actor's own (a copy would split its state)."""
 
 
-@functools.lru_cache(maxsize=8192)
-def _is_user_module(name: str, path: str) -> bool:
+def _is_installed_name(name: str) -> bool:
+    """Whether a module's top-level name is an installed, standard or never-shipped one."""
     top = name.partition(".")[0]
-    if top in _installed_top_levels() or top in sys.stdlib_module_names or top in _NEVER_SHIPPED:
-        return False
+    return top in _installed_top_levels() or top in sys.stdlib_module_names or top in _NEVER_SHIPPED
+
+
+@functools.lru_cache(maxsize=8192)
+def _is_user_path(path: str) -> bool:
     real = os.path.realpath(path)
     return not any(real.startswith(d + os.sep) for d in (*_system_dirs(), *_installed_roots()))
 
@@ -121,12 +124,29 @@ def user_module_files() -> dict[str, str]:
     namespace package) alone, with the `__init__.py` files above it.
     """
     files: dict[str, str] = {}
-    packages: dict[str, str] = {}  # a top-level package's folder -> the sys.path entry above it
-    for name, module in list(sys.modules.items()):
-        path = getattr(module, "__file__", None)
-        if not path or not path.endswith(".py") or not os.path.isfile(path):
+    packages: dict[str, str] = {}
+    _find_user_modules(list(sys.modules.items()), files, packages)
+    for top, root in packages.items():
+        files.update(_package_files(top, root))
+    return files
+
+
+def _find_user_modules(
+    modules: Iterable[tuple[str, Any]], files: dict[str, str], packages: dict[str, str]
+) -> None:
+    """Add the user's modules among `modules` to `files` and their packages to `packages`.
+
+    `files` maps archive path -> file; `packages` the folder of each top-level package -> the
+    sys.path entry above it. The test of the name comes first: it passes over an installed
+    module (most of them, with torch imported) without a look at its file.
+    """
+    for name, module in modules:
+        if not isinstance(name, str) or _is_installed_name(name):
             continue
-        if not _is_user_module(name, path):
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str) or not path.endswith(".py") or not _is_user_path(path):
+            continue
+        if not os.path.isfile(path):
             continue
         root = _import_root(path, name)
         if root is None:
@@ -143,9 +163,6 @@ def user_module_files() -> dict[str, str]:
             init = os.path.join(root, *parts[:i], "__init__.py")
             if os.path.isfile(init):
                 files[os.path.join(*parts[:i], "__init__.py")] = init
-    for top, root in packages.items():
-        files.update(_package_files(top, root))
-    return files
 
 
 def expand_patterns(patterns: Iterable[str], base: str | None = None) -> dict[str, str]:
@@ -209,18 +226,19 @@ class Bundle:
         self._key: tuple[Any, ...] | None = None
         self._data = b""
         self._modules_seen = -1
+        self._examined: dict[str, int] = {}  # module name -> the id of the module looked at
+        self._packages: dict[str, str] = {}  # the user's package folders found, walked each look
         self._module_files: dict[str, str] = {}
         self._sources: dict[str, tuple[float, bytes]] = {}  # path -> its mtime and contents
         self._lock = threading.Lock()  # actors are created from many threads at once
+        _system_dirs(), _installed_roots()  # read now, not at the first module of the user's
         self.data()
 
     def data(self) -> bytes:
         """The current zip (cached while the set of user modules and their mtimes is unchanged)."""
         with self._lock:
             if len(sys.modules) != self._modules_seen:  # something was imported: look again
-                # Files seen before stay: one whose directory went ships as it was last read.
-                self._module_files = {**self._module_files, **user_module_files()}
-                self._modules_seen = len(sys.modules)
+                self._look_again()
             files = {rel: path for rel, path in self._module_files.items() if rel not in self.extra}
             key = tuple(sorted((rel, _mtime(path)) for rel, path in files.items()))
             if key != self._key:
@@ -230,6 +248,20 @@ class Bundle:
                 self._data = _zip(contents) if contents else b""
                 self._key = key
             return self._data
+
+    def _look_again(self) -> None:
+        """Find the user's modules imported since the last look (at the modules new to it).
+
+        Files seen before stay: one whose directory went ships as it was last read. The
+        packages' folders are walked again, for files added to them since.
+        """
+        modules = list(sys.modules.items())
+        news = [(name, mod) for name, mod in modules if self._examined.get(name) != id(mod)]
+        self._examined.update((name, id(mod)) for name, mod in news)
+        _find_user_modules(news, self._module_files, self._packages)
+        for top, root in self._packages.items():
+            self._module_files.update(_package_files(top, root))
+        self._modules_seen = len(modules)
 
     def _source(self, path: str) -> bytes | None:
         """The contents of a module's file: read again if it changed, as last read if gone."""

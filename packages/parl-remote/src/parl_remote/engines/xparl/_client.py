@@ -64,6 +64,16 @@ def _parse_address(address: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+def _warm_up() -> None:
+    """Do now what the first actor's connection would otherwise do while its creator waits.
+
+    `socket.create_connection` encodes the host name with the idna codec, which Python imports
+    on first use, with two modules of its own: imported then, they would also have the bundle
+    of the next actor look through `sys.modules` again.
+    """
+    import encodings.idna  # noqa: F401
+
+
 class Client:
     """This process's membership in a cluster (see the module docstring)."""
 
@@ -82,6 +92,7 @@ class Client:
         self.host, self.port = _parse_address(address)
         self.token = token
         self.log_to_driver = log_to_driver
+        _warm_up()
         self.bundle = Bundle(distributed_files)
         self.client_id = uuid.uuid4().hex[:12]
         self.cluster = cluster  # an embedded cluster this client owns, stopped with it
