@@ -77,3 +77,55 @@ def test_a_stale_batch_is_clipped_around_the_learner_and_weighted_by_the_truncat
     assert stale.clip_fraction == fresh.clip_fraction == 0.0  # around mu: every sample clipped
     assert stale.policy_loss == pytest.approx(weight * fresh.policy_loss, rel=1e-5)
     assert stale.value_loss == fresh.value_loss
+
+
+def test_side_by_side_trajectories_keep_each_columns_steps_and_advantages():
+    agent = build("async")
+    left, right = trajectory(agent, width=3), trajectory(agent, width=2)
+    right = dataclasses.replace(
+        right,
+        obs=right.obs + 1.0,
+        truncated=right.truncated.copy(),
+        final_obs=np.full((1, 4), 7.0, np.float32),
+        final_index=np.array([[5, 1]], np.int64),  # right's column 1: column 4 of the whole
+    )
+    right.truncated[5, 1] = True
+    whole = Trajectory.concat([left, right])
+    assert whole.obs.shape == (17, 5, 4) and whole.extras["log_prob"].shape == (16, 5)
+    assert np.array_equal(whole.obs[:, 3:], right.obs) and whole.truncated[5, 4]
+    assert whole.final_index.tolist() == [[5, 4]]
+    assert np.array_equal(whole.final_obs, right.final_obs)
+    # GAE of the whole is each part's, column for column (the bootstrap of a truncated step
+    # from its own last observation included), to float32's rounding of a larger matmul.
+    advantage = agent.advantages(whole).advantage.reshape(16, 5)
+    parts = [agent.advantages(p).advantage.reshape(16, -1) for p in (left, right)]
+    torch.testing.assert_close(advantage, torch.cat(parts, dim=1), rtol=1e-6, atol=1e-6)
+    assert Trajectory.concat([left]) is left
+    with pytest.raises(ValueError, match="different steps"):
+        Trajectory.concat([left, trajectory(agent, horizon=8)])
+
+
+def test_a_collect_of_two_batches_sends_the_weights_once_and_returns_both():
+    from parl.samplers import SerialSampler
+    from parl_algos.train._envs import SamplerCollector
+
+    class Sender(SerialSampler):  # counts the sends of the weights
+        sent = 0
+
+        def sync_weights(self) -> None:
+            self.sent += 1
+
+    class Left:
+        def sample(self, obs):
+            return [0] * len(obs)
+
+    sampler = Sender(lambda: gym.make("CartPole-v1"), Left(), 1, 3, horizon=8)
+    collector = SamplerCollector(sampler, batches=2)
+    first, second = collector.collect(0), collector.collect(0)
+    assert first.reward.shape == second.reward.shape == (8, 6)
+    assert sampler.sent == 2 and collector.env_steps == 2 * 2 * 8 * 3
+    # The second batch of a collect goes on from where the first left the environments.
+    assert np.array_equal(first.obs[0, 3:], first.obs[-1, :3])
+    collector.close()
+    with pytest.raises(ValueError, match="batches=0 must be at least 1"):
+        SamplerCollector(sampler, batches=0)

@@ -191,6 +191,12 @@ def test_every_shipped_config_takes_a_few_steps(name, mode, tmp_path, request):
     steps = [int(r["env_step"]) for r in written]
     assert steps[-1] >= budget and steps == sorted(set(steps))
     assert all(b - a <= 300 for a, b in itertools.pairwise(steps))
+    config = load_config(name)
+    if config.algorithm == "PPO":  # every mode's update: n_steps of all num_envs environments
+        flags = dict(itertools.pairwise(small_args(name)))
+        num_envs = int(flags.get("--env.num_envs", config.env.num_envs))
+        n_steps = int(flags.get("--agent.n_steps", config.agent.n_steps))
+        assert steps[0] == num_envs * n_steps, (mode, steps)
     assert latest_checkpoint(str(logdir)).endswith(f"step-{steps[-1]:010d}")
     # In sync and async modes in the evaluation actor, whose last result is waited for.
     assert "evaluation mean return" in (logdir / "log.log").read_text()

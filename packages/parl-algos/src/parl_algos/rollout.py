@@ -11,7 +11,7 @@ environments the examples and `parl-train` share are made here too (`make_rescal
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, SupportsFloat
 
@@ -126,6 +126,40 @@ class Trajectory:
             ),
             final_index=np.array(index, dtype=np.int64).reshape(-1, 2),
             extras=dict(batch.extras),
+        )
+
+    @classmethod
+    def concat(cls, parts: Sequence[Trajectory]) -> Trajectory:
+        """The environments of `parts` side by side: one trajectory of all their columns.
+
+        Every part has the same `T` steps (and the same extras); the columns keep their order,
+        part by part, and each truncated step's `final_index` names its column in the whole.
+        """
+        if not parts:
+            raise ValueError("Trajectory.concat needs at least one trajectory")
+        steps = {len(p.action) for p in parts}
+        if len(steps) > 1:
+            raise ValueError(f"Trajectory.concat: the parts have different steps {sorted(steps)}")
+        if len(parts) == 1:
+            return parts[0]
+        offsets = np.cumsum([0] + [p.reward.shape[1] for p in parts[:-1]])
+        return cls(
+            obs=np.concatenate([p.obs for p in parts], axis=1),
+            action=np.concatenate([p.action for p in parts], axis=1),
+            reward=np.concatenate([p.reward for p in parts], axis=1),
+            terminated=np.concatenate([p.terminated for p in parts], axis=1),
+            truncated=np.concatenate([p.truncated for p in parts], axis=1),
+            final_obs=np.concatenate([p.final_obs for p in parts]),
+            final_index=np.concatenate(
+                [
+                    p.final_index + np.array([0, k], np.int64)
+                    for p, k in zip(parts, offsets, strict=True)
+                ]
+            ),
+            extras={
+                name: np.concatenate([p.extras[name] for p in parts], axis=1)
+                for name in parts[0].extras
+            },
         )
 
 

@@ -151,21 +151,29 @@ class SamplerCollector:
 
     Each `collect` first sends the agent's weights to the sampler's workers (nothing for a
     `SerialSampler`), or with `weights_every` only once that many env steps passed since the
-    last send, then returns the sampler's next batch as a `Trajectory`. `offset` counts the env
-    steps of earlier sessions of the run, when a resumed run starts a fresh sampler.
+    last send, then returns the sampler's next `batches` batches as one `Trajectory`, their
+    environments side by side (`Trajectory.concat`). `offset` counts the env steps of earlier
+    sessions of the run, when a resumed run starts a fresh sampler.
 
     Args:
-        sampler: a `SerialSampler` or `ParallelSampler` built with the agent.
+        sampler: a `SerialSampler`, `ParallelSampler` or `AsyncSampler` built with the agent.
         offset: env steps taken before this sampler's first.
-        weights_every: env steps between two sends of the weights (0: before every batch;
-            the first batch always gets them).
+        weights_every: env steps between two sends of the weights (0: before every
+            `collect`; the first always gets them).
+        batches: sampler batches a `collect` returns together (an `AsyncSampler`'s batch is
+            one worker's environments: as many as it has workers make the run's whole vector).
 
     Attributes:
         weights_sent: sends of the weights so far.
     """
 
-    def __init__(self, sampler: Any, *, offset: int = 0, weights_every: int = 0) -> None:
+    def __init__(
+        self, sampler: Any, *, offset: int = 0, weights_every: int = 0, batches: int = 1
+    ) -> None:
+        if batches < 1:
+            raise ValueError(f"SamplerCollector: batches={batches} must be at least 1")
         self.sampler = sampler
+        self.batches = batches
         self.offset = offset
         self.weights_every = weights_every
         self.weights_sent = 0
@@ -177,13 +185,14 @@ class SamplerCollector:
         return self.offset + self.sampler.env_steps
 
     def collect(self, n_steps: int, act: Any = None) -> Trajectory:
-        """The sampler's next batch (its own `horizon` steps, with its own agent)."""
+        """The sampler's next `batches` batches (its own `horizon` steps, with its own agent)."""
         steps = self.sampler.env_steps
         if self._sent_at is None or steps - self._sent_at >= self.weights_every:
             self.sampler.sync_weights()
             self.weights_sent += 1
             self._sent_at = steps
-        return Trajectory.from_batch(self.sampler.collect())
+        parts = [Trajectory.from_batch(self.sampler.collect()) for _ in range(self.batches)]
+        return Trajectory.concat(parts)
 
     @property
     def restarts(self) -> int:
@@ -213,6 +222,15 @@ def make_collector(config: Config, spec: AlgorithmSpec, agent: Any) -> SamplerCo
     (a DQN-family agent's `QActing`: the exploration the learner decides). Workers run on the
     cluster of `train.address`, or on an embedded one of `actors + 1` slots. With
     `train.restart_actors` the sampler replaces a worker that dies (`restart=True`).
+
+    On-policy PPO's `async` learns from batches as large as the other modes' (`agent.n_steps`
+    steps of `env.num_envs` environments): each update takes as many of the workers' batches
+    as there are workers (`SamplerCollector`'s `batches`), whichever finished first, each
+    sample weighted against its own behaviour policy (`BehaviourPPOAgent`). One worker's
+    batch an update would halve the config's batch and double the updates per env step, each
+    with a full trust region (`update_epochs` passes, clipped at `clip_coef`): the policy
+    would move up to twice as far per sample as in the other modes. IMPALA learns each
+    worker's batch as it comes.
 
     On-policy `async` keeps the batches fresh and the learner first: with several workers each
     has one rollout under way or waiting (not two: half the policy lag, the learner still fed
@@ -250,7 +268,8 @@ def make_collector(config: Config, spec: AlgorithmSpec, agent: Any) -> SamplerCo
         max_restarts=train.max_restarts,
         **options,
     )
-    return SamplerCollector(sampler, weights_every=train.weights_every)
+    batches = train.actors if train.mode == "async" and spec.name == "PPO" else 1
+    return SamplerCollector(sampler, weights_every=train.weights_every, batches=batches)
 
 
 def async_options(config: Config, spec: AlgorithmSpec) -> dict[str, Any]:
