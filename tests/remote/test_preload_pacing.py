@@ -1,5 +1,7 @@
 """Preloading that yields to actors: no actor waits behind an import it does not need, the
-worker preloads one warm process at a time, and holds it while its actors keep the CPUs busy.
+worker preloads one warm process at a time, and while its actors keep the CPUs busy it lowers
+that process's session (where the autogroup shares the CPUs) or holds it; a lowered process
+has its share back before it takes an actor.
 
 The real cluster test holds a preloaded import open (a module that waits for a file) and asks
 for an actor that imports nothing: it must answer while the import is still in flight in its
@@ -9,16 +11,23 @@ they are told, and on `Preloader` in this process.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import json
+import os
+import shutil
+import subprocess
 import sys
 import textwrap
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from parl_remote._util import loaded_module
 from parl_remote.actor._preload import Preloader
 from parl_remote.wire.protocol import messages as m
+from parl_remote.worker import _priority
 from parl_remote.worker._actor_process import ActorProcess, PreloadPacer
 from tests.remote.conftest import make_cluster, run_client_script, wait_until
 
@@ -236,3 +245,69 @@ def test_a_module_half_imported_by_the_preloader_is_not_taken_from_sys_modules(
     finally:
         release.write_text("")
         sys.modules.pop("half_made", None)
+
+
+# -- a low CPU share instead of a hold, where the autogroup shares the CPUs ----------------------
+_lowers = pytest.mark.skipif(
+    not _priority.lowers_here(), reason="no autogroup shares the CPUs here (a cgroup, or not Linux)"
+)
+
+
+@_lowers
+def test_the_pacer_lowers_the_process_importing_while_busy_and_never_holds_it():
+    cpu = [0.0]
+    pacer = PreloadPacer(cpus=2, quiet_s=3600.0, nice=12)
+    actor, importing = _actor(cpu), _warm(1.0)
+    importing.proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        hosts = [actor, importing]
+        pacer.sample(hosts)
+        cpu[0] = 1e6  # the actors keep the CPUs busy
+        pacer.sample(hosts)
+        assert pacer.busy
+        pacer.pace(hosts, ["json"])
+        assert importing.ctl.sent == [m.Preload(["json"])]  # started, busy as it is
+        assert importing.nice == 12 == _priority.nice_of(importing.proc.pid)
+        pacer.pace(hosts, ["json"])
+        assert importing.ctl.sent == [m.Preload(["json"])] and not importing.preload_paused
+        assert wait_until(lambda: importing.set_nice(0), 5, what="the share given back")
+        assert importing.nice == 0 == _priority.nice_of(importing.proc.pid)
+    finally:
+        importing.proc.kill()
+        importing.proc.wait(10)
+
+
+def test_the_root_cpu_group_is_read_from_the_process_cgroups(tmp_path):
+    inside = _priority._in_root_cpu_group
+    assert inside("4:cpu,cpuacct:/\n0::/user.slice\n", str(tmp_path))  # v1 decides
+    assert not inside("4:cpu,cpuacct:/docker/abc\n0::/\n", str(tmp_path))
+    assert not inside("", str(tmp_path))  # nothing known: no autogroup assumed
+    (tmp_path / "user.slice").mkdir()
+    assert inside("0::/user.slice\n", str(tmp_path))  # v2, no CPU controller given to it
+    (tmp_path / "user.slice" / "cpu.weight").write_text("100\n")
+    assert not inside("0::/user.slice\n", str(tmp_path))
+    assert not inside("0::/gone.slice\n", str(tmp_path))
+    (tmp_path / "cpu.weight").write_text("100\n")  # a namespace's own cgroup shown as /
+    assert not inside("0::/\n", str(tmp_path))
+    with pytest.raises(ValueError, match="from 0 to 19"):
+        _priority.set_nice(os.getpid(), 20)
+
+
+def test_a_worker_gives_a_lowered_process_its_share_back_before_it_takes_an_actor(tmp_path):
+    if not _priority.lowers_here():
+        pytest.skip("no autogroup shares the CPUs here (a cgroup, or not Linux)")
+    from parl_remote.worker._worker import Worker
+
+    worker = Worker("127.0.0.1", 1, cpu_num=1, token=None)
+    host = _warm(1.0)
+    host.proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        assert wait_until(lambda: host.set_nice(15), 5, what="the session lowered")
+        host.actor_id = "a1"
+        # Given back at once, or within the kernel's tenth of a second after the change above.
+        asyncio.run(worker._restore_share(host))
+        assert host.nice == 0 == _priority.nice_of(host.proc.pid)
+    finally:
+        host.proc.kill()
+        host.proc.wait(10)
+        shutil.rmtree(worker.run_dir, ignore_errors=True)

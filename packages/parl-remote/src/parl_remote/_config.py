@@ -52,6 +52,11 @@ class Settings:
     """PARL_PRELOAD_MAX_MODULES: module names a worker keeps to preload (and a report carries)."""
     preload_max_mb: float = 1024.0
     """PARL_PRELOAD_MAX_MB: a warm process stops preloading once its memory passes this."""
+    preload_nice: int = 10
+    """PARL_PRELOAD_NICE: the autogroup nice value (1 to 19) of a warm process's session while
+    it preloads and the actors keep the CPUs busy, where Linux shares the CPUs between sessions
+    by it: it imports on at a low share, and is set back to 0 before it takes an actor; 0, or
+    no autogroup here (most containers): preloading holds while the actors are busy."""
     warm_spares: int = 1
     """PARL_WARM_SPARES: warm processes a worker keeps beyond its vacant slots, so that the
     slot an actor frees is taken at once by a process started before (a replacement of a dead

@@ -10,9 +10,11 @@ modules an earlier actor of the cluster imported are preloaded, and those named 
 actor (`xparl start --preload torch,numpy`, `parl.connect(preload=["torch"])`, read by
 `preload_names`), so no user code runs unasked;
 a module that fails or is missing is logged and skipped; the process stops preloading once its
-memory passes `PARL_PRELOAD_MAX_MB`. Preloading yields to actors: the worker holds it at the
-next module (`Preloader.pause`) while its actors keep the CPUs busy. The preloading thread keeps
-its process's priority: a niced thread holding the GIL (as the import of a compiled module does
+memory passes `PARL_PRELOAD_MAX_MB`. Preloading yields to actors: the worker lowers the
+importing process's session to a low CPU share and gives it back before the process takes an
+actor (`worker._priority`), or, where it cannot, holds the import at the next module
+(`Preloader.pause`) while its actors keep the CPUs busy. The preloading thread keeps its
+process's priority: a niced thread holding the GIL (as the import of a compiled module does
 for seconds) would stall the process's event loop whenever the CPUs are busy, past the worker's
 wait for it to take its actor. When the process is assigned an actor it starts no further
 import and the actor's code does not wait for the one in flight: Python's module locks

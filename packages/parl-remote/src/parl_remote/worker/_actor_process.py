@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import sys
@@ -24,8 +25,11 @@ import psutil
 
 from parl_remote.wire._transport import AsyncConnection
 from parl_remote.wire.protocol import messages as m
+from parl_remote.worker import _priority
 
 __all__ = ["ActorProcess", "PreloadPacer", "spawn_host", "tree_rss"]
+
+logger = logging.getLogger(__name__)
 
 _BUSY_AFTER_S = 2.5  # an actor process silent this long is inside a synchronous method
 
@@ -66,6 +70,9 @@ class ActorProcess:
     """Whether the worker told it to hold its preloading (`PausePreload`)."""
     in_worker_session: bool = False
     """Whether its actor runs in the worker's session (`keeps_session`)."""
+    nice: int = 0
+    """The autogroup nice value its worker gave its session (`set_nice`): above 0 while warm
+    and preloading at a low CPU share, 0 again before it takes an actor."""
 
     @property
     def warm(self) -> bool:
@@ -82,6 +89,13 @@ class ActorProcess:
         if self.ctl is not None:
             with contextlib.suppress(ConnectionError):
                 self.ctl.send(msg)
+
+    def set_nice(self, nice: int) -> bool:
+        """Give its session the autogroup nice value `nice` (`_priority`); whether it took."""
+        if _priority.set_nice(self.proc.pid, nice):
+            self.nice = nice
+            return True
+        return False
 
     def keeps_session(self, hosts: Iterable[ActorProcess]) -> bool:
         """Whether this process, just assigned, stays in its worker's session (the client's).
@@ -140,8 +154,12 @@ class PreloadPacer:
     need none of them, and preloading takes one CPU at most. The set goes out in chunks of
     `CHUNK` names, each to the warm process that has had the fewest (then the longest warm):
     what the first actors imported reaches every warm process before what later ones did.
-    While the worker's actors keep the CPUs busy, the process importing holds at its next
-    module and no other starts. Busy: in the last sample (`sample`) the actors used more than
+    With `nice` above 0 (where a session's autogroup shares the CPUs, `_priority`), while the
+    worker's actors keep the CPUs busy the process importing has its session's autogroup at
+    that nice value: it imports on at a low CPU share, and is ready when one of them dies
+    (while they are quiet, it has the normal share); its worker sets the value back to 0
+    before the process takes an actor. With `nice` 0 (no autogroup here), the process
+    importing holds at its next module while the actors are busy, and no other starts. Busy: in the last sample (`sample`) the actors used more than
     all the CPUs but one and a half (at least half a CPU); it stays busy until `quiet_s`
     seconds without such a sample, so that preloading does not come back between two bursts
     of the actors' work. Only built actors count: one still in its constructor imports what a
@@ -158,8 +176,10 @@ class PreloadPacer:
     CHUNK = 64
     MAX_CLASSES = 1024
 
-    def __init__(self, cpus: int, *, quiet_s: float = 1.0) -> None:
+    def __init__(self, cpus: int, *, quiet_s: float = 1.0, nice: int = 0) -> None:
         self.limit = max(0.5, cpus - 1.5)
+        self.nice = nice
+        """The autogroup nice value of a process importing (0: held while the actors are busy)."""
         self.quiet_s = quiet_s
         self._cpu: dict[int, float] = {}  # pid -> its CPU seconds at the last sample
         self._at = time.monotonic()
@@ -216,19 +236,47 @@ class PreloadPacer:
         return any(h.warm and h.preload_done < known for h in hosts)
 
     def pace(self, hosts: Iterable[ActorProcess], names: list[str]) -> None:
-        """Hold or release the process importing; start the next one if none is."""
+        """Lower, hold or release the process importing; start the next one if none is.
+
+        With `nice`, the process importing has its session lowered while the actors are busy
+        and its normal share while they are quiet; a change the kernel refused for now (it
+        takes one a tenth of a second) is made at a later call, as is a start that waits on one.
+        """
         busy = self.busy
         warm = [h for h in hosts if h.warm and h.ctl is not None]
         for host in warm:
-            if host.preloading and host.preload_paused != busy:
+            if not host.preloading:
+                continue
+            if self.nice:
+                self._share(host, self.nice if busy else 0)
+            elif host.preload_paused != busy:
                 host.tell(m.PausePreload(busy))
                 host.preload_paused = busy
         todo = [h for h in warm if h.preload_sent < len(names)]
-        if todo and not busy and not any(h.preloading for h in warm):
+        if todo and (self.nice or not busy) and not any(h.preloading for h in warm):
             host = min(todo, key=lambda h: (h.preload_sent, h.ready_at))
+            if self.nice and not self._share(host, self.nice if busy else 0):
+                return
             chunk = names[host.preload_sent : host.preload_sent + self.CHUNK]
             host.tell(m.Preload(chunk))
             host.preload_sent += len(chunk)
+
+    def _share(self, host: ActorProcess, nice: int) -> bool:
+        """Give `host`'s session the autogroup nice value `nice`; whether it has it now.
+
+        A refusal other than for the kernel's rate (EPERM, say) turns the lowering off for
+        good: the importing process is then held while the actors are busy (and has it now).
+        """
+        try:
+            return host.nice == nice or host.set_nice(nice)
+        except OSError as exc:
+            logger.warning(
+                "preloading held while the actors are busy instead: the kernel refused a warm "
+                "process's autogroup nice value (%s)",
+                exc,
+            )
+            self.nice = 0
+            return True
 
 
 async def spawn_host(

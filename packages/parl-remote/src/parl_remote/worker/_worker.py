@@ -43,6 +43,7 @@ from parl_remote.wire._link import MasterLink
 from parl_remote.wire._transport import AsyncConnection
 from parl_remote.wire.protocol import messages as m
 from parl_remote.wire.protocol.connection import Connection
+from parl_remote.worker import _priority
 from parl_remote.worker._actor_process import ActorProcess, PreloadPacer, spawn_host, tree_rss
 from parl_remote.worker._logs import ActorLogs
 
@@ -52,6 +53,26 @@ logger = logging.getLogger(__name__)
 
 _MEMORY_CHECK_S = 0.25
 _PACE_S = 0.2  # how often the actors' CPU is sampled while warm processes have names to import
+_RESTORE_TRIES, _RESTORE_WAIT_S = 20, 0.05  # a lowered session's share given back (`_priority`)
+
+
+def _preload_nice(share_session: bool) -> int:
+    """The autogroup nice value of a warm process preloading (`PreloadPacer`); 0: none.
+
+    None where the warm processes share the worker's session (lowering it would lower the
+    worker), or where the autogroup does not share the CPUs (`_priority.lowers_here`).
+
+    Raises:
+        ValueError: `PARL_PRELOAD_NICE` is out of range.
+    """
+    nice = settings.preload_nice
+    if not 0 <= nice <= 19:
+        raise ValueError(
+            f"PARL_PRELOAD_NICE={nice} is out of range: give an autogroup nice value from 1 "
+            "(a high share) to 19 (the lowest) for a warm process preloading, or 0 to hold "
+            "preloading while the actors are busy"
+        )
+    return nice if nice and not share_session and _priority.lowers_here() else 0
 
 
 class Worker:
@@ -99,7 +120,7 @@ class Worker:
         self._done: asyncio.Future[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.preload: dict[str, None] = {}  # modules its actors imported, in order (a set)
-        self.pacer = PreloadPacer(available_cpus())
+        self.pacer = PreloadPacer(available_cpus(), nice=_preload_nice(share_session))
 
     # -- life ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -385,6 +406,8 @@ class Worker:
         if msg.gpus or self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(msg.gpus)
         host.assigned = asyncio.get_running_loop().create_future()
+        if host.nice:
+            await self._restore_share(host)
         own = not (self.share_session and host.keeps_session(self.hosts))
         try:
             host.ctl.send(  # type: ignore[union-attr]  # a warm host is connected
@@ -399,6 +422,26 @@ class Worker:
             await asyncio.wait_for(host.assigned, settings.connect_timeout_s)
         except (ConnectionError, TimeoutError):
             self._stop_actor(msg.actor_id, "its process did not take the assignment")
+
+    async def _restore_share(self, host: ActorProcess) -> None:
+        """Set the session of `host`, lowered to preload, back to a normal CPU share.
+
+        The kernel takes one change a tenth of a second from an unprivileged process: a change
+        refused for that is tried again, for up to a second.
+        """
+        for _ in range(_RESTORE_TRIES):
+            try:
+                if host.set_nice(0):
+                    return
+            except OSError as exc:
+                logger.warning("actor %s keeps a low CPU share: %s", host.actor_id, exc)
+                return
+            await asyncio.sleep(_RESTORE_WAIT_S)
+        logger.warning(
+            "actor %s keeps a low CPU share: its session's autogroup nice value could not be "
+            "set back to 0 within a second",
+            host.actor_id,
+        )
 
     def _stop_actor(self, actor_id: str, reason: str) -> None:
         for host in self.hosts:
