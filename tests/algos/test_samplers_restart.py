@@ -155,6 +155,8 @@ def test_async_replaces_a_killed_worker_and_drops_its_batches(cluster):
         learner.set_weights({"w": -old})
         sampler.sync_weights()
         kill_worker(sampler, 1)
+        # The death is seen, and worker 1 replaced, by its waiter: no batch is asked meanwhile.
+        wait_until(lambda: sampler.restarts == 1, 60, what="worker 1 replaced without a collect")
         replaced = None
         for _ in range(200):  # until the new worker 1's first batch
             batch = sampler.collect()

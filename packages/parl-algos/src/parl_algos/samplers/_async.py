@@ -7,6 +7,14 @@ finished ones to one queue; `collect()` takes the next from any worker, copies i
 queues that slot's next collect. Every slot is a batch that may wait, finished, for the caller:
 more slots keep the workers busier, fewer keep the batches fresher (their policy lag, counted in
 `sync_weights()` calls, is about `num_workers * slots` when the caller is the slower side).
+
+With `restart=True` a worker's waiter is also what replaces it: the first of its calls to fail
+(the actor's connection closed, its death known) starts the replacement on that thread at
+once, whether or not the caller is asking for a batch, and the caller goes on with the other
+workers' batches meanwhile. The lost worker's batches, finished or under way, are dropped (their
+`generation` is past); the new worker's slots are queued once it is ready, with the weights of
+the last `sync_weights()`. One lock (the group's) covers what both threads touch: a worker's
+memory while the caller copies a batch out of it, its actor handle and its queue.
 """
 
 from __future__ import annotations
@@ -29,6 +37,9 @@ from parl_remote import RemoteActorDiedError
 __all__ = ["AsyncSampler", "lower_priority"]
 
 _STOP = object()
+_JOIN_S = 5.0
+"""The longest `close()` waits for a waiter thread (one replacing its worker may wait longer
+for a slot: it frees what it made once it ends)."""
 
 
 def lower_priority(nice: int) -> None:
@@ -133,10 +144,14 @@ class AsyncSampler(_ClusterSampler):
             max_restarts=max_restarts,
             restart_timeout=restart_timeout,
         )
-        self._generation = [0] * num_workers  # bumped when a worker is replaced
-        self._finished: queue.Queue = queue.Queue()
-        self._inboxes = [queue.Queue() for _ in range(num_workers)]
+        self._generation = [0] * num_workers  # bumped when a worker is lost
+        self._replacing = [False] * num_workers  # its waiter is replacing it
+        self._behind = [False] * num_workers  # weights sent while it was being replaced
+        self._finished: queue.Queue[tuple[int, int | None, Any, Any]] = queue.Queue()
+        self._inboxes: list[queue.Queue[Any]] = [queue.Queue() for _ in range(num_workers)]
         self._stopping = False
+        self._fatal: BaseException | None = None  # a replacement's error, for the caller
+        self._lock = self._group.lock
         self._waiters = [
             threading.Thread(target=self._wait, args=(w,), name=f"async-sampler-{w}", daemon=True)
             for w in range(num_workers)
@@ -157,7 +172,10 @@ class AsyncSampler(_ClusterSampler):
         self._inboxes[w].put((self._generation[w], slot, future))
 
     def _wait(self, w: int) -> None:
-        """Resolve worker `w`'s calls in the order they were made (a thread per worker)."""
+        """Resolve worker `w`'s calls in the order they were made (a thread per worker).
+
+        With restarts, the first call to fail replaces the worker (`_replace`), on this thread.
+        """
         inbox = self._inboxes[w]
         while True:
             item = inbox.get()
@@ -168,57 +186,126 @@ class AsyncSampler(_ClusterSampler):
             try:
                 result: Any = future.get()
             except BaseException as exc:  # handed to the caller's thread
-                result = exc
+                result = exc.with_traceback(None)  # its frames hold the call, and its actor
             del future  # a pending future keeps its actor alive
-            if self._stopping:
-                continue
-            if slot is not None or isinstance(result, BaseException):
+            if self._stopping or generation != self._generation[w]:
+                continue  # a call of a worker since lost: dropped
+            if isinstance(result, BaseException) and self._group.policy.restart:
+                if not self._replace(w, result):
+                    return
+            elif slot is not None or isinstance(result, BaseException):
                 self._finished.put((w, generation, slot, result))
+
+    def _replace(self, w: int, exc: BaseException) -> bool:
+        """Replace worker `w`, whose call raised `exc` (its waiter's thread); False: stop waiting.
+
+        Its calls still queued are the dead actor's: they go first, so that its handle is the
+        last one and its slot frees. An error that stops the sampler (past `max_restarts`, no
+        slot for the last worker) is the caller's: its next call raises it (`_check_open`).
+        """
+        inbox = self._inboxes[w]
+        with self._lock:
+            self._generation[w] += 1
+            self._replacing[w] = True
+            with contextlib.suppress(queue.Empty):
+                while True:  # the dead actor's calls (and _STOP, once closing): the caller
+                    inbox.get_nowait()  # queues no more for `w` while it is replaced
+        replaced = False
+        try:
+            replaced = self._group.recover(w, exc, required=False)
+        except BaseException as error:  # the group closed itself
+            if not self._stopping:
+                self._fatal = error.with_traceback(None)
+                self._finished.put((w, None, None, None))  # wakes a caller waiting for a batch
+        finally:
+            del exc
+            with self._lock:
+                self._replacing[w] = False
+                if self._stopping:  # closed during the replacement: what it made goes too
+                    self._group.close()
+                elif replaced:
+                    if self._behind[w]:
+                        self._send_weights(w)
+                    for slot in range(self._slots):
+                        self._start(w, slot)
+                self._behind[w] = False
+        return replaced and not self._stopping
+
+    def _check_open(self) -> None:
+        fatal, self._fatal = self._fatal, None
+        if fatal is not None:  # a replacement's error, which closed the group
+            self.close()
+            raise fatal
+        super()._check_open()
 
     def collect(self) -> Batch:
         """The next batch any worker finished (blocks until one has)."""
         self._check_open()
         while True:
             w, generation, slot, result = self._finished.get()
-            if generation != self._generation[w]:
-                continue  # the call of a worker since replaced: its batch is dropped
-            if not isinstance(result, BaseException):
-                break
+            if generation is None:  # a replacement failed: the sampler stops
+                self._check_open()
+                continue  # its error was raised by `sync_weights` already: the sampler is closed
+            with self._lock:
+                if generation != self._generation[w]:
+                    continue  # the call of a worker since lost: its batch is dropped
+                if not isinstance(result, BaseException):
+                    arrays, extras, final_obs, ended, version = result
+                    out = Rollout.allocate(self._group.layout)
+                    self._group.copy_out(w, arrays, slot, out, slice(None))
+                    final_obs, ended = self._group.records(w, slot, final_obs, ended, 0)
+                    self._start(w, slot)  # the slot is read: the worker may fill it again
+                    arrays = out.arrays()
+                    return self._make_batch(
+                        arrays.pop("obs"),
+                        arrays,
+                        extras,
+                        final_obs,
+                        ended,
+                        worker=w,
+                        weights_version=version,
+                    )
+            # Without restarts (with them, the worker's waiter replaced it): the sampler closes.
             try:
-                replaced = self._group.recover(w, result, required=False)
+                self._group.recover(w, result, required=False)
             except (RemoteActorDiedError, SamplerWorkerError):
                 self.close()
                 raise
-            self._generation[w] += 1
-            if replaced:
-                for again in range(self._slots):
-                    self._start(w, again)
-        arrays, extras, final_obs, ended, version = result
-        out = Rollout.allocate(self._group.layout)
-        self._group.copy_out(w, arrays, slot, out, slice(None))
-        final_obs, ended = self._group.records(w, slot, final_obs, ended, 0)
-        self._start(w, slot)  # the slot is read: the worker may fill it again
-        arrays = out.arrays()
-        return self._make_batch(
-            arrays.pop("obs"), arrays, extras, final_obs, ended, worker=w, weights_version=version
-        )
+            raise result  # not reached: without restarts `recover` raises
 
     def sync_weights(self) -> None:
         """Send `agent.get_weights()` to every worker; their next rollouts carry the new version.
 
-        Does not wait: each worker loads the weights after the rollout it is collecting.
+        Does not wait: each worker loads the weights after the rollout it is collecting. A
+        worker being replaced gets them once it is ready.
         """
         self._check_open()
         weights = self.agent.get_weights()
-        self.weights_version += 1
-        self._group.weights = weights, self.weights_version  # what a replacement gets
-        for w in self._group.live:
-            future = self._group.workers[w].set_weights(weights, self.weights_version)
-            self._inboxes[w].put((self._generation[w], None, future))
+        with self._lock:
+            self.weights_version += 1
+            self._group.weights = weights, self.weights_version  # what a replacement gets
+            for w in range(self.num_workers):
+                if self._replacing[w]:
+                    self._behind[w] = True
+                elif self._group.workers[w] is not None:
+                    self._send_weights(w)
+
+    def _send_weights(self, w: int) -> None:
+        assert self._group.weights is not None
+        weights, version = self._group.weights
+        future = self._group.workers[w].set_weights(weights, version)
+        self._inboxes[w].put((self._generation[w], None, future))
 
     def close(self) -> None:
-        """Stop the workers, free every actor and segment; calling it again does nothing."""
-        self._stopping = True
-        for inbox in self._inboxes:
-            inbox.put(_STOP)
-        super().close()
+        """Stop the workers, free every actor and segment; calling it again does nothing.
+
+        A replacement under way ends with them (bounded: at most its placement's wait).
+        """
+        with self._lock:
+            self._stopping = True
+            for inbox in self._inboxes:
+                inbox.put(_STOP)
+            super().close()
+        for waiter in self._waiters:
+            if waiter is not threading.current_thread():
+                waiter.join(_JOIN_S)

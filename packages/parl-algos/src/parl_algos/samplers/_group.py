@@ -348,6 +348,11 @@ class WorkerGroup:
         self._signal_args: tuple[Any, ...] | None = None  # connect_signals' arguments
         self._timings: dict[int, dict[str, float]] = {}  # replacements not yet delivering
         self._starting: int | None = None  # the worker `_replace` sets up
+        self.lock = threading.RLock()
+        """Held by `close()`: a sampler that replaces its workers from threads of its own
+        holds it while it reads a worker's memory, so that no close frees it meanwhile."""
+        self.closed = False
+        """Whether `close()` ran (a replacement waiting for a slot then gives up)."""
         connect(address, num_workers)
 
         def create(index: int, replaced: int = 0) -> Any:
@@ -614,7 +619,7 @@ class WorkerGroup:
                 worker = self._create(w, replaced)
                 break
             except ResourceError:
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline or self.closed:
                     return False
             except MasterUnreachableError:  # it is restarting, or its network is down
                 if time.monotonic() >= deadline:
@@ -622,7 +627,10 @@ class WorkerGroup:
                 time.sleep(0.5)  # the client reconnects by itself
         timings["made"] = time.time()
         self._replaced[w] = replaced  # its seed stream is never used again
-        self.workers[w] = worker
+        with self.lock:
+            if self.closed:  # closed meanwhile (from another thread): the new actor goes
+                return False
+            self.workers[w] = worker
         if self.weights is not None and worker is not None:
             weights, version = self.weights
             self.gather([worker.set_weights(weights, version)], [w])
@@ -746,17 +754,19 @@ class WorkerGroup:
 
         A batch segment still lent out keeps its mapping (not its name) until its arrays go.
         """
-        for w, signal in enumerate(self.signals):
-            if signal is not None:
-                signal.close()
-                self.signals[w] = None
-        self.workers = []  # the last handle of an actor frees it and its CPU slot
-        for w, segments in enumerate(self.segments):
-            if segments is not None:
-                _free(segments)
-                self.segments[w] = None
-        if self.batches is not None:
-            self.batches.close()
+        with self.lock:
+            self.closed = True
+            for w, signal in enumerate(self.signals):
+                if signal is not None:
+                    signal.close()
+                    self.signals[w] = None
+            self.workers = []  # the last handle of an actor frees it and its CPU slot
+            for w, segments in enumerate(self.segments):
+                if segments is not None:
+                    _free(segments)
+                    self.segments[w] = None
+            if self.batches is not None:
+                self.batches.close()
 
 
 def _free(segments: list[SharedArrays]) -> None:
