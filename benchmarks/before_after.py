@@ -3,10 +3,14 @@
     python benchmarks/before_after.py --base REV [--rounds 3] remote_bench.py --quick
     python benchmarks/before_after.py --base REV samplers.py --seconds 1 --tasks CartPole-v1
 
-`REV`'s tree is exported (`git archive`) into a temporary directory; then the script named runs
-`--rounds` times on each side, alternating (the base first): from the export with its
-packages on `PYTHONPATH`, and from this tree with its own, each run its own processes, its
-result rows turned off (`PARL_BENCH_RESULTS=off`). Each side runs its own copy of the script,
+`REV`'s tree is exported (`git archive`) into a temporary directory, and this tree is copied
+beside it as it is when the invocation starts (the files git tracks or would track, edits
+included), so that an edit made while it runs moves neither side; then the script named runs
+`--rounds` times on each side, alternating (the base first): from each copy with its own
+packages on `PYTHONPATH`, each run its own processes, its result rows turned off
+(`PARL_BENCH_RESULTS=off`). A run that fails (a non-zero exit, or past `--timeout`) is told
+as it ends and left out of the table, with the other runs kept: the table ends with how many
+runs of each side failed, and why. Each side runs its own copy of the script,
 so an option that only one side has is refused by that side. A shared machine's load moves
 within minutes: each run's figures are ratios to a baseline that the script measures in the
 same run, and alternating gives both sides the same share of the machine's moods.
@@ -22,6 +26,7 @@ import argparse
 import contextlib
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -45,12 +50,33 @@ def export(rev: str, into: str) -> str:
     archive = subprocess.run(
         ["git", "-C", ROOT, "archive", rev], capture_output=True, check=True
     ).stdout
+    os.makedirs(into, exist_ok=True)
     subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
     return into
 
 
-def run(root: str, script: list[str], timeout: float) -> str:
-    """The output of `script` run from the tree at `root`, its packages first on the path.
+def snapshot(into: str) -> str:
+    """This tree as it is now, written under `into`; its root.
+
+    That is the files git tracks or would track (not those it ignores), edits included.
+    """
+    listed = subprocess.run(
+        ["git", "-C", ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    for rel in sorted({name.decode() for name in listed.split(b"\0") if name}):
+        source = os.path.join(ROOT, rel)
+        if not os.path.lexists(source) or (os.path.isdir(source) and not os.path.islink(source)):
+            continue  # deleted and not yet committed, or a nested repository's folder
+        os.makedirs(os.path.dirname(os.path.join(into, rel)), exist_ok=True)
+        shutil.copy2(source, os.path.join(into, rel), follow_symlinks=False)
+    return into
+
+
+def run(root: str, script: list[str], timeout: float) -> tuple[str, str | None]:
+    """The output of `script` run from the tree at `root`, its packages first on the path, and
+    why it failed (None if it did not).
 
     It runs in a session of its own, whose processes are all stopped once it has exited (a
     run that failed may leave its baseline's servers behind).
@@ -73,10 +99,15 @@ def run(root: str, script: list[str], timeout: float) -> str:
         out.seek(0)
         err.seek(0)
         output, errors = out.read(), err.read()
-    if code:
+    if not code:
+        return output, None
+    if code == -9:
+        failure = f"killed past its {timeout:g} s (--timeout)"
+    else:
         why = [line for line in errors.splitlines() if "Error" in line or "error:" in line]
-        print(f"  exit {code}: {(why or errors.splitlines() or [''])[-1]}", flush=True)
-    return output
+        failure = f"exit {code}: {(why or errors.splitlines() or [''])[-1].strip()}"
+    print(f"  failed, {failure}", flush=True)
+    return output, failure
 
 
 def rows(output: str) -> dict[str, list[float]]:
@@ -97,9 +128,14 @@ def rows(output: str) -> dict[str, list[float]]:
 
 
 def table(base: list[dict[str, list[float]]], new: list[dict[str, list[float]]]) -> list[str]:
-    """Each row both sides have: per column, both sides' runs and new / base of the medians."""
+    """Each row both sides have: per column, both sides' runs and new / base of the medians.
+
+    The rows come in the order the base's runs printed them (the rows of any run, so that one
+    that failed early loses none).
+    """
     lines = []
-    for name in base[0]:
+    names = dict.fromkeys(name for r in base for name in r)
+    for name in names:
         olds = [r[name] for r in base if name in r]
         news = [r[name] for r in new if name in r]
         if not news:
@@ -128,25 +164,38 @@ def main() -> None:
     args = parser.parse_args()
     if not args.script:
         parser.error("name the benchmark script to run, e.g. remote_bench.py --quick")
-    with tempfile.TemporaryDirectory(prefix="parl-base-") as tmp:
-        base_root = export(args.base, tmp)
-        base, new, loads = [], [], []
+    with tempfile.TemporaryDirectory(prefix="parl-before-after-") as tmp:
+        base_root = export(args.base, os.path.join(tmp, "base"))
+        new_root = snapshot(os.path.join(tmp, "new"))
+        runs: dict[str, list[dict[str, list[float]]]] = {"base": [], "new": []}
+        failures: dict[str, list[str]] = {"base": [], "new": []}
+        loads = []
         for i in range(args.rounds):
-            for side, root, into in (("base", base_root, base), ("new", ROOT, new)):
+            for side, root in (("base", base_root), ("new", new_root)):
                 load = f"{os.getloadavg()[0]:.1f}"
                 print(
                     f"round {i + 1}: {side} ({args.base if side == 'base' else 'this tree'}), "
                     f"load {load}",
                     flush=True,
                 )
-                into.append(rows(run(root, args.script, args.timeout)))
+                output, failure = run(root, args.script, args.timeout)
                 loads.append(load)
+                if failure is None:
+                    runs[side].append(rows(output))
+                else:
+                    failures[side].append(f"round {i + 1}: {failure}")
     print(
         f"\n{' '.join(args.script)}: {args.base} -> this tree, {args.rounds} runs each "
         f"alternating, loads {', '.join(loads)} (each cell: base runs -> new runs (new / base "
         "of the medians))"
     )
-    print("\n".join(table(base, new)))
+    if runs["base"] and runs["new"]:
+        print("\n".join(table(runs["base"], runs["new"])))
+    else:
+        print("no table: " + " and ".join(f"every {s} run failed" for s in runs if not runs[s]))
+    for side, why in failures.items():
+        if why:
+            print(f"{side}: {len(why)} of {args.rounds} runs failed, left out: {'; '.join(why)}")
 
 
 if __name__ == "__main__":

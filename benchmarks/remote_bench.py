@@ -36,7 +36,8 @@ absolute times do.
     python benchmarks/remote_bench.py --w4 --preload torch,numpy
                                                  # the same, the warm processes told to
                                                  # import torch and numpy first (the first
-                                                 # actor's row against the one without)
+                                                 # actor of each against one of a class of
+                                                 # plain Python, in the same run)
     python benchmarks/remote_bench.py --w4 --parl2 /tmp/parl2-venv/bin/python
                                                  # and PARL 2.x's for the same classes, in
                                                  # the same run (compare/parl2_run.py)
@@ -484,11 +485,11 @@ def user_class_rows(
     return rows
 
 
-def record_preloaded(times: dict[str, float], preload: list[str]) -> None:
+def record_preloaded(times: dict[str, float], plain_ms: float, preload: list[str]) -> None:
     """The first actor of each user-module class whose module was preloaded, as a result row.
 
-    Its peer: the later actors of the same class in the same run, whose warm processes had
-    imported what the first one did (the most that preloading can give the first).
+    Its peer: an actor of a class of plain Python (nothing to import), created in the same run
+    (`plain_ms`, the median of several): the most that preloading can give the first actor.
     """
     load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     rows = [
@@ -498,11 +499,14 @@ def record_preloaded(times: dict[str, float], preload: list[str]) -> None:
             metric="ms until its first answer",
             better="lower",
             ours=round(times[f"W4 {name} 1st ms"], 1),
-            peer="later actors of the same class (warm processes that imported it after the first)",
-            peer_value=round(times[f"W4 {name} later ms"], 1),
+            peer="an actor of a class of plain Python in the same run (median)",
+            peer_value=round(plain_ms, 1),
             seeds=[],
             command=command_line(),
-            note=f"Target: 20 ms; preloaded {', '.join(preload)}; {load}.",
+            note=(
+                f"Target: 20 ms; preloaded {', '.join(preload)}; later actors of the same class "
+                f"{times[f'W4 {name} later ms']:.1f} ms; {load}."
+            ),
         )
         for name in ("numpy", "torch")
         if name in preload and f"W4 {name} 1st ms" in times
@@ -611,7 +615,7 @@ def main() -> None:
         default="",
         metavar="MODULES",
         help="parl.connect(preload=...): modules the warm processes import before W4's first "
-        "actors, which come --settle s later",
+        "actors, which come once every warm process has imported them",
     )
     parser.add_argument(
         "--tls", action="store_true", help="only what TLS costs W1 and W3 (tls_bench.py)"
@@ -636,19 +640,25 @@ def main() -> None:
     client = parl.connect(cpu_num=6, log_to_driver=False, **warm)
     try:
         wait_for_vacant(client, 6)
-        if preload:
-            print(f"warm processes preloading {', '.join(preload)}; W4 in {args.settle:g} s")
+        if preload:  # then until every warm process has imported them (on a busy machine
+            # one import of torch takes many seconds)
+            print(f"warm processes preloading {', '.join(preload)}; W4 once they are done")
             time.sleep(args.settle)
+            wait_for_quiet(limit_s=300)
         w4_user: list[tuple[str, ...]] = []
+        w4_plain: list[tuple[str, ...]] = []
         n_w4 = args.n or max(3, int(10 * scale))
         if not (args.w3 or args.lanes):  # first, while no actor has imported numpy or torch yet
             w4_times = user_class_times(client, n_w4, args.settle)
             w4_user = user_class_rows(w4_times, None)
-            if preload:
-                record_preloaded(w4_times, preload)
+            if preload:  # the first actors' peer, in the same run
+                plain_ms = statistics.median(parl_creation(client, n_w4)) * 1e3
+                w4_plain = [("W4 plain class (ms, median)", f"{plain_ms:8.1f}", "", "", "")]
+                record_preloaded(w4_times, plain_ms, preload)
         if args.w4:
             parl.disconnect()  # PARL's run gets the machine to itself
             rows += user_class_rows(w4_times, parl2_times(args.parl2, n_w4, args.settle))
+            rows += w4_plain
         elif args.lanes:
             rows += lane_rows(n_blocks)
         elif args.w3:
@@ -728,7 +738,7 @@ def main() -> None:
                     "",
                 )
             )
-            rows += w4_user
+            rows += w4_user + w4_plain
 
             wait_for_vacant(client, 2)
             spinners = [Actor(), Actor()]
