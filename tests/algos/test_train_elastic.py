@@ -37,11 +37,17 @@ KILLED_ONCE = "tests.algos.failing_env:KilledOnce-v0"
 SMALL = ["--no-progress", "--train.log_every", "256", "--train.checkpoint_every", "100000"]
 RUNS = {
     "ppo-sync": ["ppo/cartpole", "--mode", "sync", "--train.total_steps", "3072"],
-    "ppo-async": ["ppo/cartpole", "--mode", "async", "--train.total_steps", "3072"],
+    # Async runs on one actor: a replacement is made on its worker's waiter thread while the
+    # run goes on with the other workers, so with two a short run can end before it is ready;
+    # with one, the run's every step after the fault is the replacement's.
+    "ppo-async": [
+        *["ppo/cartpole", "--mode", "async", "--actors", "1", "--train.total_steps", "3072"],
+    ],
     "dqn-async": [
         "dqn/cartpole",
         "--mode",
         "async",
+        *["--actors", "1"],
         "--train.total_steps",
         "2560",
         "--agent.learning_starts",
@@ -113,11 +119,11 @@ def assert_went_on(tmp_path, result) -> None:
 # (the same replacement, other actors) in the slow suite, to keep the default one short.
 FAST_RUNS = ("ppo-sync", "ppo-async", "dqn-async")
 # The env step of the killed actor's environment at which it dies: after the run's first row.
-# DQN async's workers each step one environment, so its first row (256 env steps of the run)
-# comes when each is near step 128; a warm spare replaces an actor killed at 60 before it.
-# PPO async's first row waits for a 32-step rollout of each worker, while the worker read
-# first may run its second (to step 64): step 80 is in a third, which starts only after it.
-KILL_AT = {"dqn-async": 200, "ppo-async": 80}
+# DQN async's first row comes at 256 env steps of the run, when its one worker's environments
+# are at step 256 or below; a warm spare replaces an actor killed before it, so it dies at 400.
+# PPO async's first row waits for a 32-step rollout of its worker, which may run its second (to
+# step 64) meanwhile: step 80 is in a third, which starts only after the first is read.
+KILL_AT = {"dqn-async": 400, "ppo-async": 80}
 
 
 @pytest.mark.parametrize(

@@ -159,8 +159,9 @@ class PreloadPacer:
     that nice value: it imports on at a low CPU share, and is ready when one of them dies
     (while they are quiet, it has the normal share); its worker sets the value back to 0
     before the process takes an actor. With `nice` 0 (no autogroup here), the process
-    importing holds at its next module while the actors are busy, and no other starts. Busy: in the last sample (`sample`) the actors used more than
-    all the CPUs but one and a half (at least half a CPU); it stays busy until `quiet_s`
+    importing holds at its next module while the actors are busy, and no other starts. Busy:
+    in the last sample (`sample`) the actors used more than all the CPUs but one and a half
+    (at least half a CPU); it stays busy until `quiet_s`
     seconds without such a sample, so that preloading does not come back between two bursts
     of the actors' work. Only built actors count: one still in its constructor imports what a
     preload would, and holding preloads for it would keep every later actor importing for
