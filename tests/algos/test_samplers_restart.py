@@ -123,18 +123,34 @@ def test_a_synchronous_sampler_replaces_a_killed_worker_and_keeps_its_columns(
             np.testing.assert_array_equal(batch.obs[0, n + j], first_obs(seed + n + j + 2 * STRIDE))
         scores = (batch.obs[..., None] * -old).sum(axis=2)  # every column acts on the new weights
         np.testing.assert_array_equal(batch.actions, scores.argmax(axis=-1))
+        # Both workers killed between collects: both replaced (at once, for ParallelSampler),
+        # each its own next seed stream, and the batch keeps its shape and column order.
+        dead_segments |= segment_names(sampler, 0) | segment_names(sampler, 1)
+        kill_worker(sampler, 0)
+        kill_worker(sampler, 1)
+        batch = sampler.collect()
+        lengths.add(batch, fresh=tuple(range(2 * n)))
+        assert sampler.restarts == 4 and batch.obs.shape == first.obs.shape
+        for j in range(n):
+            np.testing.assert_array_equal(batch.obs[0, j], first_obs(seed + j + STRIDE))
+            np.testing.assert_array_equal(batch.obs[0, n + j], first_obs(seed + n + j + 3 * STRIDE))
+        scores = (batch.obs[..., None] * -old).sum(axis=2)
+        np.testing.assert_array_equal(batch.actions, scores.argmax(axis=-1))
         for _ in range(2):
             lengths.add(sampler.collect())
         episodes = sampler.episodes()
         # Each finished episode once, none of the dead worker's half episodes.
         assert sorted(e.length for e in episodes) == sorted(lengths.ended)
-        assert len(dead_segments) == 2 * sampler._slots
+        assert len(dead_segments) == 4 * sampler._slots
         assert not dead_segments & shm_names()  # the dead workers' segments are freed
         assert segment_names(sampler, 1) <= shm_names()
     lines = [r.getMessage() for r in caplog.records if "replaced in" in r.getMessage()]
-    assert len(lines) == 2 and all(f"{kind.__name__}: worker 1 (pid " in line for line in lines)
+    assert len(lines) == 4 and all("SIGKILL" in line for line in lines[1:])
+    assert all(f"{kind.__name__}: worker 1 (pid " in line for line in lines[:2])
+    assert sorted(line.split(" (pid ")[0] for line in lines[2:]) == [
+        f"{kind.__name__}: worker {w}" for w in (0, 1)
+    ]
     assert f"(pid {dead} on " in lines[0] and "died: " in lines[0]
-    assert "SIGKILL" in lines[1]
     assert shm_names() == before
     wait_until(lambda: no_actors(cluster), what="every slot to be free again")
 

@@ -30,7 +30,7 @@ from typing import Any
 import gymnasium as gym
 
 from parl_algos.samplers._core import Batch, Rollout
-from parl_algos.samplers._group import SamplerWorkerError
+from parl_algos.samplers._group import SamplerWorkerError, _ClosedMeanwhile
 from parl_algos.samplers._parallel import _ClusterSampler
 from parl_remote import RemoteActorDiedError
 
@@ -214,7 +214,9 @@ class AsyncSampler(_ClusterSampler):
         try:
             replaced = self._group.recover(w, exc, required=False)
         except BaseException as error:  # the group closed itself
-            if not self._stopping:
+            # One that only found the group closed by another waiter's error leaves that be.
+            secondary = isinstance(error, _ClosedMeanwhile) and self._fatal is not None
+            if not self._stopping and not secondary:
                 self._fatal = error.with_traceback(None)
                 self._finished.put((w, None, None, None))  # wakes a caller waiting for a batch
         finally:

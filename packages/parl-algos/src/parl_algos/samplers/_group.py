@@ -11,7 +11,8 @@ into `parl.RemoteActorDiedError` naming it, after the group freed every actor an
 an error of the worker's own code (its environment's) is raised as it is. With restarts, the
 group replaces the worker by a new actor of the same index: it gets the weights last sent to
 the workers and their version, segments and a step signal of its own, and environments seeded
-from a stream of their own; the caller makes the lost call again on it (`run`).
+from a stream of their own; the caller makes the lost call again on it (`run`). The workers lost
+in one `run` are replaced at once, each on a thread of its own from the moment its loss is seen.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -88,6 +89,16 @@ class SamplerWorkerError(RuntimeError):
         super().__init__(message)
         self.worker, self.failures = worker, failures
         self.max_restarts, self.window_s = max_restarts, window_s
+
+
+class _ClosedMeanwhile(RemoteActorDiedError):
+    """A replacement found its group closed by another thread (whose error, or close, counts)."""
+
+
+def _closed_meanwhile(owner: str, w: int) -> _ClosedMeanwhile:
+    return _ClosedMeanwhile(
+        f"{owner}: worker {w} died, and the sampler was closed while it was being replaced"
+    )
 
 
 @dataclass(frozen=True)
@@ -347,7 +358,7 @@ class WorkerGroup:
         ]
         self._signal_args: tuple[Any, ...] | None = None  # connect_signals' arguments
         self._timings: dict[int, dict[str, float]] = {}  # replacements not yet delivering
-        self._starting: int | None = None  # the worker `_replace` sets up
+        self._starting: set[int] = set()  # the workers `_replace` sets up (from threads)
         self.lock = threading.RLock()
         """Held by `close()`: a sampler that replaces its workers from threads of its own
         holds it while it reads a worker's memory, so that no close frees it meanwhile."""
@@ -428,10 +439,11 @@ class WorkerGroup:
                 _free(segments)
             raise
         for w, segments in offered.items():
-            if accepted[w]:
-                self.segments[w] = segments
-            else:  # the worker could not map them: it is on another host after all
-                _free(segments)
+            with self.lock:
+                if accepted[w] and not self.closed:
+                    self.segments[w] = segments
+                    continue
+            _free(segments)  # on another host after all, or the group closed meanwhile
 
     def connect_signals(
         self,
@@ -487,22 +499,65 @@ class WorkerGroup:
         """`call(worker, w)` made on each worker (`indices`; default every live one); results.
 
         A worker whose call failed is replaced where the restarts allow (`recover`), and the
-        call made again on the new one; else the failure is raised as `fail` raises it.
+        call made again on the new one; else the failure is raised as `fail` raises it. Each
+        replacement starts on a thread of its own as soon as its worker's failure is seen,
+        while the other workers' calls are waited for: workers lost in one round are
+        replaced at once, not one after the other. Where some of them raise, the caller gets
+        the error of the lowest index, one that only found the group closed by another coming
+        last.
         """
         indices = self.live if indices is None else indices
         futures = {w: call(self.workers[w], w) for w in indices}
         results: dict[int, Any] = {}
+        redone: dict[int, Future[Any]] = {}  # the failed workers' replacements, each its call
+        pool: ThreadPoolExecutor | None = None
         try:
-            for w in indices:
-                while w not in results:
+            while futures:
+                for w in list(futures):
                     try:
                         results[w] = futures.pop(w).get()
                     except RemoteError as exc:
-                        self.recover(w, exc)
-                        futures[w] = call(self.workers[w], w)
+                        if not self.policy.restart:
+                            self.fail(w, exc)
+                        if pool is None:
+                            pool = ThreadPoolExecutor(
+                                len(indices), thread_name_prefix="sampler-replace"
+                            )
+                        # Its frames hold the failed call, and with it the dead actor.
+                        redone[w] = pool.submit(self._redo, w, exc.with_traceback(None), call)
+                futures = self._redone(redone)
         finally:
             futures.clear()  # a pending future holds its actor: drop them all, even on error
+            redone.clear()
+            if pool is not None:
+                pool.shutdown(wait=False)  # done, or (on an error) ending with the group
         return [results[w] for w in indices]
+
+    def _redo(self, w: int, exc: BaseException, call: Callable[[Any, int], Any]) -> Any:
+        """Replace worker `w`, whose call raised `exc`; the call made again on the new one."""
+        self.recover(w, exc)
+        with self.lock:
+            if self.closed:
+                raise _closed_meanwhile(self.owner, w)
+            worker = self.workers[w]
+        return call(worker, w)
+
+    @staticmethod
+    def _redone(redone: dict[int, Future[Any]]) -> dict[int, Any]:
+        """The calls made again by the replacements `redone` (emptied); or the first error."""
+        errors: list[BaseException] = []
+        calls: dict[int, Any] = {}
+        for w, done in list(redone.items()):
+            try:
+                calls[w] = done.result()
+            except BaseException as exc:  # the first of them is raised below
+                errors.append(exc)
+        redone.clear()
+        errors.sort(key=lambda exc: isinstance(exc, _ClosedMeanwhile))  # stable: by index
+        if errors:
+            calls.clear()
+            raise errors[0]
+        return calls
 
     def recover(self, w: int, exc: BaseException, required: bool = True) -> bool:
         """Replace worker `w`, whose call raised `exc`, where the restarts allow; else raise.
@@ -516,8 +571,10 @@ class WorkerGroup:
         raising at once) is one more failure of worker `w`, and is made again.
         """
         policy = self.policy
-        if not policy.restart or not self.workers:
+        if not policy.restart:
             self.fail(w, exc)
+        if self.closed:  # by another thread: its error, or the caller's close, is what counts
+            raise _closed_meanwhile(self.owner, w) from None
         now = time.monotonic()
         self._timings[w] = {"seen_at": time.time()}
         self._count_failure(w, exc)
@@ -542,6 +599,8 @@ class WorkerGroup:
                 pid, name = _dead(again) or (pid, name)  # the line names the last to die
                 what, dead = _what(again), again
             except BaseException:
+                if self.closed:  # it found the group closed by another thread
+                    raise _closed_meanwhile(self.owner, w) from None
                 self.close()
                 raise
         took = time.monotonic() - now
@@ -551,6 +610,8 @@ class WorkerGroup:
                 self.owner, w, pid, name, what, took,
             )  # fmt: skip
             return True
+        if self.closed:
+            raise _closed_meanwhile(self.owner, w)
         if required or not self.live:
             self.close()
             raise RemoteActorDiedError(
@@ -593,22 +654,25 @@ class WorkerGroup:
 
     def _drop(self, w: int) -> None:
         """Let worker `w`'s actor, signal and segments go (the segments' names unlinked)."""
-        signal, self.signals[w] = self.signals[w], None
+        with self.lock:
+            if self.closed:  # `close()` let them go
+                return
+            signal, self.signals[w] = self.signals[w], None
+            self.workers[w] = None  # its last handle: the actor and its slot are freed
+            segments, self.segments[w] = self.segments[w], None
         if signal is not None:
             signal.close()
-        self.workers[w] = None  # its last handle: the actor and its slot are freed
-        segments, self.segments[w] = self.segments[w], None
         if segments is not None:
             _free(segments)
 
     def _replace(self, w: int, deadline: float) -> bool:
         """A new worker `w` with the last weights, segments and signal; False: no slot in time."""
         replaced = self._replaced[w] + 1
-        self._starting = w
+        self._starting.add(w)
         try:
             return self._start(w, replaced, deadline)
         finally:
-            self._starting = None
+            self._starting.discard(w)
 
     def _start(self, w: int, replaced: int, deadline: float) -> bool:
         """`_replace`'s work: a call of the new worker that fails raises as it is."""
@@ -643,7 +707,8 @@ class WorkerGroup:
         if self._signal_args is not None:
             self.connect_signals(*self._signal_args, members=[w])
         timings["ready"] = time.time()
-        self.restarts += 1
+        with self.lock:
+            self.restarts += 1
         return True
 
     def delivered(self, w: int | None) -> None:
@@ -699,7 +764,7 @@ class WorkerGroup:
         try:
             return future.get()
         except RemoteError as exc:
-            if w == self._starting:
+            if w in self._starting:
                 raise  # a replacement's own failure: `recover` tries again
             self.fail(w, exc)
 
