@@ -249,6 +249,10 @@ class AsyncSampler(_ClusterSampler):
                 self._check_open()
                 continue  # its error was raised by `sync_weights` already: the sampler is closed
             with self._lock:
+                if self._group.closed:  # its memory is freed: by `close()`, or by a waiter
+                    if self._stopping:  # whose replacement failed (its wake-up comes next)
+                        self._check_open()
+                    continue
                 if generation != self._generation[w]:
                     continue  # the call of a worker since lost: its batch is dropped
                 if not isinstance(result, BaseException):
