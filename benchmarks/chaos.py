@@ -5,15 +5,27 @@ greedy policy (5 episodes every 2,000 env steps, on the run's evaluator actor) h
 of 475 (DQN: 200, see `RUNS`), on a cluster of its own: a master and one worker of 3 slots, the
 slots `parl-train` gives itself without `--address`. Undisturbed first, then with one of the
 run's `EnvWorker` actors, chosen at random among the live ones that the master lists, killed
-with SIGKILL every T seconds from the first row of progress.csv on (`--train.max_restarts` is
-set out of reach: the kills are the benchmark's, not faults to stop at). The target is the
-evaluation's rather than the training episodes' (the config's): with a kill every T seconds, a
-worker's 500-step episodes end only where it outlives them, so on a slow machine the mean of the
-training episodes stops moving. Every figure is set beside the undisturbed run of the same
-invocation:
+with SIGKILL (`--train.max_restarts` is set out of reach: the kills are the benchmark's, not
+faults to stop at). The target is the evaluation's rather than the training episodes' (the
+config's): with a kill every T seconds, a worker's 500-step episodes end only where it outlives
+them, so on a slow machine the mean of the training episodes stops moving.
+
+The kill schedule follows the run, not the clock of the benchmark: the first kill comes as soon
+as progress.csv has its first row (training under way, every actor made: a kill before it
+would time the cluster's start, not training), the next ones every T s after it. A run quick
+enough to reach its target within T s is still disturbed once; a run that reached it before
+its first kill (at its first row) was not disturbed at all, and gives no row of its time to
+the target (the table says so): every such row counts at least one kill before the target.
+The undisturbed run is the same command on a cluster of its own, stopped by the same rule (the
+first evaluation at the target) and timed by the same clock (the run's `reached_seconds`,
+training seconds); nothing in it waits for a kill. Each kill's time on that clock comes from
+progress.csv: the time a row was written, less the row's `seconds`.
+
+Every figure is set beside the undisturbed run of the same invocation:
 
 - time to 475: the run's own `reached_seconds` (training time, the clock of its rows), its
-  ratio to the undisturbed run's;
+  ratio to the undisturbed run's; the row's note gives the kills before the target, and in
+  all (the run goes on to its next evaluation after the last);
 - env steps lost to faults: the environments count every step they take (`CountedCartPole-v1`,
   CartPole-v1 that writes its count to a file of its process's own, which outlives a SIGKILL);
   the sampling actors' steps taken and not counted by the run, less the undisturbed run's (the
@@ -115,15 +127,16 @@ def _steps_taken(directory: str) -> int:
 
 
 class Killer(threading.Thread):
-    """Every `period` s from the first progress row on, SIGKILL a random live `EnvWorker`."""
+    """SIGKILL a random live `EnvWorker` at the first progress row, then every `period` s."""
 
     def __init__(self, cluster: Any, period: float, progress: str, seed: int) -> None:
         super().__init__(name="chaos-killer", daemon=True)
         self.cluster, self.period, self.progress = cluster, period, progress
         self.random = random.Random(seed)
-        self.kills = 0
         self.killed_at: list[float] = []
         """The Unix time of each kill."""
+        self.offset: float | None = None
+        """Unix time less the run's training seconds (its rows' clock), from the first row."""
         self.stop = threading.Event()
 
     def _workers(self) -> list[int]:
@@ -138,27 +151,41 @@ class Killer(threading.Thread):
             if a["class_name"] == "EnvWorker" and a["state"] != "dead" and a["pid"]
         ]
 
-    def _rows(self) -> bool:
-        """Whether progress.csv has a row (training is under way, every actor made)."""
+    def _clock(self) -> float | None:
+        """`offset` from progress.csv's last row and the time it was written; None before one.
+
+        The file is read between two looks at its time: a row written meanwhile is read again.
+        """
         try:
-            with open(self.progress, encoding="utf-8") as f:
-                return len(f.read().splitlines()) > 1
+            written = os.stat(self.progress).st_mtime
+            with open(self.progress, newline="", encoding="utf-8") as f:
+                rows = list(csv.DictReader(f))
+            if not rows or os.stat(self.progress).st_mtime != written:
+                return None
         except FileNotFoundError:
-            return False
+            return None
+        return written - float(rows[-1]["seconds"])
+
+    def training_seconds(self) -> list[float]:
+        """Each kill's time on the run's training clock (`reached_seconds`'s)."""
+        assert self.offset is not None or not self.killed_at
+        return [at - (self.offset or 0.0) for at in self.killed_at]
 
     def run(self) -> None:
-        while not self._rows():
-            if self.stop.wait(0.2):
+        while (offset := self._clock()) is None:
+            if self.stop.wait(0.05):
                 return
-        while not self.stop.wait(self.period):
+        self.offset = offset
+        while True:
             try:
                 pids = self._workers()
                 if pids:
                     os.kill(self.random.choice(pids), signal.SIGKILL)
                     self.killed_at.append(time.time())
-                    self.kills += 1
             except (OSError, RuntimeError):  # gone already, or the master busy: next period
-                continue
+                pass
+            if self.stop.wait(self.period if self.killed_at else 0.2):  # the first: soon
+                return
 
 
 def run_once(name: str, period: float | None, seed: int, timeout: float) -> dict[str, Any]:
@@ -213,12 +240,15 @@ def run_once(name: str, period: float | None, seed: int, timeout: float) -> dict
     fields = dict(re.findall(r"(\w+)=([-\w.]+)", done[: done.index(")")]))
     steps = [int(r["env_step"]) for r in rows]
     reached = fields["reached_at"] != "None"
+    reached_seconds = float(fields["reached_seconds"]) if reached else None
+    kills = killer.training_seconds() if killer is not None else []
     return {
-        "reached_seconds": float(fields["reached_seconds"]) if reached else None,
+        "reached_seconds": reached_seconds,
         "seconds": float(fields["seconds"]),
         "env_steps": int(fields["env_steps"]),
         "uncounted": taken - int(fields["env_steps"]),
-        "kills": killer.kills if killer is not None else 0,
+        "kills": len(kills),
+        "kills_before": sum(reached_seconds is None or k < reached_seconds for k in kills),
         "restarts": int(rows[-1]["actor_restarts"]) if rows else 0,
         "replaced_in": [float(x) for x in re.findall(r"; replaced in ([\d.]+) s", log)],
         "phases": _phases(log, killer.killed_at if killer is not None else []),
@@ -263,7 +293,7 @@ def main() -> None:
 
     header = (
         f"{'run':<10} {'kill every':>10} {'target':>6} {'to it s':>8} {'ratio':>6} "
-        f"{'kills':>6} {'replaced':>8} {'lost steps':>10} {'replace med/max s':>18} {'load':>9}"
+        f"{'kills':>7} {'replaced':>8} {'lost steps':>10} {'replace med/max s':>18} {'load':>9}"
     )
     print(header)
     rows = []
@@ -283,12 +313,13 @@ def main() -> None:
                 if r["reached_seconds"] and base["reached_seconds"]
                 else float("nan")
             )
+            kills = "-" if period is None else f"{r['kills_before']}/{r['kills']}"
             took = r["replaced_in"]
             latency = f"{statistics.median(took):.2f}/{max(took):.2f}" if took else "-"
             reached = f"{r['reached_seconds']:.1f}" if r["reached_seconds"] else "missed"
             print(
                 f"{name:<10} {('-' if period is None else f'{period:g} s'):>10} {target:>6g} "
-                f"{reached:>8} {ratio:>6.2f} {r['kills']:>6} {r['restarts']:>8} {lost:>10} "
+                f"{reached:>8} {ratio:>6.2f} {kills:>7} {r['restarts']:>8} {lost:>10} "
                 f"{latency:>18} {r['load'][0]:>4.1f}-{r['load'][1]:<4.1f}",
                 flush=True,
             )
@@ -299,8 +330,12 @@ def main() -> None:
                 f"1-minute load {min(r['load'][0], base['load'][0]):.1f}-"
                 f"{max(r['load'][1], base['load'][1]):.1f} on this 2-core machine"
             )
-            rows += _phase_rows(what, r["phases"], args.seed, load)
+            kills = f"{r['kills']} kills"
+            rows += _phase_rows(what, r["phases"], args.seed, f"{kills}; {load}")
             if not (r["reached_seconds"] and base["reached_seconds"]):
+                continue
+            if not r["kills_before"]:  # it reached the target before its first kill
+                print(f"{name:<10} {period:>8g} s  no kill before the target: no row", flush=True)
                 continue
             rows.append(
                 Row(
@@ -314,7 +349,9 @@ def main() -> None:
                     seeds=[args.seed],
                     command=command_line(),
                     note=(
-                        f"{r['kills']} kills, {r['restarts']} replacements, each ready in "
+                        f"{r['kills_before']} kills before the target ({r['kills']} in all: the "
+                        "first at the run's first row of progress), "
+                        f"{r['restarts']} replacements, each ready in "
                         f"{latency} s (median/max, from the death seen), {lost} env steps lost "
                         f"to faults ({lost / max(r['kills'], 1):.0f} a kill; the sampling "
                         f"actors' steps, the evaluator's left out); rows strictly increasing: "
