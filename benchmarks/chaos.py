@@ -33,9 +33,12 @@ Every figure is set beside the undisturbed run of the same invocation:
 - replacement latency: each replacement's log line (`... died: ...; replaced in X s`): from
   the death seen to the new actor ready, its weights and shared memory set; and each phase
   of it, in seconds from the kill, from the sampler's debug line (`--debug`): the death seen,
-  a new actor asked for, its process importing the worker's module, its constructor, its
-  environments made, the actor handed back, the weights set, ready, its first batch in; one
-  result row a phase (the median over the run's replacements, against the first batch's).
+  the first new actor asked for, the last failure of a new actor as it started (where the
+  schedule killed one: it is listed among the run's actors from its ask on; the next is asked
+  for at once), the process of the one that took the worker's place importing the worker's
+  module, its constructor, its environments made, the actor handed back, the weights set,
+  ready, its first batch in; one result row a phase (the median over the run's replacements
+  that have it, against the first batch's).
 
     nice python benchmarks/chaos.py                  # 3 runs x (undisturbed, T=5, T=2)
     python benchmarks/chaos.py --runs ppo-sync --periods 5 --seed 2
@@ -74,7 +77,10 @@ RUNS = {
 }
 """Each run: its config, mode, algorithm and target (DQN's lower: its undisturbed run alone
 takes minutes to 475 on a loaded 2-core machine, its learner being the bottleneck)."""
-PHASES = ("asked", "imported", "constructed", "envs", "made", "weights", "ready", "first_batch")
+PHASES = (
+    "asked", "retried", "imported", "constructed", "envs", "made", "weights", "ready",
+    "first_batch",
+)  # fmt: skip
 """A replacement's phases, as the sampler's debug line names them (`WorkerGroup.delivered`)."""
 PARL_TRAIN = os.path.join(os.path.dirname(sys.executable), "parl-train")
 EVAL_EVERY = 2000
@@ -263,8 +269,9 @@ def _phases(log: str, killed_at: list[float]) -> list[dict[str, float]]:
     `detected` is the death seen (the sampler's `seen_at`) after the last kill before it.
     """
     found = []
-    for seen, rest in re.findall(
-        r"replacement, seconds from its death seen at ([\d.]+): (.+)", log
+    for seen, rest, failed in re.findall(
+        r"replacement, seconds from its death seen at ([\d.]+): ([^;\n]+); (\d+) failed starts",
+        log,
     ):
         at = float(seen)
         before = [k for k in killed_at if k <= at]
@@ -273,6 +280,7 @@ def _phases(log: str, killed_at: list[float]) -> list[dict[str, float]]:
         base = at - before[-1]
         phases = {"detected": base}
         phases.update({k: base + float(v) for k, v in re.findall(r"(\w+)=([-\d.]+)", rest)})
+        phases["failed_starts"] = int(failed)
         found.append(phases)
     return found
 
@@ -373,6 +381,8 @@ def _phase_rows(what: str, phases: list[dict[str, float]], seed: int, load: str)
         return []
     rows = []
     whole = statistics.median(ends)
+    retried = sum(p["failed_starts"] > 0 for p in phases)
+    failed = sum(p["failed_starts"] for p in phases)
     for phase in ("detected", *PHASES):
         values = [p[phase] for p in phases if phase in p]
         if not values:
@@ -393,9 +403,12 @@ def _phase_rows(what: str, phases: list[dict[str, float]], seed: int, load: str)
                 seeds=[seed],
                 command=command_line(),
                 note=(
-                    f"{len(values)} replacements, max {max(values):.2f} s; phases: "
-                    "detected (the sampler sees the death), asked (a new actor asked for), "
-                    "imported (its process imported the worker's module: before the kill for "
+                    f"{len(values)} of {len(phases)} replacements, max {max(values):.2f} s; "
+                    f"{retried} of them had new actors killed as they started ({failed} in "
+                    "all); phases: detected (the sampler sees the death), asked (the first new "
+                    "actor asked for), retried (the last failure of a new actor as it started, "
+                    "the next one asked for at once), imported (the process of the actor that "
+                    "took the worker's place imported the worker's module: before the kill for "
                     "a warm process), constructed (its constructor began, its arguments "
                     "unpickled), envs (its environments made), made (the actor handed back), "
                     "weights (the latest weights set), ready (shared memory and signal set "

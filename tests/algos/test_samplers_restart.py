@@ -48,9 +48,32 @@ def cluster():
         parl.disconnect()
 
 
-def killing_env(column: int, at: int) -> gym.Env:
-    """CartPole whose column first reset with seed `column` kills its process at step `at`."""
+def killing_env(column: int, at: int, meeting: str | None = None) -> gym.Env:
+    """CartPole whose column first reset with seed `column` kills its process at step `at`.
+
+    With `meeting` (a folder), a process that makes it while the folder holds `armed` waits
+    for another to do so too (`meet`).
+    """
+    if meeting is not None:
+        meet(meeting)
     return KillAt(ENV_FN(), column, at)
+
+
+def meet(folder: str, timeout: float = 30.0) -> None:
+    """Where `folder` holds `armed`: wait until two processes are here (`here-PID` files).
+
+    Workers replaced at once meet as they make their environments; made one after the other,
+    the first waits alone until `timeout`, and says so (`alone-PID`).
+    """
+    if not os.path.exists(os.path.join(folder, "armed")):
+        return
+    open(os.path.join(folder, f"here-{os.getpid()}"), "w").close()
+    deadline = time.monotonic() + timeout
+    while sum(name.startswith("here-") for name in os.listdir(folder)) < 2:
+        if time.monotonic() > deadline:
+            open(os.path.join(folder, f"alone-{os.getpid()}"), "w").close()
+            return
+        time.sleep(0.01)
 
 
 def first_obs(seed: int) -> np.ndarray:
@@ -88,7 +111,7 @@ def kill_worker(sampler, w: int) -> int:
 
 @pytest.mark.parametrize("kind", [ParallelSampler, CentralSampler])
 def test_a_synchronous_sampler_replaces_a_killed_worker_and_keeps_its_columns(
-    cluster, kind, caplog
+    cluster, kind, caplog, tmp_path
 ):
     before = shm_names()
     wait_until(lambda: no_actors(cluster), what="a cluster without actors")
@@ -97,7 +120,7 @@ def test_a_synchronous_sampler_replaces_a_killed_worker_and_keeps_its_columns(
     n, seed = SIZES["envs_per_worker"], SIZES["seed"]
     # Column 3 (worker 1's second environment, first reset with seed 3 + 3) kills its own
     # process at its 9th step: halfway through the second collect.
-    env_fn = functools.partial(killing_env, seed + 3, 9)
+    env_fn = functools.partial(killing_env, seed + 3, 9, str(tmp_path))
     with kind(env_fn, learner, **SIZES, restart=True) as sampler:
         lengths = Lengths(sampler.batch_size)
         first = sampler.collect()
@@ -123,12 +146,16 @@ def test_a_synchronous_sampler_replaces_a_killed_worker_and_keeps_its_columns(
             np.testing.assert_array_equal(batch.obs[0, n + j], first_obs(seed + n + j + 2 * STRIDE))
         scores = (batch.obs[..., None] * -old).sum(axis=2)  # every column acts on the new weights
         np.testing.assert_array_equal(batch.actions, scores.argmax(axis=-1))
-        # Both workers killed between collects: both replaced (at once, for ParallelSampler),
-        # each its own next seed stream, and the batch keeps its shape and column order.
+        # Both workers killed between collects: both replaced at once (the new processes meet
+        # as they make their environments), each its own next seed stream, and the batch
+        # keeps its shape and column order.
         dead_segments |= segment_names(sampler, 0) | segment_names(sampler, 1)
+        open(tmp_path / "armed", "w").close()
         kill_worker(sampler, 0)
         kill_worker(sampler, 1)
         batch = sampler.collect()
+        os.remove(tmp_path / "armed")
+        assert not list(tmp_path.glob("alone-*")) and len(list(tmp_path.glob("here-*"))) == 2
         lengths.add(batch, fresh=tuple(range(2 * n)))
         assert sampler.restarts == 4 and batch.obs.shape == first.obs.shape
         for j in range(n):

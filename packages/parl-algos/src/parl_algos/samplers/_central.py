@@ -61,9 +61,10 @@ class CentralSampler(_ClusterSampler):
             puts two workers woken at once on the same CPU while this process waits on the
             other, and they step one after the other.
         restart: replace a worker that dies (or whose environment raises) by a new actor; the
-            collect goes on with the others, then the new worker collects the lost columns
-            alone: the batch keeps its shape and column order (False: a dead worker closes
-            the sampler and raises `parl.RemoteActorDiedError`). See `Restarts`.
+            collect goes on with the others, then the workers lost in it are replaced at once
+            (each on a thread of its own) and the new ones collect the lost columns together:
+            the batch keeps its shape and column order (False: a dead worker closes the
+            sampler and raises `parl.RemoteActorDiedError`). See `Restarts`.
         max_restarts: the most replacements of one worker within 10 minutes; one more
             failure stops the sampler (`SamplerWorkerError`, from the environment's error).
         restart_timeout: the longest wait, in seconds, for a free slot for a replacement;
@@ -129,8 +130,9 @@ class CentralSampler(_ClusterSampler):
     def collect(self) -> Batch:
         """`horizon` steps of every worker, actions chosen here; one `Batch`.
 
-        With `restart=True`, a worker lost during the collect is replaced, and its columns
-        are collected again by the new worker alone once the others' are done.
+        With `restart=True`, the workers lost during the collect are replaced once the
+        others' columns are done, all at once, and their columns collected again by the new
+        workers together (again, where one of them is lost meanwhile).
         """
         self._check_open()
         out = Rollout.allocate(self._group.batch_layout)
@@ -140,17 +142,17 @@ class CentralSampler(_ClusterSampler):
         run = _Collect(self._group, self.horizon, out, self.worker_cpus)
         self._run(run, steps, final_obs, ended, self._groups)
         extras = _extras(steps)
-        while run.lost:  # each lost worker's share again, by its replacement alone
-            w = min(run.lost)
-            cols = self._group.columns(w)
-            final_obs = {key: obs for key, obs in final_obs.items() if not _within(key[1], cols)}
-            ended = [record for record in ended if not _within(record[1], cols)]
-            lost = run.lost - {w}
-            run = _Collect(self._group, self.horizon, out, self.worker_cpus, members=[w])
+        while run.lost:  # the lost workers' share again, by their replacements together
+            members = sorted(run.lost)
+            self._group.recover_all(run.lost)
+            spans = [self._group.columns(w) for w in members]
+            cols = [k for span in spans for k in range(span.start, span.stop)]
+            final_obs = {key: obs for key, obs in final_obs.items() if key[1] not in cols}
+            ended = [record for record in ended if record[1] not in cols]
+            run = _Collect(self._group, self.horizon, out, self.worker_cpus, members=members)
             redo: list[list[dict[str, np.ndarray]]] = []
-            self._run(run, redo, final_obs, ended, [[w]])
-            run.lost |= lost
-            for name, value in _extras(redo).items():
+            self._run(run, redo, final_obs, ended, _runs(members))
+            for name, value in _extras(redo).items():  # in the order of the members' columns
                 extras[name][:, cols] = value
         arrays = out.arrays()
         return self._make_batch(arrays.pop("obs"), arrays, extras, final_obs, ended)
@@ -219,8 +221,15 @@ def _extras(steps: list[list[dict[str, np.ndarray]]]) -> dict[str, np.ndarray]:
     )
 
 
-def _within(column: int, cols: slice) -> bool:
-    return cols.start <= column < cols.stop
+def _runs(members: list[int]) -> list[list[int]]:
+    """`members` (sorted) in runs of consecutive indices: groups whose columns are one span."""
+    runs: list[list[int]] = []
+    for w in members:
+        if runs and runs[-1][-1] == w - 1:
+            runs[-1].append(w)
+        else:
+            runs.append([w])
+    return runs
 
 
 def _worker_cpus(signals: list, pin: bool | None) -> dict[int, int]:
@@ -241,8 +250,9 @@ class _Collect:
     here, in the agent, or in another worker) leaves every signal in step for the next one.
     A step of a worker with shared memory copies its observations here (what the agent reads
     next); its rewards and flags are copied once, at the end. With restarts, a worker that
-    fails is replaced at once and left out of the rest of the collect (`lost`), its columns'
-    observations zeros meanwhile; the sampler collects them again with the new worker.
+    fails is left out of the rest of the collect (`lost`, with its error), its columns'
+    observations zeros; once it ends, the sampler replaces the lost workers at once
+    (`WorkerGroup.recover_all`) and collects their columns again with the new ones.
     """
 
     def __init__(
@@ -266,7 +276,7 @@ class _Collect:
         self.pending: dict[int, Any] = {}  # a step call of a called worker
         self.awaiting: set[int] = set()  # signalled workers whose READY is still to come
         self.sent = dict.fromkeys(self.signals, 0)  # STEP bytes sent to each
-        self.lost: set[int] = set()  # workers replaced during the collect (restarts)
+        self.lost: dict[int, BaseException] = {}  # workers failed in it, to replace (restarts)
 
     def begin(self) -> None:
         """Start every worker's rollout; write the first observations into `out.obs[0]`."""
@@ -372,10 +382,10 @@ class _Collect:
         return None
 
     def _lose(self, w: int, exc: BaseException) -> None:
-        """Worker `w` failed with `exc`: raise (`WorkerGroup.recover`), or replace it and go on.
+        """Worker `w` failed with `exc`: raise (`WorkerGroup.fail`), or leave it out and go on.
 
-        The replacement is left out of this collect; its columns read zeros until the
-        sampler collects them with it.
+        With restarts the collect goes on without it, its columns reading zeros, and the
+        sampler replaces it once the collect ends (with every worker lost in it, at once).
         """
         group = self.group
         for calls in (self.drives, self.pending):
@@ -388,12 +398,11 @@ class _Collect:
             if group.signals[w] is not None and _machine_fault(exc):
                 group.close()  # the signal is out of step for good
             group.fail(w, exc)
-        group.recover(w, exc)
-        self.lost.add(w)
+        self.lost[w] = exc.with_traceback(None)  # its frames would hold the failed call
         self.out.obs[:, self.cols[w]] = 0
 
     def _wait_ready(self, w: int) -> bool:
-        """Worker `w`'s READY (False: it failed and was replaced); else raise as `_lose` does."""
+        """Worker `w`'s READY (False: it failed, and is lost); else raise as `_lose` does."""
         group = self.group
         signal = group.signals[w]
         try:
@@ -422,7 +431,7 @@ class _Collect:
             return False
         if byte == READY:
             return True
-        if byte == ERROR:  # raises the worker's error, or replaces the worker
+        if byte == ERROR:  # raises the worker's error, or leaves the worker out
             self._get(w, self.drives.pop(w))
             if w in self.lost:
                 return False

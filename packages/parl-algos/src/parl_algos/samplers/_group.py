@@ -12,7 +12,8 @@ an error of the worker's own code (its environment's) is raised as it is. With r
 group replaces the worker by a new actor of the same index: it gets the weights last sent to
 the workers and their version, segments and a step signal of its own, and environments seeded
 from a stream of their own; the caller makes the lost call again on it (`run`). The workers lost
-in one `run` are replaced at once, each on a thread of its own from the moment its loss is seen.
+in one `run` are replaced at once, each on a thread of its own from the moment its loss is seen;
+`recover_all` replaces the workers a caller lost at once too.
 """
 
 from __future__ import annotations
@@ -398,8 +399,7 @@ class WorkerGroup:
                     del created  # the actors made so far go with their handles
                     raise
         self.workers = created
-        for w in list(lost):  # replaced as any worker that dies is
-            self.recover(w, lost.pop(w))
+        self.recover_all(lost)  # replaced as any workers that die are
         # A worker that dies now is replaced too (`run`): the run does not end as it starts.
         descriptions = self.run(lambda worker, w: worker.describe())
         self.observation_space, self.action_space = descriptions[0][:2]
@@ -559,6 +559,24 @@ class WorkerGroup:
             raise errors[0]
         return calls
 
+    def recover_all(self, lost: dict[int, BaseException]) -> None:
+        """Replace the workers `lost` names (each with its call's error) at once; emptied.
+
+        Each is replaced (`recover`) on a thread of its own, and this waits for them all:
+        where some of them raise, the error of the lowest index is raised, one that only
+        found the group closed by another coming last.
+        """
+        if len(lost) <= 1:
+            for w in list(lost):
+                self.recover(w, lost.pop(w))
+            return
+        pool = ThreadPoolExecutor(len(lost), thread_name_prefix="sampler-replace")
+        try:
+            redone = {w: pool.submit(self.recover, w, lost.pop(w)) for w in sorted(lost)}
+            self._redone(redone)
+        finally:
+            pool.shutdown(wait=False)  # done, or (on an error) ending with the group
+
     def recover(self, w: int, exc: BaseException, required: bool = True) -> bool:
         """Replace worker `w`, whose call raised `exc`, where the restarts allow; else raise.
 
@@ -595,6 +613,9 @@ class WorkerGroup:
                     "%s: worker %d's replacement failed as it started (%s); once more",
                     self.owner, w, _why(again),
                 )  # fmt: skip
+                timings = self._timings.setdefault(w, {"seen_at": time.time()})
+                timings["retried"] = time.time()
+                timings["failed_starts"] = timings.get("failed_starts", 0) + 1
                 self._count_failure(w, again)
                 pid, name = _dead(again) or (pid, name)  # the line names the last to die
                 what, dead = _what(again), again
@@ -677,7 +698,7 @@ class WorkerGroup:
     def _start(self, w: int, replaced: int, deadline: float) -> bool:
         """`_replace`'s work: a call of the new worker that fails raises as it is."""
         timings = self._timings.setdefault(w, {"seen_at": time.time()})
-        timings["asked"] = time.time()
+        timings.setdefault("asked", time.time())  # the first ask: a failed start asks again
         while True:
             try:
                 worker = self._create(w, replaced)
@@ -715,11 +736,14 @@ class WorkerGroup:
         """Worker `w`'s batch (None: every worker's) is in: a replacement's first ends its timings.
 
         The line (at DEBUG) gives each phase of the replacement in seconds from the death seen
-        (`seen_at`, Unix time): `asked` (a new actor asked for), `imported` (its process imported
-        the worker's module: negative for a warm process), `constructed` (its constructor
-        began: its arguments unpickled), `envs` (its environments made), `made` (the actor
-        handed back), `weights` (the last weights set), `ready` (memory and signal set up),
-        `first_batch` (this). Times of the new process are its clock's (the same on one host).
+        (`seen_at`, Unix time): `asked` (the first new actor asked for), `retried` (where a new
+        actor failed as it started: the last such failure seen, the next one asked for at
+        once), `imported` (the process of the actor that took the worker's place imported the
+        worker's module: negative for a warm process), `constructed` (its constructor began:
+        its arguments unpickled), `envs` (its environments made), `made` (the actor handed
+        back), `weights` (the last weights set), `ready` (memory and signal set up),
+        `first_batch` (this); then how many new actors failed as they started. Times of the
+        new process are its clock's (the same on one host).
         """
         for i in range(len(self.workers)) if w is None else [w]:
             timings = self._timings.get(i)
@@ -727,11 +751,14 @@ class WorkerGroup:
                 continue
             del self._timings[i]
             seen = timings.pop("seen_at")
+            failed = int(timings.pop("failed_starts", 0))
             timings["first_batch"] = time.time()
             logger.debug(
-                "%s: worker %d's replacement, seconds from its death seen at %.3f: %s",
+                "%s: worker %d's replacement, seconds from its death seen at %.3f: %s; "
+                "%d failed starts",
                 self.owner, i, seen,
                 " ".join(f"{k}={v - seen:.3f}" for k, v in sorted(timings.items(), key=_second)),
+                failed,
             )  # fmt: skip
 
     @property
