@@ -352,6 +352,20 @@ def test_a_bad_override_exits_before_anything_starts(argv, names, capsys, tmp_pa
 
 
 @pytest.mark.parametrize(
+    ("variable", "value"), [("PARL_PRELOAD_NICE", "99"), ("PARL_HEARTBEAT_S", "abc")]
+)
+def test_a_bad_parl_setting_is_one_line_before_anything_starts(
+    variable, value, monkeypatch, capsys, tmp_path
+):
+    monkeypatch.setenv(variable, value)
+    assert main(["ppo/cartpole", "--logdir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"parl-train: error: {variable}={value!r} is not ")
+    assert err.count("\n") == 1 and "unset it for the default" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
     ("text", "names"),
     [
         ('algorithm = "PPO"\n[agent]\nlearning_rate = 1.0\n', ["agent.learning_rate", "lr"]),

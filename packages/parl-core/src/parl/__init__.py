@@ -21,12 +21,14 @@ if TYPE_CHECKING:  # pragma: no cover - for IDEs and type checkers only
     from parl._algorithm import Algorithm
     from parl._model import Model
     from parl_remote import (
+        ClusterError,
         FutureGetRepeatedlyError,
         RemoteActorDiedError,
         RemoteAttributeError,
         RemoteError,
         RemoteSerializeError,
         ResourceError,
+        SettingError,
         connect,
         disconnect,
         kill,
@@ -35,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover - for IDEs and type checkers only
 __all__ = [
     "Agent",
     "Algorithm",
+    "ClusterError",
     "FutureGetRepeatedlyError",
     "Model",
     "RemoteActorDiedError",
@@ -42,6 +45,7 @@ __all__ = [
     "RemoteError",
     "RemoteSerializeError",
     "ResourceError",
+    "SettingError",
     "__version__",
     "algorithms",
     "connect",
@@ -72,6 +76,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "RemoteAttributeError": ("parl_remote", "RemoteAttributeError"),
     "RemoteSerializeError": ("parl_remote", "RemoteSerializeError"),
     "ResourceError": ("parl_remote", "ResourceError"),
+    "ClusterError": ("parl_remote", "ClusterError"),
+    "SettingError": ("parl_remote", "SettingError"),
 }
 
 # import name of a sibling distribution -> what to install to get it

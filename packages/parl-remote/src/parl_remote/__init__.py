@@ -19,10 +19,13 @@ master's registry, for apps the master serves (the dashboard; see the entry-poin
 its memory (the actors' connections and the samplers move large arrays through it);
 `parl_remote.shm` is that memory's API (segments, pools, a wake-up signal). Actors created
 within `replacing(dead_actor_id)` are recorded as that dead actor's replacements.
+`check_env()` checks the `PARL_*` settings of the environment (`SettingError` names a bad one);
+`connect` calls it.
 """
 
 from __future__ import annotations
 
+from parl_remote._config import check_env
 from parl_remote._exceptions import (
     AuthenticationError,
     ClusterError,
@@ -36,6 +39,7 @@ from parl_remote._exceptions import (
     RemoteMethodError,
     RemoteSerializeError,
     ResourceError,
+    SettingError,
 )
 from parl_remote.client._connect import connect, disconnect
 from parl_remote.client._future import RemoteFuture
@@ -78,7 +82,9 @@ __all__ = [
     "RemoteMethodError",
     "RemoteSerializeError",
     "ResourceError",
+    "SettingError",
     "WorkerStatus",
+    "check_env",
     "connect",
     "disconnect",
     "host_id",

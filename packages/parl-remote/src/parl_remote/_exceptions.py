@@ -12,6 +12,8 @@ The tree::
     ├── ResourceError                no CPU/GPU slot became free within the bounded wait
     ├── FutureGetRepeatedlyError     `get()` on a future whose result was already taken
     ├── NotConnectedError            no cluster: call `parl.connect` first, or it was lost
+    ├── SettingError                 a `PARL_*` environment variable holds a value it does not
+    │                                accept (also a ValueError)
     └── ClusterError                 the cluster refused or failed a request
         ├── AuthenticationError      wrong or missing cluster token (refused on both ends)
         ├── MasterUnreachableError   the master cannot be reached now (stopped, restarting,
@@ -37,6 +39,7 @@ __all__ = [
     "RemoteMethodError",
     "RemoteSerializeError",
     "ResourceError",
+    "SettingError",
 ]
 
 
@@ -73,6 +76,14 @@ class FutureGetRepeatedlyError(RemoteError):
 
 class NotConnectedError(RemoteError):
     """There is no cluster to talk to: call `parl.connect(...)` first."""
+
+
+class SettingError(RemoteError, ValueError):
+    """A `PARL_*` environment variable holds a value it does not accept.
+
+    The message names the variable, its value, what it accepts and what to do; processes and
+    commands check the whole environment as they start (`check_env`).
+    """
 
 
 class ClusterError(RemoteError):

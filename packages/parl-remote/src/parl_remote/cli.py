@@ -23,8 +23,15 @@ import sys
 import time
 from typing import Any
 
-from parl_remote._config import ensure_token, load_token, parl_home, settings, token_path
-from parl_remote._exceptions import AuthenticationError, ClusterError, RemoteError
+from parl_remote._config import (
+    check_env,
+    ensure_token,
+    load_token,
+    parl_home,
+    settings,
+    token_path,
+)
+from parl_remote._exceptions import AuthenticationError, ClusterError, RemoteError, SettingError
 from parl_remote._util import (
     available_cpus,
     is_loopback,
@@ -520,8 +527,13 @@ def _tls_flags(cmd: argparse.ArgumentParser, *, server: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one `xparl` command; return its exit status."""
+    """Run one `xparl` command; return its exit status (2: a bad `PARL_*` setting)."""
     args = _parser().parse_args(argv)
+    try:
+        check_env()
+    except SettingError as exc:
+        print(f"xparl {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     try:
         _use_tls(args)
         status: int = args.func(args)

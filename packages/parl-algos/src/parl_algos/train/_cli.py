@@ -15,9 +15,9 @@ are short for their `train.` keys. Bad keys and values are reported before anyth
 Whatever ends a run early ends the command with one line on stderr that names what went wrong
 and what to do (with the `parl-train --resume DIR` that continues it where a checkpoint
 exists) and a non-zero exit: 2 for a config that cannot run (a bad key or value, a missing
-extra), 1 for a failure during the run (an unreachable cluster, an actor that failed), 130
-after Ctrl-C. The traceback goes to the run directory's `log.log`, and with `--debug` to the
-terminal too.
+extra, a bad `PARL_*` environment variable), 1 for a failure during the run (an unreachable
+cluster, an actor that failed), 130 after Ctrl-C. The traceback goes to the run directory's
+`log.log`, and with `--debug` to the terminal too.
 """
 
 from __future__ import annotations
@@ -47,7 +47,14 @@ from parl_algos.train._run import INTERRUPTED_EXIT_CODE, default_logdir, latest_
 from parl_algos.train._skeleton import run
 from parl_algos.train._spec import check_config
 from parl_algos.train._sweep import check_single, default_sweep_dir, read_space, sweep
-from parl_remote import ClusterError, NotConnectedError, RemoteActorDiedError, RemoteError
+from parl_remote import (
+    ClusterError,
+    NotConnectedError,
+    RemoteActorDiedError,
+    RemoteError,
+    SettingError,
+    check_env,
+)
 
 __all__ = [
     "FAILED_EXIT_CODE",
@@ -330,7 +337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parl_logger.set_level(logging.DEBUG)
     try:
         resolved = resolve(argv)
-    except ConfigError as exc:
+        if resolved is not None:
+            check_env()
+    except (ConfigError, SettingError) as exc:
         print(f"parl-train: error: {exc}", file=sys.stderr)
         return 2
     if resolved is None:

@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Iterable
 
+from parl_remote._config import check_env
 from parl_remote._exceptions import NotConnectedError
 from parl_remote.actor._preload import preload_names
 from parl_remote.client import _engine
@@ -98,10 +99,13 @@ def connect(
     Raises:
         NotConnectedError: no master answers at `address`.
         AuthenticationError: the master refused our cluster token.
+        SettingError: a `PARL_*` environment variable holds a value it does not accept (also
+            a ValueError).
         ValueError: a bad address or backend, `tls` with Ray, or a `distributed_files` pattern
             that matches nothing.
         ImportError: `backend="ray"` without Ray installed.
     """
+    check_env()
     engine = _engine.find(backend)
     modules = preload_names(preload)
     engine.prepare(address, tls=tls, cpu_num=cpu_num, preload=modules)

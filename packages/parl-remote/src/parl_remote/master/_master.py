@@ -27,8 +27,8 @@ import uuid
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from parl_remote._config import load_token, settings
-from parl_remote._exceptions import ProtocolError
+from parl_remote._config import check_env, load_token, settings
+from parl_remote._exceptions import ProtocolError, SettingError
 from parl_remote._loop import run
 from parl_remote._util import owner_alive, write_json_atomic
 from parl_remote.actor._preload import learn, preload_names
@@ -536,6 +536,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ready-file", default=None)
     parser.add_argument("--preload", type=preload_names, default=[], metavar="MODULES")
     args = parser.parse_args(argv)
+    try:
+        check_env()
+    except SettingError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        sys.exit(2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     master = Master(
         args.host,

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
+from parl_remote._config import env_flag
 from parl_remote._exceptions import ClusterError
 from parl_remote.security._tls_certs import ensure_cluster_files
 
@@ -40,8 +41,12 @@ __all__ = [
 
 
 def enabled() -> bool:
-    """Whether this process speaks TLS (`PARL_TLS`)."""
-    return os.environ.get("PARL_TLS", "").lower() in ("1", "true", "yes", "on")
+    """Whether this process speaks TLS (`PARL_TLS`: 1, true, yes or on; unset, 0, false, ...).
+
+    Raises:
+        SettingError: `PARL_TLS` is neither on nor off (`maybe`).
+    """
+    return env_flag("PARL_TLS")
 
 
 JOIN_ALPN = "parl-join"

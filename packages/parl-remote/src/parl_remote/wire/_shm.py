@@ -44,6 +44,7 @@ import threading
 
 import msgspec
 
+from parl_remote._config import shm_max_bytes, shm_min_bytes
 from parl_remote._exceptions import ProtocolError
 from parl_remote.wire._segment import memfd_available
 
@@ -78,31 +79,8 @@ _returns_decoder = msgspec.msgpack.Decoder(list[str])
 
 
 # -- settings ----------------------------------------------------------------------------------
-def min_bytes() -> int:
-    """`PARL_SHM_MIN_BYTES`: the smallest total of buffers sent through a segment; 0 is off."""
-    return _env_int("PARL_SHM_MIN_BYTES", 65536)
-
-
-def max_bytes() -> int:
-    """`PARL_SHM_MAX_BYTES`: the segments a process may hold in all; default a quarter of RAM."""
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):  # pragma: no cover - every Linux has both
-        ram = 4 << 30
-    return _env_int("PARL_SHM_MAX_BYTES", ram // 4)
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a valid int") from None
-    if value < 0:
-        raise ValueError(f"{name}={raw!r} must not be negative")
-    return value
+min_bytes = shm_min_bytes
+max_bytes = shm_max_bytes
 
 
 def host_id() -> str:

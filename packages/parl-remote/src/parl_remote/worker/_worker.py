@@ -33,8 +33,8 @@ from typing import Any, ClassVar, cast
 import psutil
 
 from parl_remote import _util
-from parl_remote._config import load_token, settings
-from parl_remote._exceptions import ClusterError, ProtocolError
+from parl_remote._config import check_env, load_token, settings
+from parl_remote._exceptions import ClusterError, ProtocolError, SettingError
 from parl_remote._loop import run
 from parl_remote._util import available_cpus, describe_exit, owner_alive, write_json_atomic
 from parl_remote.actor._preload import learn
@@ -61,17 +61,9 @@ def _preload_nice(share_session: bool) -> int:
 
     None where the warm processes share the worker's session (lowering it would lower the
     worker), or where the autogroup does not share the CPUs (`_priority.lowers_here`).
-
-    Raises:
-        ValueError: `PARL_PRELOAD_NICE` is out of range.
+    `PARL_PRELOAD_NICE` is 0 to 19 (`Settings` refuses other values).
     """
     nice = settings.preload_nice
-    if not 0 <= nice <= 19:
-        raise ValueError(
-            f"PARL_PRELOAD_NICE={nice} is out of range: give an autogroup nice value from 1 "
-            "(a high share) to 19 (the lowest) for a warm process preloading, or 0 to hold "
-            "preloading while the actors are busy"
-        )
     return nice if nice and not share_session and _priority.lowers_here() else 0
 
 
@@ -507,6 +499,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ready-file", default=None)
     parser.add_argument("--share-session", action="store_true", help="a lone actor keeps it")
     args = parser.parse_args(argv)
+    try:
+        check_env()
+    except SettingError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        sys.exit(2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     host, _, port = args.address.rpartition(":")
     cpu_num = args.cpu_num or available_cpus()
