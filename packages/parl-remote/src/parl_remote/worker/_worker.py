@@ -96,6 +96,7 @@ class Worker:
         self.worker_id = uuid.uuid4().hex[:12]
         self.run_dir = _util.private_dir("worker")
         self.hosts: set[ActorProcess] = set()
+        self._spawning = 0  # warm processes started and not yet in `hosts`
         self.link = MasterLink(
             master_host,
             master_port,
@@ -259,18 +260,25 @@ class Worker:
         """Start warm processes until every vacant slot has one, and the spares are there."""
         if self._stopping:
             return
-        missing = self.cpu_num + max(settings.warm_spares, 0) - len(self.hosts)
+        # A process that has exited counts no more, although it stays listed while its last
+        # lines are read: its replacement starts at once.
+        live = sum(1 for host in self.hosts if host.proc.returncode is None)
+        missing = self.cpu_num + max(settings.warm_spares, 0) - live - self._spawning
         for _ in range(missing):
+            self._spawning += 1
             self._spawn(self._start_host())
 
     async def _start_host(self) -> None:
         loop = asyncio.get_running_loop()
-        host, parent = await spawn_host(
-            host=self.host or "127.0.0.1",
-            token=self.token,
-            run_dir=self.run_dir,
-            own_session=not self.share_session,
-        )
+        try:
+            host, parent = await spawn_host(
+                host=self.host or "127.0.0.1",
+                token=self.token,
+                run_dir=self.run_dir,
+                own_session=not self.share_session,
+            )
+        finally:
+            self._spawning -= 1
         self.hosts.add(host)
         _, host.ctl = await loop.create_connection(
             lambda: AsyncConnection(
@@ -447,6 +455,8 @@ class Worker:
 
     async def _wait_exit(self, host: ActorProcess) -> None:
         code = await host.proc.wait()
+        if host.actor_id is not None:
+            self._refill()  # the actor's slot is free: its next process starts now
         # Let the last lines it printed reach the master before the news of its death.
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
             await asyncio.wait_for(asyncio.gather(*host.readers, return_exceptions=True), 0.5)
