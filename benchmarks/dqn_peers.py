@@ -55,6 +55,7 @@ the whole command's seconds (the actors' start included).
     nice python benchmarks/dqn_peers.py tianshou --envs lunarlander --algos rainbow --noisy-epsilon
     nice python benchmarks/dqn_peers.py tianshou --algos rainbow --ours '--agent.c51_priority ...'
     nice python benchmarks/dqn_peers.py tianshou --algos rainbow --bootstrap-after-n --only peer
+    nice python benchmarks/dqn_peers.py tianshou --envs lunarlander --seeds 1,2,3,4 --jobs 2
 
 The peers run in virtual environments of their own, never dependencies of this repository:
 SB3 through `benchmarks/sb3_runner.py` (`--sb3-python`, or the venv `benchmarks/learning.py`
@@ -67,6 +68,7 @@ heading gives the load average when the section started and ended.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -229,15 +231,28 @@ def _peer_row(
     config = load_config(name)
     cap = config.train.total_steps
     threshold = config.train.target_return if args.threshold is None else args.threshold
-    ours, peers = [], []
-    for seed in args.seeds:
-        if args.only != "peer":
-            flags = [*to_threshold(threshold, cap, seed), *ours_flags]
-            ours.append(run_to_threshold(name, flags, args.timeout))
-            print(f"{name} parl seed {seed}: {_shown(ours[-1])}", flush=True)
-        if args.only != "ours":
-            peers.append(run_peer(name, seed, python, args.timeout, runner, threshold, **extra))
-            print(f"{name} {peer} seed {seed}: {_shown(peers[-1])}", flush=True)
+
+    def ours_run(seed: int) -> dict:
+        flags = [*to_threshold(threshold, cap, seed), *ours_flags]
+        run = run_to_threshold(name, flags, args.timeout)
+        print(f"{name} parl seed {seed}: {_shown(run)}", flush=True)
+        return run
+
+    def peer_run(seed: int) -> dict:
+        run = run_peer(name, seed, python, args.timeout, runner, threshold, **extra)
+        print(f"{name} {peer} seed {seed}: {_shown(run)}", flush=True)
+        return run
+
+    # Seed by seed, ours then the peer's; with --jobs N, N of these runs side by side.
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        ours_futures, peer_futures = [], []
+        for seed in args.seeds:
+            if args.only != "peer":
+                ours_futures.append(pool.submit(ours_run, seed))
+            if args.only != "ours":
+                peer_futures.append(pool.submit(peer_run, seed))
+        ours = [future.result() for future in ours_futures]
+        peers = [future.result() for future in peer_futures]
     if ours and peers:  # a result row, under the peer's full name and version
         _record(name, config.env.id, threshold, cap, ours, peers, peer_name or peer, args)
     return (
@@ -279,7 +294,8 @@ def _record(
         seeds=list(args.seeds),
         command=command_line(),
         note=f"parl-train {name}: {_steps_cell(ours, cap)}; the peer: {_steps_cell(peers, cap)}; "
-        f"load average {load()} at the end.",
+        f"load average {load()} at the end"
+        + (f", {args.jobs} runs side by side." if args.jobs > 1 else "."),
         curves=curves_on_a_grid({"ours": ours, "peer": peers}),
     )
     record("learning", [row])
@@ -411,6 +427,13 @@ def main() -> None:
     parser.add_argument("sections", nargs="+", choices=list(SECTIONS))
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="peers and tianshou: runs side by side (env steps to the threshold do not depend "
+        "on it; seconds do: compare seconds only between tables of the same --jobs)",
+    )
+    parser.add_argument(
         "--envs",
         default=",".join(ENVS),
         help="peers and tianshou: comma-separated envs (tianshou: cartpole, acrobot, lunarlander)",
@@ -461,6 +484,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     args = parser.parse_args()
     args.seeds = [int(s) for s in args.seeds.split(",")]
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: give 1 or more runs side by side")
     tables = {}
     for name in args.sections:
         tables[name] = SECTIONS[name](args)
