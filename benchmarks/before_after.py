@@ -6,14 +6,26 @@
 `REV`'s tree is exported (`git archive`) into a temporary directory, and this tree is copied
 beside it as it is when the invocation starts (the files git tracks or would track, edits
 included), so that an edit made while it runs moves neither side; then the script named runs
-`--rounds` times on each side, alternating (the base first): from each copy with its own
-packages on `PYTHONPATH`, each run its own processes, its result rows turned off
-(`PARL_BENCH_RESULTS=off`). A run that fails (a non-zero exit, or past `--timeout`) is told
-as it ends and left out of the table, with the other runs kept: the table ends with how many
-runs of each side failed, and why. Each side runs its own copy of the script,
-so an option that only one side has is refused by that side. A shared machine's load moves
+`--rounds` times on each side, alternating (the base first), each run its own processes, its
+result rows turned off (`PARL_BENCH_RESULTS=off`). Each side runs on an interpreter of its own
+(`environment`): a virtual environment made for it, whose one `.pth` file puts that side's
+packages first and then the third-party packages of the interpreter running this script, as an
+installed copy of that tree would. Every process of a run, the cluster's actors included,
+imports that side's code whatever the side does with `PYTHONPATH` and `sys.path` (a tree from
+before parl-remote shipped a `parl` found on `PYTHONPATH` fails in its actors with it). A run
+that fails (a non-zero exit, or past `--timeout`) is told as it ends and left out of the table,
+with the other runs kept: the table ends with how many runs of each side failed, and why. Each
+side runs its own copy of the script, so an option that only one side has is refused by that
+side. A shared machine's load moves
 within minutes: each run's figures are ratios to a baseline that the script measures in the
 same run, and alternating gives both sides the same share of the machine's moods.
+
+A base whose benchmark script has a bug of its own (one fixed later, in a commit that changed
+the script and nothing it measures) can take the fixed file: `--take PATH@REV` writes `REV`'s
+`PATH` over the base's, and the table's heading names it.
+
+    python benchmarks/before_after.py --base de2d2c4 --take benchmarks/samplers.py@9537bee \\
+        samplers.py --seconds 1 --tasks CartPole-v1
 
 The rows of the tables the script prints (a name, then figures: `1.23x`, `456.7`) are
 collected by name, and a table of both sides is printed: each column's figures of every run
@@ -28,6 +40,7 @@ import os
 import re
 import shutil
 import signal
+import site
 import statistics
 import subprocess
 import sys
@@ -55,6 +68,20 @@ def export(rev: str, into: str) -> str:
     return into
 
 
+def take(root: str, spec: str) -> None:
+    """Write `REV`'s `PATH` (`spec` is `PATH@REV`) over the file of the tree at `root`."""
+    path, sep, rev = spec.rpartition("@")
+    if not sep or not path or not rev:
+        raise SystemExit(f"before_after.py: --take {spec!r}: give it as PATH@REV")
+    shown = subprocess.run(["git", "-C", ROOT, "show", f"{rev}:{path}"], capture_output=True)
+    if shown.returncode:
+        raise SystemExit(f"before_after.py: --take {spec!r}: {shown.stderr.decode().strip()}")
+    target = os.path.join(root, path)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "wb") as f:
+        f.write(shown.stdout)
+
+
 def snapshot(into: str) -> str:
     """This tree as it is now, written under `into`; its root.
 
@@ -74,16 +101,37 @@ def snapshot(into: str) -> str:
     return into
 
 
-def run(root: str, script: list[str], timeout: float) -> tuple[str, str | None]:
-    """The output of `script` run from the tree at `root`, its packages first on the path, and
-    why it failed (None if it did not).
+def environment(root: str, into: str) -> str:
+    """A virtual environment at `into` for the tree at `root`; its interpreter.
+
+    Its one `.pth` file lists the tree's packages, then the site-packages of the interpreter
+    running this script (their third-party packages, not their own `.pth` files: the editable
+    installs of the checkout this runs from stay out).
+    """
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", into], check=True)
+    python = os.path.join(into, "bin", "python")
+    site_dir = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    ours = [os.path.join(root, s) for s in SOURCES]
+    theirs = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    with open(os.path.join(site_dir, "parl-before-after.pth"), "w", encoding="utf-8") as f:
+        f.write("".join(f"{path}\n" for path in ours + theirs))
+    return python
+
+
+def run(python: str, root: str, script: list[str], timeout: float) -> tuple[str, str | None]:
+    """The output of `script` run by `python` (the side's `environment`) from the tree at
+    `root`, and why it failed (None if it did not).
 
     It runs in a session of its own, whose processes are all stopped once it has exited (a
     run that failed may leave its baseline's servers behind).
     """
     env = dict(os.environ, PARL_BENCH_RESULTS="off")
-    env["PYTHONPATH"] = os.pathsep.join(os.path.join(root, s) for s in SOURCES)
-    command = [sys.executable, os.path.join(root, "benchmarks", script[0]), *script[1:]]
+    env.pop("PYTHONPATH", None)  # the side's environment names its packages
+    env.pop("VIRTUAL_ENV", None)
+    command = [python, os.path.join(root, "benchmarks", script[0]), *script[1:]]
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
             command, cwd=root, env=env, stdout=out, stderr=err, start_new_session=True
@@ -160,13 +208,26 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the earlier commit")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each side")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a run may take")
+    parser.add_argument(
+        "--take",
+        action="append",
+        default=[],
+        metavar="PATH@REV",
+        help="the base's PATH as REV has it (a later fix of the benchmark script itself)",
+    )
     parser.add_argument("script", nargs=argparse.REMAINDER, help="a script of benchmarks/, args")
     args = parser.parse_args()
     if not args.script:
         parser.error("name the benchmark script to run, e.g. remote_bench.py --quick")
     with tempfile.TemporaryDirectory(prefix="parl-before-after-") as tmp:
         base_root = export(args.base, os.path.join(tmp, "base"))
+        for spec in args.take:
+            take(base_root, spec)
         new_root = snapshot(os.path.join(tmp, "new"))
+        pythons = {
+            "base": environment(base_root, os.path.join(tmp, "base-env")),
+            "new": environment(new_root, os.path.join(tmp, "new-env")),
+        }
         runs: dict[str, list[dict[str, list[float]]]] = {"base": [], "new": []}
         failures: dict[str, list[str]] = {"base": [], "new": []}
         loads = []
@@ -178,14 +239,15 @@ def main() -> None:
                     f"load {load}",
                     flush=True,
                 )
-                output, failure = run(root, args.script, args.timeout)
+                output, failure = run(pythons[side], root, args.script, args.timeout)
                 loads.append(load)
                 if failure is None:
                     runs[side].append(rows(output))
                 else:
                     failures[side].append(f"round {i + 1}: {failure}")
+    base_name = args.base + "".join(f" (with {spec})" for spec in args.take)
     print(
-        f"\n{' '.join(args.script)}: {args.base} -> this tree, {args.rounds} runs each "
+        f"\n{' '.join(args.script)}: {base_name} -> this tree, {args.rounds} runs each "
         f"alternating, loads {', '.join(loads)} (each cell: base runs -> new runs (new / base "
         "of the medians))"
     )
