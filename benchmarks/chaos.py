@@ -37,8 +37,9 @@ Every figure is set beside the undisturbed run of the same invocation:
   schedule killed one: it is listed among the run's actors from its ask on; the next is asked
   for at once), the process of the one that took the worker's place importing the worker's
   module, its constructor, its environments made, the actor handed back, the weights set,
-  ready, its first batch in; one result row a phase (the median over the run's replacements
-  that have it, against the first batch's).
+  ready, its first batch finished (async: the batch then waits for the learner's next
+  collect), its first batch in the learner's hands; one result row a phase (the median over
+  the run's replacements that have it, against the first batch's).
 
     nice python benchmarks/chaos.py                  # 3 runs x (undisturbed, T=5, T=2)
     python benchmarks/chaos.py --runs ppo-sync --periods 5 --seed 2
@@ -79,7 +80,7 @@ RUNS = {
 takes minutes to 475 on a loaded 2-core machine, its learner being the bottleneck)."""
 PHASES = (
     "asked", "retried", "imported", "constructed", "envs", "made", "weights", "ready",
-    "first_batch",
+    "collected", "first_batch",
 )  # fmt: skip
 """A replacement's phases, as the sampler's debug line names them (`WorkerGroup.delivered`)."""
 PARL_TRAIN = os.path.join(os.path.dirname(sys.executable), "parl-train")
@@ -412,7 +413,8 @@ def _phase_rows(what: str, phases: list[dict[str, float]], seed: int, load: str)
                     "a warm process), constructed (its constructor began, its arguments "
                     "unpickled), envs (its environments made), made (the actor handed back), "
                     "weights (the latest weights set), ready (shared memory and signal set "
-                    f"up), first_batch (its first batch in); {load}"
+                    "up), collected (async: its first batch finished, waiting for the "
+                    f"learner), first_batch (its first batch in the learner's hands); {load}"
                 ),
             )
         )

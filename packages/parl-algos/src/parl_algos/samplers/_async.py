@@ -194,6 +194,8 @@ class AsyncSampler(_ClusterSampler):
                 if not self._replace(w, result):
                     return
             elif slot is not None or isinstance(result, BaseException):
+                if slot is not None and not isinstance(result, BaseException):
+                    self._group.collected(w)  # a replacement's first batch: its timings
                 self._finished.put((w, generation, slot, result))
 
     def _replace(self, w: int, exc: BaseException) -> bool:

@@ -732,6 +732,16 @@ class WorkerGroup:
             self.restarts += 1
         return True
 
+    def collected(self, w: int) -> None:
+        """Worker `w` finished a batch, which now waits for the caller to take it.
+
+        A replacement's first such batch is its `collected` phase (said by a sampler whose
+        batches wait for the caller: `AsyncSampler`).
+        """
+        timings = self._timings.get(w)
+        if timings is not None and "ready" in timings:
+            timings.setdefault("collected", time.time())
+
     def delivered(self, w: int | None) -> None:
         """Worker `w`'s batch (None: every worker's) is in: a replacement's first ends its timings.
 
@@ -742,8 +752,9 @@ class WorkerGroup:
         worker's module: negative for a warm process), `constructed` (its constructor began:
         its arguments unpickled), `envs` (its environments made), `made` (the actor handed
         back), `weights` (the last weights set), `ready` (memory and signal set up),
-        `first_batch` (this); then how many new actors failed as they started. Times of the
-        new process are its clock's (the same on one host).
+        `collected` (its first batch finished, where batches wait for the caller: `collected`),
+        `first_batch` (this: the caller has it); then how many new actors failed as they
+        started. Times of the new process are its clock's (the same on one host).
         """
         for i in range(len(self.workers)) if w is None else [w]:
             timings = self._timings.get(i)
