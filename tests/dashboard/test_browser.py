@@ -126,6 +126,37 @@ def test_a_person_watches_actors_come_print_and_die(connected, browser_page):
     assert problems == []
 
 
+def test_a_link_pressed_while_its_table_changes_still_opens(connected, browser_page):
+    """A live table swapped between a press on one of its links and the release: the click
+    is not lost (the swap waits for the release, then is made)."""
+    from playwright.sync_api import expect
+
+    page, problems = browser_page
+    frames: list[str] = []
+    page.on("websocket", lambda ws: ws.on("framereceived", lambda payload: frames.append(payload)))
+    talker = Talker()
+    page.goto(connected.url + "actors")
+    expect(page.locator("#live-status")).to_have_text("live")
+    row = page.locator(f"#actor-{talker._parl_ref.actor_id}")
+    expect(row.locator(".state")).to_have_text(re.compile("idle|busy"))
+    box = row.get_by_role("link", name="logs").bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    other = Talker()  # the table changes while the button is down
+    other_id = other._parl_ref.actor_id
+    # The page's frames reach `frames` while Playwright runs: each poll lets it run a while.
+    wait_until(
+        lambda: page.wait_for_timeout(20) or any(other_id in str(f) for f in frames),
+        what="the table's new row, sent to the page",
+    )
+    page.mouse.up()
+    expect(page).to_have_url(re.compile(f"/actors/{talker._parl_ref.actor_id}/logs$"))
+    page.go_back()
+    expect(page.locator(f"#actor-{other_id}")).to_have_count(1)  # the swap was made after
+    assert problems == []
+
+
 class SimulatedWorkers:
     """Worker connections on a loop of their own, in a thread: register, then heartbeat."""
 

@@ -2,7 +2,10 @@
 // The server renders (and escapes) every fragment; this only puts them in place:
 // {"replace": {id: html}} swaps an element's content, {"append": {id: html}} adds to it
 // (a log), and {"offset": n} records the last log line received, so that a reconnection
-// continues where it stopped. No framework, no build step.
+// continues where it stopped. While a pointer is down the swaps wait (the latest of each is
+// kept) and are made once it is up and its click has been handled: a table swapped between a
+// press and its release would lose the click on the link pressed (a live table changes every
+// second). No framework, no build step.
 "use strict";
 
 (() => {
@@ -29,11 +32,30 @@
     return root.scrollHeight - root.scrollTop - root.clientHeight < 40;
   }
 
-  function apply(message) {
-    for (const [id, html] of Object.entries(message.replace || {})) {
+  let held = null; // the swaps waiting for a pointer to be up: id -> html
+
+  function replace(fragments) {
+    for (const [id, html] of Object.entries(fragments)) {
       const element = document.getElementById(id);
       if (element) element.innerHTML = html;
     }
+  }
+
+  function release() {
+    if (held === null) return;
+    const fragments = held;
+    held = null;
+    replace(fragments);
+  }
+
+  document.addEventListener("pointerdown", () => { held = held || {}; }, true);
+  // After the click that follows the release: the task that dispatches it ends first.
+  document.addEventListener("pointerup", () => window.setTimeout(release, 0), true);
+  document.addEventListener("pointercancel", release, true);
+
+  function apply(message) {
+    if (held !== null) Object.assign(held, message.replace || {});
+    else replace(message.replace || {});
     for (const [id, html] of Object.entries(message.append || {})) {
       const element = document.getElementById(id);
       if (!element) continue;
