@@ -416,7 +416,44 @@ def run_apex(args: argparse.Namespace) -> str:
             f"| {names[mode]} | {rate:.0f} ({rate / single:.2f}x) | {cell} | {final_cell} "
             f"| {command:.1f} |"
         )
+    _record_apex(runs, args, f"{start} -> {load()}")
     return "\n".join(lines)
+
+
+def _record_apex(runs: dict[str, list[dict]], args: argparse.Namespace, loads: str) -> None:
+    """Ape-X's result row: its env steps a second against one process's, each seed's figures."""
+
+    def seeds(results: list[dict]) -> str:
+        return "; ".join(
+            f"seed {seed}: {r['env_steps'] / r['seconds']:.0f} steps/s, "
+            + (
+                f"{APEX_THRESHOLD:g} at {r['reached_at'] / 1000:.1f}k steps "
+                f"({r['reached_seconds']:.1f} s)"
+                if r["reached_at"] is not None
+                else f"{APEX_THRESHOLD:g} missed"
+            )
+            + f", final mean {_final([r])}, command {r['command_seconds']:.1f} s"
+            for seed, r in zip(args.seeds, results, strict=True)
+        )
+
+    def rate(results: list[dict]) -> float:
+        return statistics.median(r["env_steps"] / r["seconds"] for r in results)
+
+    row = Row(
+        task="CartPole-v1",
+        algorithm="Ape-X (`duelingdqn/cartpole --mode async --actors 2`)",
+        metric=f"env steps per second of training over {APEX_STEPS // 1000}k env steps "
+        "(median of the seeds)",
+        better="higher",
+        ours=rate(runs["async"]),
+        peer="the same learner in one process (`--mode single`)",
+        peer_value=rate(runs["single"]),
+        seeds=list(args.seeds),
+        command=command_line(),
+        note=f"{' '.join(APEX[:4])} on the light schedule. Ape-X: {seeds(runs['async'])}. "
+        f"One process: {seeds(runs['single'])}. Load average {loads}.",
+    )
+    record("learning", [row])
 
 
 SECTIONS = {"peers": run_peers, "tianshou": run_tianshou, "masked": run_masked, "apex": run_apex}
