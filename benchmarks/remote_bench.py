@@ -15,7 +15,10 @@ absolute times do.
         lane against the same calls without it, two actors in alternating blocks
     W2  4 actors, 1000 calls in flight (future and awaitable modes),  target >= 0.25x raw pipelined
         in calls/s, against two raw pipelines: one writing each wave of 1000 requests with
-        one system call (the floor), one writing each request as it comes (a plain client)
+        one system call (the floor), one writing each request as it comes (a plain client);
+        medians of rounds alternating with the raw ones, timed once each actor's connection
+        is open and no process of the run is busy (the warm processes import in the
+        background what earlier actors imported, which a first round would time)
     W3  numpy float32 argument + result round trip, 1/16/128 MB     target >= 0.5x raw socket
         (echo), argument only (sum) and result only (make): through shared memory, with it
         turned off (PARL_SHM_MIN_BYTES=0, the socket), a raw socket, and one memcpy of the
@@ -30,6 +33,7 @@ absolute times do.
 
     python benchmarks/remote_bench.py            # about two minutes
     python benchmarks/remote_bench.py --quick    # fewer repetitions
+    python benchmarks/remote_bench.py --w2       # the pipelined calls alone
     python benchmarks/remote_bench.py --w3       # the shared-memory table alone
     python benchmarks/remote_bench.py --w4       # the creation rows alone
     python benchmarks/remote_bench.py --lanes    # the actor's small-call lane on against off
@@ -57,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import socket
@@ -66,6 +71,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import msgspec
 import numpy as np
@@ -344,6 +350,58 @@ def parl_async_throughput(actors, total: int, depth: int) -> float:
     return uvloop.run(run())
 
 
+def w2_table(client, port: int, calls: int, rounds: int) -> list[tuple[str, ...]]:
+    """W2: 4 actors of each mode (one mode's at a time), each mode against the raw pipelines."""
+    futures = [FutureActor() for _ in range(4)]
+    for future_actor in futures:  # its connection, opened outside the timed rounds
+        future_actor.add(0, 0).get()
+    rows = w2_rows(
+        "future",
+        functools.partial(parl_future_throughput, futures, calls, 1000),
+        port,
+        calls,
+        rounds,
+    )
+    del futures, future_actor
+    wait_for_vacant(client, 4)
+    plain = [Actor() for _ in range(4)]
+    rows += w2_rows(
+        "awaitable",
+        functools.partial(parl_async_throughput, plain, calls, 1000),
+        port,
+        calls,
+        rounds,
+    )
+    return rows
+
+
+def w2_rows(
+    name: str, ours: Callable[[], float], port: int, calls: int, rounds: int
+) -> list[tuple[str, ...]]:
+    """W2's two rows for one mode: medians of `rounds` rounds, each of ours and the raw pair.
+
+    Timed once no process of the run is busy, the rounds alternating so that the machine's
+    swings reach both sides alike.
+    """
+    wait_for_quiet()
+    rates: dict[str, list[float]] = {"ours": [], "each": [], "batched": []}
+    for _ in range(rounds):
+        rates["each"].append(raw_pipelined(port, calls, 1000, batched=False))
+        rates["ours"].append(ours())
+        rates["batched"].append(raw_pipelined(port, calls, 1000))
+    value, each, batched = (statistics.median(rates[key]) for key in ("ours", "each", "batched"))
+    return [
+        (
+            f"W2 {name} vs raw, {how}",
+            f"{value:8.0f}",
+            f"{raw:8.0f}",
+            f"{value / raw:5.2f}x",
+            ">= 0.25x",
+        )
+        for how, raw in (("a write each", each), ("batched writes", batched))
+    ]
+
+
 def parl_payload(actor, size: int, reps: int, way: str = "echo") -> float:
     x = np.ones(size // 4, dtype=np.float32)
     actor.echo(x[:10])
@@ -589,6 +647,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--w3", action="store_true", help="only the shared-memory table (W3)")
+    parser.add_argument("--w2", action="store_true", help="only the pipelined calls (W2)")
     parser.add_argument("--w4", action="store_true", help="only the actor-creation rows (W4)")
     parser.add_argument(
         "--lanes", action="store_true", help="only the actor's small-call lane on against off"
@@ -648,7 +707,9 @@ def main() -> None:
         w4_user: list[tuple[str, ...]] = []
         w4_plain: list[tuple[str, ...]] = []
         n_w4 = args.n or max(3, int(10 * scale))
-        if not (args.w3 or args.lanes):  # first, while no actor has imported numpy or torch yet
+        if not (
+            args.w2 or args.w3 or args.lanes
+        ):  # first, while no actor has imported numpy or torch yet
             w4_times = user_class_times(client, n_w4, args.settle)
             w4_user = user_class_rows(w4_times, None)
             if preload:  # the first actors' peer, in the same run
@@ -661,6 +722,8 @@ def main() -> None:
             rows += w4_plain
         elif args.lanes:
             rows += lane_rows(n_blocks)
+        elif args.w2:
+            rows += w2_table(client, echo_port, n_calls, 3 if args.quick else 5)
         elif args.w3:
             w3 = shm_table(Actor(), socket_only_actor(), raw_port, scale, ours)
             if args.ray:
@@ -671,33 +734,7 @@ def main() -> None:
             rows += w1_rows(one, echo_port, n_blocks, own_port=own_port)
             rows += lane_rows(n_blocks)
 
-            raw_tp = raw_pipelined(echo_port, n_calls, 1000)
-            raw_each = raw_pipelined(echo_port, n_calls, 1000, batched=False)
-            futures = [FutureActor() for _ in range(4)]
-            fut_tp = parl_future_throughput(futures, n_calls, 1000)
-            del futures
-            wait_for_vacant(client, 4)
-            plain = [Actor() for _ in range(4)]
-            aio_tp = parl_async_throughput(plain, n_calls, 1000)
-            for name, value in (("future", fut_tp), ("awaitable", aio_tp)):
-                rows.append(
-                    (
-                        f"W2 {name} vs raw, a write each",
-                        f"{value:8.0f}",
-                        f"{raw_each:8.0f}",
-                        f"{value / raw_each:5.2f}x",
-                        ">= 0.25x",
-                    )
-                )
-                rows.append(
-                    (
-                        f"W2 {name} vs raw, batched writes",
-                        f"{value:8.0f}",
-                        f"{raw_tp:8.0f}",
-                        f"{value / raw_tp:5.2f}x",
-                        ">= 0.25x",
-                    )
-                )
+            rows += w2_table(client, echo_port, n_calls, 3 if args.quick else 5)
 
             for mb, reps in ((1, 200), (16, 20), (128, 4)):
                 reps = max(2, int(reps * scale))
@@ -715,7 +752,7 @@ def main() -> None:
                 )
             socket_only = socket_only_actor()
             w3 = shm_table(one, socket_only, raw_port, scale)
-            del plain, one, socket_only
+            del one, socket_only
 
             creation = parl_creation(client, max(5, int(20 * scale)))
             rows.append(
