@@ -254,6 +254,51 @@ def test_future_mode(connected):
     assert slow.done()
 
 
+def test_two_threads_waiting_on_one_future_both_return(connected):
+    slow = FutureActor().slow(0.5)
+    outcomes: list[object] = []
+
+    def wait() -> None:
+        try:
+            outcomes.append(slow.get(timeout=30))
+        except parl.FutureGetRepeatedlyError as exc:
+            outcomes.append(type(exc))
+
+    threads = [threading.Thread(target=wait) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(map(str, outcomes)) == sorted(["done", str(parl.FutureGetRepeatedlyError)])
+
+
+@pytest.mark.xparl_only  # counts the objects of xparl's own driver
+def test_a_call_in_flight_is_one_object_for_the_garbage_collector(connected):
+    """A future-mode call sent and not answered yet leaves its future alone for the garbage
+    collector to track (no lock, no queued closure). With torch imported a process tracks
+    hundreds of thousands of objects, and each one that reaches the oldest generation brings a
+    full collection, which walks them all, nearer."""
+    f = FutureActor()
+    f.slow(0.0).get()  # its first call of the method builds what later ones reuse
+    gc.collect()
+    gc.disable()
+    try:
+        busy = f.slow(3.0)  # the calls behind it wait for it on the actor: in flight
+        before = len(gc.get_objects())
+        futures = [f.slow(0.0) for _ in range(500)]
+        # once the client's loop sent them: the futures, their list, little else
+        wait_until(
+            lambda: len(gc.get_objects()) - before < 550,
+            timeout=2.5,
+            what="the calls sent, each leaving one object tracked",
+        )
+        assert not busy.done()  # (so none of them was answered yet)
+        assert [future.get(timeout=60) for future in futures] == ["done"] * 500
+        assert busy.get() == "done"
+    finally:
+        gc.enable()
+
+
 def test_awaitable_calls_keep_their_order(connected):
     @parl.remote_class
     class Log:

@@ -98,16 +98,25 @@ class _ActorRef:
             future.fail(self.core.died_error())
             return future
         msg, buffers = self.core.call(kind, name, args, kwargs)
-        with self.lock:
-            driver = self.drivers.get(self.client.loop)
-        # It leaves later, from the client's loop: its arrays are held now, for the connection
-        # open now (the driver's to decide), so that the caller may change them at once.
-        held = driver.hold(buffers) if driver is not None else hold(None, buffers)
-        self.client.run_soon(self._submit, msg, held, future)
+        held = None
+        if buffers:
+            with self.lock:
+                driver = self.drivers.get(self.client.loop)
+            # It leaves later, from the client's loop: its arrays are held now, for the
+            # connection open now (the driver's to decide), so that the caller may change them.
+            held = driver.hold(buffers) if driver is not None else hold(None, buffers)
+        # (a function, not a bound method: a call queued is as few objects as it can be)
+        self.client.run_soon(_submit, self, msg, held, future)
         return future
 
-    def _submit(self, msg: m.Call, held: Held, future: RemoteFuture) -> None:
-        self.pipelined(self.client.loop).submit_held(msg, held, future)
+
+def _submit(ref: _ActorRef, msg: m.Call, held: Held | None, future: RemoteFuture) -> None:
+    """A future-mode call sent, on the client's loop."""
+    driver = ref.pipelined(ref.client.loop)
+    if held is None:
+        driver.submit(msg, [], future)
+    else:
+        driver.submit_held(msg, held, future)
 
 
 def _close_all(
