@@ -31,7 +31,7 @@ from parl.samplers import Replacements
 from parl_algos.train import load_config
 from parl_algos.train._marl_actors import EnvGroup, EnvGroups
 from tests.algos.test_train_failures import PARL_TRAIN, ROOT
-from tests.remote.conftest import make_cluster, wait_until
+from tests.remote.conftest import make_cluster, run_script, wait_until
 
 KILLED_ONCE = "tests.algos.failing_env:KilledOnce-v0"
 SMALL = ["--no-progress", "--train.log_every", "256", "--train.checkpoint_every", "100000"]
@@ -143,6 +143,39 @@ def test_a_killed_evaluator_is_replaced_and_the_run_goes_on(tmp_path):
     assert_went_on(tmp_path, result)
     log = (tmp_path / "run" / "log.log").read_text()
     assert re.search(r"the evaluator \(pid \d+ on [^)]+\) died: .*SIGKILL.*; replaced in", log), log
+
+
+_EMBEDDED_CLUSTER = """
+import time
+
+import psutil
+
+from parl_algos.train import load_config
+from parl_algos.train._envs import connect
+
+config = load_config("ppo/cartpole")
+config.train.actors = 1
+connect(config)  # the run's embedded cluster, and no actor on it
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            with open(f"/proc/{proc.pid}/maps") as f:
+                if "libtorch_cpu" in f.read():
+                    print("TORCH IN", " ".join(proc.cmdline()))
+                    raise SystemExit(0)
+        except OSError:  # gone meanwhile
+            pass
+    time.sleep(0.2)
+print("NO PROCESS OF THE CLUSTER IMPORTED TORCH")
+"""
+
+
+def test_an_embedded_clusters_warm_processes_import_torch_before_any_actor_asks():
+    """The spare that replaces a lost actor is ready without a second of importing torch."""
+    result = run_script(_EMBEDDED_CLUSTER, {**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert "TORCH IN" in result.stdout, result.stdout + result.stderr[-3000:]
+    assert "parl_remote.actor._host" in result.stdout  # a warm actor process
 
 
 @pytest.mark.slow  # the library's restart=False is tested in the default suite

@@ -137,11 +137,19 @@ def _check_atari_game(env_id: str) -> None:
         )
 
 
+PRELOAD = ["torch", "gymnasium", "parl_algos"]
+"""What an embedded xparl cluster's warm processes import as it starts: every actor of a run
+imports them, so its first actors and the spare that replaces a lost one (which would
+otherwise learn them only from the first actors, and import them at a low CPU share once the
+actors keep the CPUs busy) start without the second of importing torch."""
+
+
 def connect(config: Config) -> None:
     """Connect to the run's cluster: `train.address`, or an embedded one of `actors + 1` slots."""
     train = config.train
     if train.address is None:
-        parl.connect(cpu_num=train.actors + 1, backend=train.backend)
+        preload = PRELOAD if train.backend == "xparl" else []  # (Ray has no warm processes)
+        parl.connect(cpu_num=train.actors + 1, backend=train.backend, preload=preload)
     else:
         parl.connect(train.address, backend=train.backend)
 
