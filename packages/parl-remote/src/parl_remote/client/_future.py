@@ -10,7 +10,6 @@ brings a full collection, which walks every object of the process, that much nea
 
 from __future__ import annotations
 
-import _thread
 import threading
 from typing import Any
 
@@ -79,7 +78,7 @@ class RemoteFuture:
                 return True
             waiter = self._waiter
             if waiter is None:
-                waiter = self._waiter = _thread.allocate_lock()
+                waiter = self._waiter = threading.Lock()
                 waiter.acquire()
         if not waiter.acquire(True, -1 if timeout is None else timeout):
             return False
